@@ -1,0 +1,18 @@
+"""Why a method is refused, in words a client developer can act on (pure).
+
+The allowlist itself is a set of exact names from the config
+(``chainproxy.allowlist_default`` unless the config names its own).
+"""
+
+from __future__ import annotations
+
+
+def refusal_reason(method: str) -> str:
+    m = method.lower()
+    if m.startswith("author_"):
+        return "writes are not served: this is a read-only proxy"
+    if "subscribe" in m:
+        return "subscriptions need a WebSocket connection and are not served over HTTP"
+    if m.startswith(("offchain_", "sudo", "dev_", "engine_")) or "unsafe" in m:
+        return "node administration and unsafe methods are not served"
+    return "method is not on the read-only allowlist"

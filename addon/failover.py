@@ -1,0 +1,154 @@
+"""Judging one upstream answer: keep it, try another upstream, or give up (pure).
+
+* ``hard``: the upstream failed (transport, HTTP 5xx/429, a body that is not a
+  JSON-RPC answer to what was sent, an internal error). Try another; if all
+  fail, the client gets 502 with the attempts.
+* ``soft``: a valid answer that another upstream may answer better (``null``
+  for a block a lagging node has not seen, "State already discarded" from a
+  pruned node, an unknown block). Try another; if none does better, the last
+  soft answer is what the client gets.
+* ``ok``: a deterministic answer, including the upstream's own JSON-RPC error
+  for invalid params or an unknown method. Never retried.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from addon.jsonrpc import Call
+
+Verdict = Literal["ok", "soft", "hard"]
+
+_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
+_HASH_PINNED_NULLABLE = frozenset({"chain_getBlock", "chain_getHeader"})
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    verdict: Verdict
+    reason: str = ""
+    answers: tuple[dict[str, Any], ...] | None = None  # one per call sent, in order
+    prefer_archive: bool = False
+
+
+def block_numbers(params: Any) -> list[int] | None:
+    """The heights asked for by ``chain_getBlockHash`` params, or None when the
+    call asks for the best block (no params) or the params are not heights."""
+    if isinstance(params, dict) or not params:
+        return None
+    arg = params[0]
+    values = arg if isinstance(arg, list) else [arg]
+    out = []
+    for v in values:
+        n = parse_height(v)
+        if n is None:
+            return None
+        out.append(n)
+    return out
+
+
+def parse_height(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v if v >= 0 else None
+    if isinstance(v, str):
+        try:
+            n = int(v, 16) if v[:2].lower() == "0x" else int(v)
+        except ValueError:
+            return None
+        return n if n >= 0 else None
+    return None
+
+
+def _pinned_hash(call: Call) -> bool:
+    p = call.params
+    return isinstance(p, list) and len(p) >= 1 and isinstance(p[0], str) and bool(_HASH.match(p[0]))
+
+
+def judge_answer(call: Call, answer: dict[str, Any], tip: int | None) -> tuple[Verdict, str]:
+    error = answer.get("error")
+    if error is not None:
+        message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+        code = error.get("code") if isinstance(error, dict) else None
+        low = message.lower()
+        if "state already discarded" in low:
+            return "soft", "state-discarded"
+        if "unknownblock" in low or "header was not found" in low:
+            return "soft", "unknown-block"
+        if code == -32603 or low.startswith("internal error"):
+            return "hard", "upstream-internal"
+        if code in (-32005, -32029) or "too many requests" in low or "rate limit" in low:
+            return "hard", "rate-limited"
+        return "ok", ""
+    result = answer.get("result")
+    if result is None:
+        if call.method == "chain_getBlockHash" and tip is not None:
+            heights = block_numbers(call.params)
+            if heights and any(n <= tip for n in heights):
+                return "soft", "null-lagging"
+        if call.method in _HASH_PINNED_NULLABLE and _pinned_hash(call):
+            return "soft", "null-pinned"
+    elif isinstance(result, list) and call.method == "chain_getBlockHash" and tip is not None:
+        heights = block_numbers(call.params) or []
+        if any(r is None and n <= tip for r, n in zip(result, heights, strict=False)):
+            return "soft", "null-lagging"
+    return "ok", ""
+
+
+def _valid_answer(obj: Any) -> bool:
+    if not isinstance(obj, dict) or "id" not in obj:
+        return False
+    if "result" in obj:
+        return True
+    return isinstance(obj.get("error"), dict | str)
+
+
+def assess(
+    status: int, body: bytes, calls: Sequence[Call], *, is_batch: bool, tip: int | None = None
+) -> Assessment:
+    """Judge an upstream's answer to ``calls``, sent with ids 0..n-1."""
+    if status == 429:
+        return Assessment("hard", "rate-limited")
+    if status >= 500:
+        return Assessment("hard", f"http-{status}")
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return Assessment("hard", "invalid-body" if status < 300 else f"http-{status}")
+    answers = _match(doc, len(calls), is_batch)
+    if answers is None:
+        return Assessment("hard", "invalid-body" if status < 300 else f"http-{status}")
+    soft_reason = ""
+    prefer_archive = False
+    for call, answer in zip(calls, answers, strict=True):
+        verdict, reason = judge_answer(call, answer, tip)
+        if verdict == "hard":
+            return Assessment("hard", reason)
+        if verdict == "soft":
+            soft_reason = soft_reason or reason
+            prefer_archive = prefer_archive or reason == "state-discarded"
+    if soft_reason:
+        return Assessment("soft", soft_reason, answers, prefer_archive)
+    return Assessment("ok", "", answers)
+
+
+def _match(doc: Any, n: int, is_batch: bool) -> tuple[dict[str, Any], ...] | None:
+    """The answers in the order of the calls, or None if they do not line up."""
+    if not is_batch:
+        return (doc,) if _valid_answer(doc) and doc.get("id") == 0 else None
+    if not isinstance(doc, list) or len(doc) != n:
+        return None
+    by_id: dict[int, dict[str, Any]] = {}
+    for obj in doc:
+        if not _valid_answer(obj):
+            return None
+        i = obj["id"]
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or i in by_id:
+            return None
+        by_id[i] = obj
+    return tuple(by_id[i] for i in range(n))

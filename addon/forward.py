@@ -1,0 +1,195 @@
+"""Forwarding with failover: up to N attempts on distinct upstreams, each with
+its own timeout, all within one overall deadline. The caller sees one answer.
+
+The transport is a small Protocol so the loop is tested with in-process fakes;
+``AiohttpTransport`` is the real one (one shared, pooled ClientSession).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import aiohttp
+
+from addon.failover import assess
+from addon.jsonrpc import Call, dumps
+from addon.upstreams import Upstream, UpstreamPool
+
+
+class TransportError(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Transport(Protocol):
+    async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        """POST ``body``; the status and whole body, or ``TransportError``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    endpoint: str  # endpoint id, never the URL (it may hold a secret)
+    provider: str
+    outcome: Literal["ok", "soft", "hard"]
+    reason: str
+    latency_ms: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "reason": self.reason or "ok",
+            "latency_ms": self.latency_ms,
+        }
+
+
+ResultKind = Literal["ok", "soft", "failed", "deadline", "no-upstream"]
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardResult:
+    kind: ResultKind
+    answers: tuple[dict[str, Any], ...] | None  # one per call, in order (ok / soft)
+    attempts: tuple[Attempt, ...]
+    upstream: Upstream | None  # whose answer it is
+
+    @property
+    def failover(self) -> bool:
+        return len(self.attempts) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    max_attempts: int
+    attempt_timeout_s: float
+    deadline_s: float
+
+
+def outbound_body(calls: Sequence[Call], is_batch: bool) -> bytes:
+    """The request sent upstream: the caller's calls renumbered 0..n-1, so answers
+    are matched to calls even when the caller reused or nulled ids."""
+    objs = [
+        {"jsonrpc": "2.0", "id": i, "method": c.method, "params": c.params}
+        for i, c in enumerate(calls)
+    ]
+    return dumps(objs if is_batch else objs[0])
+
+
+async def forward(
+    calls: Sequence[Call],
+    *,
+    is_batch: bool,
+    pool: UpstreamPool,
+    transport: Transport,
+    budget: Budget,
+    clock: Callable[[], float],
+    tip: int | None = None,
+) -> ForwardResult:
+    body = outbound_body(calls, is_batch)
+    deadline = clock() + budget.deadline_s
+    tried: set[str] = set()
+    attempts: list[Attempt] = []
+    soft: tuple[tuple[dict[str, Any], ...], Upstream] | None = None
+    prefer_archive = False
+    timed_out_by_deadline = False
+
+    for _ in range(budget.max_attempts):
+        remaining = deadline - clock()
+        if remaining <= 0:
+            timed_out_by_deadline = True
+            break
+        upstream = pool.choose(tried, prefer_archive=prefer_archive)
+        if upstream is None:
+            break
+        tried.add(upstream.id)
+        timeout = min(budget.attempt_timeout_s, remaining)
+        start = clock()
+        pool.started(upstream)
+        try:
+            status, raw = await transport.post(upstream.url, body, timeout)
+        except TransportError as e:
+            latency = (clock() - start) * 1000
+            pool.failed(upstream, latency)
+            attempts.append(
+                Attempt(upstream.id, upstream.provider, "hard", e.reason, round(latency))
+            )
+            if e.reason == "timeout" and timeout < budget.attempt_timeout_s:
+                timed_out_by_deadline = True
+                break
+            continue
+        latency = (clock() - start) * 1000
+        verdict = assess(status, raw, calls, is_batch=is_batch, tip=tip)
+        attempts.append(
+            Attempt(upstream.id, upstream.provider, verdict.verdict, verdict.reason, round(latency))
+        )
+        if verdict.verdict == "hard":
+            pool.failed(upstream, latency)
+            continue
+        pool.succeeded(upstream, latency)  # a soft answer is a healthy node, just behind
+        assert verdict.answers is not None
+        if verdict.verdict == "ok":
+            return ForwardResult("ok", verdict.answers, tuple(attempts), upstream)
+        soft = (verdict.answers, upstream)
+        prefer_archive = prefer_archive or verdict.prefer_archive
+
+    if soft is not None:
+        return ForwardResult("soft", soft[0], tuple(attempts), soft[1])
+    if timed_out_by_deadline:
+        return ForwardResult("deadline", None, tuple(attempts), None)
+    if not attempts:
+        return ForwardResult("no-upstream", None, (), None)
+    return ForwardResult("failed", None, tuple(attempts), None)
+
+
+class AiohttpTransport:
+    """One pooled ClientSession for every upstream call (keep-alive across clients)."""
+
+    def __init__(self, session: aiohttp.ClientSession, *, max_response_bytes: int) -> None:
+        self._session = session
+        self._max = max_response_bytes
+
+    async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._session.post(
+                    url,
+                    data=body,
+                    headers={"Content-Type": "application/json", "Accept": "application/json"},
+                    allow_redirects=False,
+                ) as resp:
+                    if (resp.content_length or 0) > self._max:
+                        raise TransportError("response-too-large")
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in resp.content.iter_any():
+                        size += len(chunk)
+                        if size > self._max:
+                            raise TransportError("response-too-large")
+                        chunks.append(chunk)
+                    raw = b"".join(chunks)
+                    return resp.status, raw
+        except TimeoutError:
+            raise TransportError("timeout") from None
+        except aiohttp.ClientConnectorError:
+            raise TransportError("connect-error") from None
+        except aiohttp.ServerDisconnectedError:
+            raise TransportError("disconnected") from None
+        except aiohttp.ClientPayloadError:
+            raise TransportError("truncated-body") from None
+        except aiohttp.ClientError as e:
+            raise TransportError(f"client-error:{type(e).__name__}") from None
+
+
+def new_session() -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=1024, limit_per_host=256, ttl_dns_cache=300)
+    return aiohttp.ClientSession(
+        connector=connector,
+        json_serialize=json.dumps,
+        auto_decompress=True,
+        timeout=aiohttp.ClientTimeout(total=None),
+    )

@@ -1,0 +1,10 @@
+"""mitmproxy entry script: ``mitmdump -s addon/rpcproxy.py --mode reverse:… \
+--set chainproxy_config=configs/finney.yaml``.
+
+Kept to one import so mitmproxy's hot reload of this file is cheap; the logic
+lives in the installed ``addon`` package (see DESIGN.md section 9).
+"""
+
+from addon.pipeline import build_addons
+
+addons = build_addons()

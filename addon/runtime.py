@@ -1,0 +1,73 @@
+"""Everything the request path needs, built once from the config.
+
+``Runtime.build`` is plain code (no mitmproxy), so tests build one from a
+dict-made config; the ``Settings`` addon builds it from the YAML file and the
+other addons read it through the shared ``RuntimeHolder``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from addon.forward import AiohttpTransport, Budget, Transport
+from addon.ratelimit import RateLimiter
+from addon.upstreams import Upstream, UpstreamPool
+from chainproxy.config import Config
+
+
+@dataclass(slots=True)
+class Runtime:
+    config: Config
+    limiter: RateLimiter
+    pools: dict[str, UpstreamPool]
+    budget: Budget
+    clock: Callable[[], float]
+    transport: Transport | None = None  # set when the event loop runs
+    session: aiohttp.ClientSession | None = None
+    tips: dict[str, int] = field(default_factory=dict)  # from the sidecar's snapshot, later
+
+    @classmethod
+    def build(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Runtime:
+        p = config.proxy
+        pools = {
+            net: UpstreamPool(
+                (Upstream.from_endpoint(e) for e in config.rpc_endpoints(net)),
+                eject_after=p.failover.eject_after,
+                eject_cooldown_s=p.failover.eject_cooldown_s,
+                clock=clock,
+            )
+            for net in p.networks
+        }
+        return cls(
+            config=config,
+            limiter=RateLimiter(
+                p.rate_limit.requests,
+                p.rate_limit.window_s,
+                max_clients=p.rate_limit.max_clients,
+                clock=clock,
+            ),
+            pools=pools,
+            budget=Budget(
+                max_attempts=p.failover.max_attempts,
+                attempt_timeout_s=p.failover.attempt_timeout_s,
+                deadline_s=p.failover.deadline_s,
+            ),
+            clock=clock,
+        )
+
+    def attach_session(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+        self.transport = AiohttpTransport(
+            session, max_response_bytes=self.config.proxy.max_response_bytes
+        )
+
+
+class RuntimeHolder:
+    """The one mutable slot the addons share: replaced whole on reconfigure."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None

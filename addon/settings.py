@@ -1,0 +1,92 @@
+"""The ``Settings`` addon: declares chainproxy's mitmproxy options, reads the
+config file once per change, and owns the shared upstream HTTP session.
+
+mitmproxy ignores a misspelled ``--set``, so a missing or bad config is loud:
+at start-up one error line (mitmdump then exits 1); on a later reload the
+change is refused and the last good config keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from mitmproxy import ctx, exceptions
+
+from addon.forward import new_session
+from addon.runtime import Runtime, RuntimeHolder
+from chainproxy.config import ConfigError, load_config
+
+log = logging.getLogger("chainproxy")
+
+OPTION = "chainproxy_config"
+# mitmproxy's own request body cap, a memory backstop far above the JSON-RPC
+# limit: bodies between the two get the contract's JSON 413 from the Gate.
+_BACKSTOP_MIN = 8 * 1_048_576
+
+
+class Settings:
+    def __init__(self, holder: RuntimeHolder) -> None:
+        self.holder = holder
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def load(self, loader) -> None:  # type: ignore[no-untyped-def]
+        loader.add_option(
+            OPTION, str, "", "Path to the chainproxy YAML config (e.g. configs/finney.yaml)."
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        self._force_proxy_options()
+        if OPTION not in updated and self.holder.runtime is not None:
+            return
+        path = ctx.options.chainproxy_config
+        try:
+            if not path:
+                raise ConfigError(
+                    OPTION, "not set: pass --set chainproxy_config=configs/finney.yaml"
+                )
+            config = load_config(path)
+        except ConfigError as e:
+            if self.holder.runtime is None:
+                # At start-up an error log makes mitmdump exit 1 with this one line.
+                log.error("%s", e)
+                return
+            raise exceptions.OptionsError(str(e)) from None
+        runtime = Runtime.build(config)
+        old = self.holder.runtime
+        if old is not None and old.session is not None:
+            runtime.attach_session(old.session)
+        self.holder.runtime = runtime
+        backstop = max(_BACKSTOP_MIN, 4 * config.proxy.max_body_bytes)
+        if ctx.options.body_size_limit != str(backstop):
+            ctx.options.update(body_size_limit=str(backstop))
+        log.info(
+            "chainproxy: networks %s, %d upstream(s), config %s",
+            ", ".join(config.proxy.networks),
+            sum(len(p) for p in runtime.pools.values()),
+            path,
+        )
+
+    def _force_proxy_options(self) -> None:
+        # Reverse mode would connect to its target on every client connect and drop
+        # the client if it is down; the addon answers every request itself.
+        if ctx.options.connection_strategy != "lazy":
+            ctx.options.update(connection_strategy="lazy")
+
+    def running(self) -> None:
+        rt = self.holder.runtime
+        if rt is not None and rt.session is None:
+            rt.attach_session(new_session())
+
+    def done(self) -> None:
+        # Must stay synchronous (mitmproxy's hot reload calls it so): schedule the close.
+        rt = self.holder.runtime
+        if rt is None or rt.session is None:
+            return
+        session, rt.session, rt.transport = rt.session, None, None
+        try:
+            task = asyncio.get_running_loop().create_task(session.close())
+        except RuntimeError:
+            return  # no loop left: the process is exiting anyway
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)

@@ -1,0 +1,130 @@
+"""The addon's view of the upstreams of one network, and the choice among them.
+
+Tiers are tried in order: healthy and synced, healthy but lagging, not yet
+probed, unhealthy; an upstream the addon itself ejected (K failures in a row)
+sinks below all of them until its cool-down ends. Within the best tier the
+choice is power-of-two-choices over cost = decayed EWMA latency x (in-flight
++ 1) / score: cheap, load-aware, and it sends a slow node clearly less than
+an equal share without starving it of the requests that re-measure it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from chainproxy.config import Endpoint
+
+log = logging.getLogger("chainproxy.upstreams")
+
+TIER_SYNCED = 0
+TIER_LAGGING = 1
+TIER_UNPROBED = 2
+TIER_UNHEALTHY = 3
+TIER_EJECTED = 4
+
+_EWMA_ALPHA = 0.3
+# An idle upstream's latency estimate fades with this time constant, so a node
+# that was slow once is tried again now and then and can earn its share back.
+_DECAY_S = 10.0
+
+
+@dataclass(slots=True)
+class Upstream:
+    id: str
+    url: str  # full URL, may hold a secret: never log it
+    provider: str
+    archive: bool
+    tier: int = TIER_UNPROBED
+    score: float = 1.0
+    ewma_ms: float = 0.0  # optimistic start: a new upstream gets measured soon
+    updated_at: float = 0.0
+    inflight: int = 0
+    consecutive_failures: int = 0
+    ejected_until: float = 0.0
+    requests: int = 0
+    failures: int = 0
+
+    @classmethod
+    def from_endpoint(cls, e: Endpoint) -> Upstream:
+        return cls(id=e.id, url=e.url, provider=e.provider, archive=e.archive)
+
+
+class UpstreamPool:
+    def __init__(
+        self,
+        upstreams: Iterable[Upstream],
+        *,
+        eject_after: int,
+        eject_cooldown_s: float,
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.upstreams: dict[str, Upstream] = {u.id: u for u in upstreams}
+        self.eject_after = eject_after
+        self.eject_cooldown_s = eject_cooldown_s
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    def __len__(self) -> int:
+        return len(self.upstreams)
+
+    def effective_tier(self, u: Upstream, now: float) -> int:
+        return TIER_EJECTED if u.ejected_until > now else u.tier
+
+    def cost(self, u: Upstream, now: float) -> float:
+        age = max(0.0, now - u.updated_at)
+        latency = u.ewma_ms * math.exp(-age / _DECAY_S)
+        return (latency + 1.0) * (u.inflight + 1) / max(u.score, 0.01)
+
+    def choose(self, exclude: set[str], *, prefer_archive: bool = False) -> Upstream | None:
+        now = self._clock()
+        candidates = [u for u in self.upstreams.values() if u.id not in exclude]
+        if not candidates:
+            return None
+        if prefer_archive and any(u.archive for u in candidates):
+            candidates = [u for u in candidates if u.archive]
+        best_tier = min(self.effective_tier(u, now) for u in candidates)
+        tier = [u for u in candidates if self.effective_tier(u, now) == best_tier]
+        if len(tier) == 1:
+            return tier[0]
+        a, b = self._rng.sample(tier, 2)
+        return a if self.cost(a, now) <= self.cost(b, now) else b
+
+    # --- outcomes reported by the forwarder ------------------------------------------------
+
+    def started(self, u: Upstream) -> None:
+        u.inflight += 1
+        u.requests += 1
+
+    def succeeded(self, u: Upstream, latency_ms: float) -> None:
+        u.inflight = max(0, u.inflight - 1)
+        u.consecutive_failures = 0
+        self._observe(u, latency_ms)
+
+    def failed(self, u: Upstream, latency_ms: float) -> None:
+        now = self._clock()
+        u.inflight = max(0, u.inflight - 1)
+        u.failures += 1
+        u.consecutive_failures += 1
+        self._observe(u, latency_ms)
+        if u.consecutive_failures >= self.eject_after and u.ejected_until <= now:
+            u.ejected_until = now + self.eject_cooldown_s
+            log.warning(
+                "upstream %s (%s) ejected for %.0fs after %d consecutive failures",
+                u.id,
+                u.provider,
+                self.eject_cooldown_s,
+                u.consecutive_failures,
+            )
+
+    def _observe(self, u: Upstream, latency_ms: float) -> None:
+        now = self._clock()
+        if u.updated_at == 0.0:
+            u.ewma_ms = latency_ms
+        else:
+            u.ewma_ms = _EWMA_ALPHA * latency_ms + (1 - _EWMA_ALPHA) * u.ewma_ms
+        u.updated_at = now
