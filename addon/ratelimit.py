@@ -1,9 +1,12 @@
-"""Per-client rate limit: GCRA (a leaky bucket kept as one timestamp per client).
+"""Per-client rate limit: a sliding window of per-bucket counters.
 
-``requests`` per ``window_s`` with a burst of the whole quota, as a sliding
-window would give, but in O(1) memory per client. State is bounded: at most
+"100 requests per 60 s" means what an operator expects: the 101st call within
+any 60 s is refused (a token bucket would hand back a token every 0.6 s and
+let a steady client exceed 100 per minute). Each client keeps a ring of
+counters, one per ``window/buckets`` seconds (1 s for a 60 s window), so
+memory per client is small and fixed. State is bounded: at most
 ``max_clients`` entries, least recently seen evicted first; a client whose
-bucket has drained is indistinguishable from a new one, so evicting it loses
+window is empty is indistinguishable from a new one, so forgetting it loses
 nothing.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +27,7 @@ class Decision:
     allowed: bool
     limit: int
     remaining: int
-    reset_s: float  # until the bucket is full again
+    reset_s: float  # until every counted call has left the window
     retry_after_s: float  # 0 when allowed
     policy: str
 
@@ -35,8 +39,21 @@ class Decision:
             ("X-RateLimit-Policy", self.policy),
         ]
         if not self.allowed:
-            h.append(("Retry-After", str(max(1, math.ceil(self.retry_after_s)))))
+            h.append(("Retry-After", str(self.retry_after)))
         return h
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds, at least 1: what Retry-After and ``data.retry_after`` say."""
+        return max(1, math.ceil(self.retry_after_s))
+
+
+class _Window:
+    __slots__ = ("counts", "last")
+
+    def __init__(self, buckets: int, now_idx: int) -> None:
+        self.counts = array("I", bytes(4 * buckets))
+        self.last = now_idx  # bucket index of the newest count
 
 
 class RateLimiter:
@@ -46,49 +63,84 @@ class RateLimiter:
         window_s: float,
         *,
         max_clients: int = 100_000,
+        buckets: int = 60,
         clock: Callable[[], float],
     ) -> None:
         self.limit = requests
         self.window = window_s
-        self.interval = window_s / requests  # one request "drains" in this long
+        self.buckets = max(1, min(buckets, math.ceil(window_s)))
+        self.bucket_s = window_s / self.buckets
         self.max_clients = max_clients
         self.policy = f"{requests};w={window_s:g}"
         self._clock = clock
-        self._tat: OrderedDict[str, float] = OrderedDict()  # theoretical arrival time
+        self._clients: OrderedDict[str, _Window] = OrderedDict()
         self.evicted = 0
 
     def __len__(self) -> int:
-        return len(self._tat)
+        return len(self._clients)
 
-    def _remaining(self, tat: float, now: float) -> int:
-        return max(
-            0, min(self.limit, math.floor((self.window - (tat - now)) / self.interval + 1e-9))
-        )
+    def _advance(self, w: _Window, idx: int) -> None:
+        """Zero the buckets that slid out of the window since ``w.last``."""
+        gap = idx - w.last
+        if gap >= self.buckets:
+            for i in range(self.buckets):
+                w.counts[i] = 0
+        else:
+            for i in range(w.last + 1, idx + 1):
+                w.counts[i % self.buckets] = 0
+        w.last = max(w.last, idx)
 
     def check(self, client: str, cost: int = 1) -> Decision:
-        """Take ``cost`` requests from ``client``'s quota, all or nothing."""
+        """Take ``cost`` calls from ``client``'s quota, all or nothing."""
         now = self._clock()
-        tat = max(self._tat.get(client, now), now)
-        new_tat = tat + cost * self.interval
-        if new_tat - now > self.window + 1e-9:
-            retry = new_tat - self.window - now
-            return Decision(
-                False, self.limit, self._remaining(tat, now), tat - now, retry, self.policy
-            )
-        self._tat[client] = new_tat
-        self._tat.move_to_end(client)
-        self._evict(now)
+        idx = math.floor(now / self.bucket_s)
+        w = self._clients.get(client)
+        if w is None:
+            w = _Window(self.buckets, idx)
+        else:
+            self._advance(w, idx)
+        used = sum(w.counts)
+        allowed = used + cost <= self.limit
+        if allowed:
+            w.counts[idx % self.buckets] += cost
+            used += cost
+            self._clients[client] = w
+            self._clients.move_to_end(client)
+            self._evict(idx)
         return Decision(
-            True, self.limit, self._remaining(new_tat, now), new_tat - now, 0.0, self.policy
+            allowed,
+            self.limit,
+            max(0, self.limit - used),
+            self._reset_after(w, idx, now) if used else 0.0,
+            0.0 if allowed else self._retry_after(w, idx, now, used + cost - self.limit),
+            self.policy,
         )
 
-    def _evict(self, now: float) -> None:
-        # Drained buckets at the cold end cost nothing to forget; past the bound,
-        # the least recently seen client goes even if it is not drained.
-        while self._tat:
-            client, tat = next(iter(self._tat.items()))
-            if tat <= now or len(self._tat) > self.max_clients:
-                del self._tat[client]
+    def _bucket_expiry(self, bucket_idx: int, now: float) -> float:
+        """Seconds until calls counted in ``bucket_idx`` leave the window."""
+        return max(0.0, (bucket_idx + self.buckets) * self.bucket_s - now)
+
+    def _retry_after(self, w: _Window, idx: int, now: float, excess: int) -> float:
+        freed = 0
+        for b in range(idx - self.buckets + 1, idx + 1):  # oldest first
+            freed += w.counts[b % self.buckets]
+            if freed >= excess:
+                return self._bucket_expiry(b, now)
+        return self.window  # cost larger than the whole quota: never fits
+
+    def _reset_after(self, w: _Window, idx: int, now: float) -> float:
+        for b in range(idx, idx - self.buckets, -1):  # newest first
+            if w.counts[b % self.buckets]:
+                return self._bucket_expiry(b, now)
+        return 0.0
+
+    def _evict(self, idx: int) -> None:
+        # Clients at the cold end whose window has emptied cost nothing to forget;
+        # past the bound the least recently seen goes even if it is not empty.
+        while self._clients:
+            client, w = next(iter(self._clients.items()))
+            if idx - w.last >= self.buckets or len(self._clients) > self.max_clients:
+                del self._clients[client]
                 self.evicted += 1
             else:
                 break

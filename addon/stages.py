@@ -162,7 +162,6 @@ class RateLimit(_Stage):
         rpc.rate = decision
         if decision.allowed:
             return
-        retry_after = max(1, round(decision.retry_after_s + 0.499))
         call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
         body = error_obj(
             call_id,
@@ -172,7 +171,7 @@ class RateLimit(_Stage):
                 "policy": decision.policy,
                 "reason": f"client {rpc.client} is over its quota"
                 + (f" (this batch needs {cost})" if cost > 1 else ""),
-                "retry_after": retry_after,
+                "retry_after": decision.retry_after,
             },
         )
         finish(flow, json_response(429, body), rpc, now=rt.clock(), outcome="refused")

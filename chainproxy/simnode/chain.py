@@ -1,0 +1,263 @@
+"""Pure, deterministic model of a Substrate chain whose head advances with a clock.
+
+No I/O here: the clock is injected so tests can drive time, and every value is a
+function of (seed, block number) so that separate processes configured alike agree
+on heights and hashes, i.e. behave as replicas of one chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
+ZERO_HASH = "0x" + "0" * 64
+# Default pruning of a substrate full node: state of the last 256 blocks is kept.
+PRUNING_DEPTH = 256
+# GRANDPA on the simulated chain finalizes two blocks behind the best block.
+FINALITY_LAG = 2
+
+HASH_RE = re.compile(r"0x[0-9a-fA-F]{64}")
+
+# Hashes cannot be inverted, so number lookup relies on an index. The most recent
+# blocks are indexed eagerly (so hashes learnt from a replica resolve); any other
+# block is indexed when this node hands out its hash. The cap bounds memory when a
+# benchmark walks millions of block numbers.
+INDEX_WINDOW = 16_384
+INDEX_MAX = 1 << 18
+
+
+@dataclass(frozen=True, slots=True)
+class ChainConfig:
+    """Everything that identifies a chain; equal configs describe replicas."""
+
+    seed: str = "finney"
+    genesis: str = FINNEY_GENESIS
+    block_time: float = 12.0
+    epoch: float = 0.0
+    start_height: int = 0
+    archive: bool = False
+    chain_name: str = "Bittensor"
+
+    def __post_init__(self) -> None:
+        if not self.block_time > 0:
+            raise ValueError("block_time must be > 0")
+        if self.start_height < 0:
+            raise ValueError("start_height must be >= 0")
+        if not is_hash(self.genesis):
+            raise ValueError(f"genesis must be a 0x-prefixed 32-byte hex hash: {self.genesis!r}")
+
+
+def is_hash(value: object) -> bool:
+    return isinstance(value, str) and HASH_RE.fullmatch(value) is not None
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@lru_cache(maxsize=65_536)
+def seeded_hash(seed: str, n: int) -> str:
+    """Hash of block n >= 1 on the chain identified by seed."""
+    return "0x" + _sha(f"{seed}:{n}")
+
+
+@lru_cache(maxsize=16_384)
+def _derived(root: str, n: int, what: str) -> str:
+    return "0x" + _sha(f"{root}:{n}:{what}")
+
+
+def _metadata_blob(size: int = 4096) -> str:
+    # "meta" magic + v14 marker, then a deterministic pseudo-random body.
+    out = ["6d657461", "0e"]
+    chunk = "simnode-metadata"
+    produced = 5
+    while produced < size:
+        chunk = _sha(chunk)
+        out.append(chunk)
+        produced += 32
+    return "0x" + "".join(out)
+
+
+METADATA = _metadata_blob()
+
+
+def storage_value(key: str) -> str | None:
+    """Deterministic storage value; keys starting with 0x00 model absent keys."""
+    key = key.lower()
+    if key.startswith("0x00"):
+        return None
+    return "0x" + _sha(key)
+
+
+def call_result(method: str, data: str) -> str:
+    return "0x" + _sha(method + data.lower())
+
+
+def extrinsic_hash(xt: str) -> str:
+    return "0x" + _sha(xt.lower())
+
+
+class Chain:
+    """A chain whose best block is derived from the clock, plus chain-level faults.
+
+    Faults modelled here (because they change what the chain reports): ``lag``
+    (best is reported N blocks behind), ``frozen`` (the head stops advancing) and a
+    genesis override (the node claims to be on another chain).
+    """
+
+    def __init__(self, config: ChainConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self._clock = clock
+        self._seed = config.seed
+        self._genesis = config.genesis.lower()
+        self._genesis_override: str | None = None
+        self._lag = 0
+        self._frozen_at: int | None = None
+        self._index: dict[str, int] = {}
+        self._indexed_hi = 0
+
+    # ---- chain-level faults -------------------------------------------------
+
+    @property
+    def lag(self) -> int:
+        return self._lag
+
+    def set_lag(self, blocks: int) -> None:
+        if blocks < 0:
+            raise ValueError("lag must be >= 0")
+        self._lag = blocks
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen_at is not None
+
+    def set_frozen(self, frozen: bool) -> None:
+        if frozen and self._frozen_at is None:
+            self._frozen_at = self.clock_height()
+        elif not frozen:
+            self._frozen_at = None
+
+    @property
+    def genesis_override(self) -> str | None:
+        return self._genesis_override
+
+    def set_genesis_override(self, genesis: str | None) -> None:
+        if genesis is not None and not is_hash(genesis):
+            raise ValueError(f"genesis must be a 0x-prefixed 32-byte hex hash: {genesis!r}")
+        self._genesis_override = genesis.lower() if genesis is not None else None
+
+    def reset_faults(self) -> None:
+        self._lag = 0
+        self._frozen_at = None
+        self._genesis_override = None
+
+    # ---- heights ------------------------------------------------------------
+
+    def clock_height(self) -> int:
+        """Height implied by the clock alone (what every replica agrees on)."""
+        cfg = self.config
+        elapsed = math.floor((self._clock() - cfg.epoch) / cfg.block_time)
+        return cfg.start_height + max(0, elapsed)
+
+    def head(self) -> int:
+        """The node's own head: the clock height unless frozen. Ignores lag."""
+        return self._frozen_at if self._frozen_at is not None else self.clock_height()
+
+    def best(self) -> int:
+        """Best block as reported to clients (lag applied)."""
+        return max(0, self.head() - self._lag)
+
+    def finalized(self) -> int:
+        return max(0, self.best() - FINALITY_LAG)
+
+    # ---- hashes -------------------------------------------------------------
+
+    def genesis_hash(self) -> str:
+        return self._genesis_override or self._genesis
+
+    def block_hash(self, n: int) -> str:
+        """Hash of block n whether or not it is reached yet (n >= 0)."""
+        if n == 0:
+            return self.genesis_hash()
+        h = seeded_hash(self._seed, n)
+        # Remember it: a client that got this hash may come back with it.
+        index = self._index
+        if h not in index:
+            if len(index) >= INDEX_MAX:
+                self._reset_index()
+            index[h] = n
+        return h
+
+    def hash_at(self, n: int) -> str | None:
+        """Hash of block n, or None if n is above the reported best."""
+        if n < 0 or n > self.best():
+            return None
+        return self.block_hash(n)
+
+    def number_of(self, block_hash: str) -> int | None:
+        """Number of the block with this hash, or None if unknown or above best."""
+        h = block_hash.lower()
+        if h == self.genesis_hash():
+            return 0
+        n = self._index.get(h)
+        if n is None:
+            self._extend_index()
+            n = self._index.get(h)
+        if n is None or n > self.best():
+            return None
+        return n
+
+    def _reset_index(self) -> None:
+        self._index.clear()
+        self._indexed_hi = 0
+
+    def _extend_index(self) -> None:
+        top = self.head()
+        lo = max(1, top - INDEX_WINDOW + 1, self._indexed_hi + 1)
+        if lo > top:
+            return
+        if len(self._index) + (top - lo + 1) > INDEX_MAX:
+            self._reset_index()
+            lo = max(1, top - INDEX_WINDOW + 1)
+        index, seed = self._index, self._seed
+        for n in range(lo, top + 1):
+            index[seeded_hash(seed, n)] = n
+        self._indexed_hi = top
+
+    # ---- blocks and state ---------------------------------------------------
+
+    def _root(self, n: int) -> str:
+        # Block 0 is shared by every fork of a genesis, so derive it from the genesis.
+        return self._genesis if n == 0 else self._seed
+
+    def header(self, n: int) -> dict[str, Any]:
+        root = self._root(n)
+        return {
+            "parentHash": self.block_hash(n - 1) if n > 0 else ZERO_HASH,
+            "number": hex(n),
+            "stateRoot": _derived(root, n, "state"),
+            "extrinsicsRoot": _derived(root, n, "extrinsics"),
+            "digest": {"logs": []},
+        }
+
+    def block(self, n: int) -> dict[str, Any]:
+        root = self._root(n)
+        extrinsics = [
+            _derived(root, n, "xt0")[:42],  # stands in for timestamp.set
+            _derived(root, n, "xt1"),
+        ]
+        return {
+            "block": {"header": self.header(n), "extrinsics": extrinsics},
+            "justifications": None,
+        }
+
+    def state_available(self, n: int) -> bool:
+        """Whether state at block n (<= best) is still kept (pruning)."""
+        return self.config.archive or self.best() - n < PRUNING_DEPTH

@@ -1,0 +1,371 @@
+"""Tests of the simulated node over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from chainproxy.simnode import FINNEY_GENESIS, SimNode
+
+EPOCH = 1_000_000.0
+
+
+class FakeClock:
+    def __init__(self, now: float = EPOCH) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def node(clock: FakeClock) -> AsyncIterator[SimNode]:
+    n = SimNode(name="t", clock=clock, epoch=EPOCH, start_height=1000, rng_seed=1)
+    await n.start()
+    try:
+        yield n
+    finally:
+        await n.stop()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+def req(method: str, params: Any = None, rid: Any = 1) -> dict[str, Any]:
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        out["params"] = params
+    return out
+
+
+async def post(session: aiohttp.ClientSession, url: str, body: Any, timeout: float = 5.0) -> Any:
+    async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+        assert r.status == 200
+        return await r.json()
+
+
+async def call(session: aiohttp.ClientSession, node: SimNode, method: str, *params: Any) -> Any:
+    out = await post(session, node.url, req(method, list(params)))
+    assert "error" not in out, out
+    return out["result"]
+
+
+async def control(session: aiohttp.ClientSession, node: SimNode, **kw: Any) -> dict[str, Any]:
+    async with session.post(node.url + "/_sim/control", json=kw) as r:
+        assert r.status == 200, await r.text()
+        return await r.json()
+
+
+# ---- basics ------------------------------------------------------------------------------
+
+
+async def test_url_and_port(node: SimNode) -> None:
+    assert node.port > 0
+    assert node.url == f"http://127.0.0.1:{node.port}"
+
+
+async def test_id_echo(node: SimNode, session: aiohttp.ClientSession) -> None:
+    for rid in (42, "req-x", None):
+        out = await post(session, node.url, req("system_chain", rid=rid))
+        assert out == {"jsonrpc": "2.0", "id": rid, "result": "Bittensor"}
+
+
+async def test_any_path_and_batch(node: SimNode, session: aiohttp.ClientSession) -> None:
+    batch = [
+        req("chain_getBlockHash", [0], rid=1),
+        req("system_health", rid="b"),
+        req("nope", rid=None),
+        req("chain_getHeader", rid=4),
+    ]
+    out = await post(session, node.url + "/some/path", batch)
+    assert [o["id"] for o in out] == [1, "b", None, 4]
+    assert out[0]["result"] == FINNEY_GENESIS
+    assert out[1]["result"]["peers"] == 8
+    assert out[2]["error"] == {"code": -32601, "message": "Method not found"}
+    assert out[3]["result"]["number"] == hex(1000)
+
+
+async def test_protocol_errors_are_http_200(node: SimNode, session: aiohttp.ClientSession) -> None:
+    async with session.post(node.url, data=b"{not json") as r:
+        assert r.status == 200
+        assert (await r.json())["error"]["code"] == -32700
+    out = await post(session, node.url, {"id": 1, "method": "system_chain"})
+    assert out["error"]["code"] == -32600
+    out = await post(session, node.url, req("chain_getBlockHash", ["zz"]))
+    assert out["error"]["code"] == -32602
+    async with session.get(node.url) as r:
+        assert r.status == 405
+
+
+async def test_head_advances_with_clock(
+    node: SimNode, clock: FakeClock, session: aiohttp.ClientSession
+) -> None:
+    assert int((await call(session, node, "chain_getHeader"))["number"], 16) == 1000
+    clock.now += 12 * 3
+    head = await call(session, node, "chain_getHeader")
+    assert int(head["number"], 16) == 1003
+    fin = await call(session, node, "chain_getFinalizedHead")
+    assert fin == await call(session, node, "chain_getBlockHash", 1001)
+    assert await call(session, node, "chain_getBlockHash", 1004) is None
+
+
+async def test_replica_nodes_agree_and_forks_differ(
+    clock: FakeClock, session: aiohttp.ClientSession
+) -> None:
+    kw: dict[str, Any] = {"clock": clock, "epoch": EPOCH, "start_height": 500}
+    async with (
+        SimNode(**kw) as a,
+        SimNode(**kw) as b,
+        SimNode(seed="other", **kw) as fork,
+    ):
+        ha = await call(session, a, "chain_getHeader")
+        assert ha == await call(session, b, "chain_getHeader")
+        assert ha != await call(session, fork, "chain_getHeader")
+        # a hash served by one replica is usable on the other
+        h = await call(session, a, "chain_getBlockHash", 450)
+        assert await call(session, b, "state_getStorage", "0x01", h) is not None
+        out = await post(session, fork.url, req("state_getStorage", ["0x01", h]))
+        assert out["error"]["code"] == 4003
+
+
+# ---- faults -------------------------------------------------------------------------------
+
+
+async def test_latency(node: SimNode, session: aiohttp.ClientSession) -> None:
+    state = await control(session, node, latency_ms=150)
+    assert state["latency_ms"] == 150
+    t0 = time.monotonic()
+    await call(session, node, "system_chain")
+    assert time.monotonic() - t0 >= 0.15
+    # control endpoints are not delayed
+    t0 = time.monotonic()
+    async with session.get(node.url + "/_sim/state") as r:
+        assert r.status == 200
+    assert time.monotonic() - t0 < 0.15
+
+
+async def test_error_rate(node: SimNode, session: aiohttp.ClientSession) -> None:
+    node.set_faults(error_rate=1)
+    out = await post(session, node.url, [req("system_chain", rid=i) for i in range(3)])
+    assert [o["error"] for o in out] == [{"code": -32603, "message": "Internal error"}] * 3
+    assert [o["id"] for o in out] == [0, 1, 2]
+    node.set_faults(error_rate=0.5)
+    out = await post(session, node.url, [req("system_chain", rid=i) for i in range(200)])
+    failed = sum("error" in o for o in out)
+    assert 40 < failed < 160
+
+
+@pytest.mark.parametrize("status", [503, 429])
+async def test_http_status(node: SimNode, session: aiohttp.ClientSession, status: int) -> None:
+    await control(session, node, http_status=status)
+    async with session.post(node.url, json=req("system_chain")) as r:
+        assert r.status == status
+        assert r.content_type == "text/plain"
+        assert str(status) in await r.text()
+    await control(session, node, http_status=None)
+    assert await call(session, node, "system_chain") == "Bittensor"
+
+
+async def test_hang(node: SimNode, session: aiohttp.ClientSession) -> None:
+    await control(session, node, hang=True)
+    pending = asyncio.ensure_future(post(session, node.url, req("system_chain", rid="late")))
+    with pytest.raises(asyncio.TimeoutError):
+        await post(session, node.url, req("system_chain"), timeout=0.3)
+    # the node still answers other requests: state and control
+    async with session.get(node.url + "/_sim/state") as r:
+        state = await r.json()
+    assert state["faults"]["hang"] is True
+    assert state["requests"] == 2
+    assert not pending.done()
+    await control(session, node, hang=False)
+    assert (await asyncio.wait_for(pending, 2))["result"] == "Bittensor"
+
+
+async def test_stop_releases_hung_requests(clock: FakeClock) -> None:
+    node = SimNode(clock=clock)
+    await node.start()
+    node.set_faults(hang=True)
+    async with aiohttp.ClientSession() as s:
+        pending = asyncio.ensure_future(post(s, node.url, req("system_chain")))
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        await node.stop()
+        assert time.monotonic() - t0 < 1.0
+        with pytest.raises(aiohttp.ClientError):
+            await pending
+
+
+async def test_close(node: SimNode, session: aiohttp.ClientSession) -> None:
+    node.set_faults(close=True)
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await post(session, node.url, req("system_chain"))
+    node.set_faults(close=False)
+    assert await call(session, node, "system_chain") == "Bittensor"
+
+
+async def test_truncate(node: SimNode, session: aiohttp.ClientSession) -> None:
+    full = json.dumps(await call(session, node, "chain_getHeader"))
+    await control(session, node, truncate=True)
+    async with session.post(node.url, json=req("chain_getHeader")) as r:
+        assert r.status == 200
+        assert r.content_type == "application/json"
+        raw = await r.read()
+        assert int(r.headers["Content-Length"]) == len(raw)
+    assert 0 < len(raw) < len(full)
+    with pytest.raises(ValueError):
+        json.loads(raw)
+
+
+async def test_garbage(node: SimNode, session: aiohttp.ClientSession) -> None:
+    await control(session, node, garbage=True)
+    async with session.post(node.url, json=req("system_chain")) as r:
+        assert r.status == 200
+        assert r.content_type == "text/html"
+        assert "<html>" in await r.text()
+        with pytest.raises(aiohttp.ContentTypeError):
+            await r.json()
+
+
+async def test_lag(node: SimNode, session: aiohttp.ClientSession) -> None:
+    true_best_hash = await call(session, node, "chain_getBlockHash")
+    await control(session, node, lag=4)
+    head = await call(session, node, "chain_getHeader")
+    assert int(head["number"], 16) == 996
+    assert await call(session, node, "chain_getBlockHash", 997) is None
+    assert await call(session, node, "chain_getHeader", true_best_hash) is None
+    fin = await call(session, node, "chain_getFinalizedHead")
+    assert fin == await call(session, node, "chain_getBlockHash", 994)
+    assert (await call(session, node, "system_syncState"))["currentBlock"] == 996
+    assert node.state()["best"] == 996
+
+
+async def test_freeze(node: SimNode, clock: FakeClock, session: aiohttp.ClientSession) -> None:
+    await control(session, node, freeze=True)
+    clock.now += 12 * 5
+    assert int((await call(session, node, "chain_getHeader"))["number"], 16) == 1000
+    await control(session, node, freeze=False)
+    assert int((await call(session, node, "chain_getHeader"))["number"], 16) == 1005
+
+
+async def test_genesis(node: SimNode, session: aiohttp.ClientSession) -> None:
+    wrong = "0x" + "ee" * 32
+    await control(session, node, genesis=wrong)
+    assert await call(session, node, "chain_getBlockHash", 0) == wrong
+    await control(session, node, genesis=None)
+    assert await call(session, node, "chain_getBlockHash", 0) == FINNEY_GENESIS
+
+
+async def test_die(clock: FakeClock, session: aiohttp.ClientSession) -> None:
+    node = SimNode(clock=clock)
+    await node.start()
+    try:
+        state = await control(session, node, die=True)
+        assert state["die"] is True
+        await asyncio.wait_for(node.wait_stopped(), 2)
+        assert not node.running
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await post(session, node.url, req("system_chain"), timeout=1)
+    finally:
+        await node.stop()
+
+
+async def test_restart_after_stop(clock: FakeClock, session: aiohttp.ClientSession) -> None:
+    node = SimNode(clock=clock)
+    await node.start()
+    node.set_faults(die=True)
+    await node.stop()
+    await node.start()  # same port, fresh app, same chain
+    try:
+        assert node.faults.die is False
+        assert await call(session, node, "system_chain") == "Bittensor"
+    finally:
+        await node.stop()
+
+
+async def test_hang_survives_restart(clock: FakeClock, session: aiohttp.ClientSession) -> None:
+    node = SimNode(clock=clock)
+    await node.start()
+    node.set_faults(hang=True)
+    await node.stop()
+    await node.start()
+    try:
+        with pytest.raises(asyncio.TimeoutError):
+            await post(session, node.url, req("system_chain"), timeout=0.2)
+        node.reset()
+        assert await call(session, node, "system_chain") == "Bittensor"
+    finally:
+        await node.stop()
+
+
+async def test_control_validation(node: SimNode, session: aiohttp.ClientSession) -> None:
+    for body in (
+        {"bogus": 1},
+        {"hang": "yes"},
+        {"error_rate": 2},
+        {"lag": -1},
+        {"http_status": True},
+        {"genesis": "0x12"},
+        [1],
+    ):
+        async with session.post(node.url + "/_sim/control", json=body) as r:
+            assert r.status == 400, body
+            assert "error" in await r.json()
+    # all-or-nothing: a bad key leaves the good ones unapplied
+    async with session.post(node.url + "/_sim/control", json={"lag": 2, "bogus": 1}) as r:
+        assert r.status == 400
+    assert node.faults.lag == 0
+    with pytest.raises(ValueError):
+        node.set_faults(latency_ms=-5)
+    async with session.get(node.url + "/_sim/nothing") as r:
+        assert r.status == 404
+
+
+# ---- observation ---------------------------------------------------------------------------
+
+
+async def test_counters_and_reset(node: SimNode, session: aiohttp.ClientSession) -> None:
+    async with session.get(node.url + "/_sim/state") as r:
+        state = await r.json()
+    assert state["requests"] == 0 and state["calls"] == {}
+    assert state["name"] == "t" and state["archive"] is False
+    assert (state["best"], state["finalized"]) == (1000, 998)
+    await call(session, node, "system_chain")
+    await post(session, node.url, [req("system_chain"), req("author_submitExtrinsic", ["0x00"])])
+    await control(session, node, lag=1, http_status=503)
+    async with session.post(node.url, json=req("chain_getHeader")) as r:
+        assert r.status == 503
+    state = node.state()
+    assert state["requests"] == 3
+    assert state["calls"] == {"system_chain": 2, "author_submitExtrinsic": 1, "chain_getHeader": 1}
+    assert state["submitted"] == 1
+    async with session.post(node.url + "/_sim/reset") as r:
+        state = await r.json()
+    assert state["requests"] == 0 and state["calls"] == {} and state["submitted"] == 0
+    assert state["faults"]["lag"] == 0 and state["faults"]["http_status"] is None
+    assert state["best"] == 1000
+
+
+async def test_header_is_cheap(node: SimNode) -> None:
+    # CPU cost of answering chain_getHeader, without the socket
+    from chainproxy.simnode.rpc import parse
+
+    body = json.dumps(req("chain_getHeader")).encode()
+    n = 2000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        node.dispatcher.respond(parse(body))
+    assert (time.perf_counter() - t0) / n < 0.0005
