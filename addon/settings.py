@@ -37,7 +37,7 @@ class Settings:
 
     def configure(self, updated: set[str]) -> None:
         self._force_proxy_options()
-        if OPTION not in updated and self.holder.runtime is not None:
+        if OPTION not in updated:
             return
         path = ctx.options.chainproxy_config
         try:

@@ -30,6 +30,9 @@ _EWMA_ALPHA = 0.3
 # An idle upstream's latency estimate fades with this time constant, so a node
 # that was slow once is tried again now and then and can earn its share back.
 _DECAY_S = 10.0
+# A failure counts as at least this slow: a node that fails fast must not look
+# like the fastest node and attract traffic until it is ejected.
+_FAILURE_PENALTY_MS = 1000.0
 
 
 @dataclass(slots=True)
@@ -110,7 +113,7 @@ class UpstreamPool:
         u.inflight = max(0, u.inflight - 1)
         u.failures += 1
         u.consecutive_failures += 1
-        self._observe(u, latency_ms)
+        self._observe(u, max(latency_ms, _FAILURE_PENALTY_MS))
         if u.consecutive_failures >= self.eject_after and u.ejected_until <= now:
             u.ejected_until = now + self.eject_cooldown_s
             log.warning(

@@ -32,14 +32,23 @@ class Reply:
     raw: bytes
 
 
-async def post(url: str, body: Any, *, client_ip: str | None = None,
-               headers: dict[str, str] | None = None, timeout: float = 20.0) -> Reply:
+async def post(
+    url: str,
+    body: Any,
+    *,
+    client_ip: str | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 20.0,
+) -> Reply:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     connector = aiohttp.TCPConnector(local_addr=(client_ip or next_client_ip(), 0))
     async with aiohttp.ClientSession(connector=connector) as s:
-        async with s.post(url, data=data, headers={"Content-Type": "application/json",
-                                                   **(headers or {})},
-                          timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+        async with s.post(
+            url,
+            data=data,
+            headers={"Content-Type": "application/json", **(headers or {})},
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as r:
             raw = await r.read()
             try:
                 parsed = json.loads(raw)
@@ -49,12 +58,22 @@ async def post(url: str, body: Any, *, client_ip: str | None = None,
 
 
 def call(method: str, params: Any = None, id_: Any = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": id_, "method": method, "params": [] if params is None else params}
+    return {
+        "jsonrpc": "2.0",
+        "id": id_,
+        "method": method,
+        "params": [] if params is None else params,
+    }
 
 
 PROXY_DEFAULTS = {
-    "failover": {"max_attempts": 3, "attempt_timeout_s": 1, "deadline_s": 2.5,
-                 "eject_after": 3, "eject_cooldown_s": 1},
+    "failover": {
+        "max_attempts": 3,
+        "attempt_timeout_s": 1,
+        "deadline_s": 2.5,
+        "eject_after": 3,
+        "eject_cooldown_s": 1,
+    },
 }
 
 

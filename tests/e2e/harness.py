@@ -123,15 +123,38 @@ class Stack:
     def rpc_url(self, network: str = "finney") -> str:
         return f"{self.proxy_url}/rpc/v1/{network}"
 
-    def start_node(self, name: str, *, archive: bool = False, seed: str = "finney",
-                   epoch: float, genesis: str = FINNEY_GENESIS, block_time: float = 2.0,
-                   start_height: int = 5000) -> Node:
+    def start_node(
+        self,
+        name: str,
+        *,
+        archive: bool = False,
+        seed: str = "finney",
+        epoch: float,
+        genesis: str = FINNEY_GENESIS,
+        block_time: float = 2.0,
+        start_height: int = 5000,
+    ) -> Node:
         port = free_port()
         argv = [
-            sys.executable, "-m", "chainproxy.simnode", "--host", "127.0.0.1",
-            "--port", str(port), "--name", name, "--seed", seed, "--epoch", f"{epoch:.3f}",
-            "--block-time", str(block_time), "--start-height", str(start_height),
-            "--genesis", genesis,
+            sys.executable,
+            "-m",
+            "chainproxy.simnode",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--name",
+            name,
+            "--seed",
+            seed,
+            "--epoch",
+            f"{epoch:.3f}",
+            "--block-time",
+            str(block_time),
+            "--start-height",
+            str(start_height),
+            "--genesis",
+            genesis,
         ]
         if archive:
             argv.append("--archive")
@@ -151,8 +174,11 @@ class Stack:
 
     def start_sidecar(self) -> Proc:
         assert self.config_path is not None
-        proc = spawn("sidecar", [sys.executable, "-m", "sidecar", "--config",
-                                 str(self.config_path)], self.tmp)
+        proc = spawn(
+            "sidecar",
+            [sys.executable, "-m", "sidecar", "--config", str(self.config_path)],
+            self.tmp,
+        )
         self.procs.append(proc)
         self.sidecar = proc
         self.sidecar_url = self.config["sidecar"]["url"]
@@ -163,10 +189,18 @@ class Stack:
         assert self.config_path is not None
         port = port or free_port()
         argv = [
-            str(BIN / "mitmdump"), "-q", "-s", str(REPO / "addon" / "rpcproxy.py"),
-            "--mode", f"reverse:{self.config['sidecar']['url']}",
-            "--listen-host", "127.0.0.1", "--listen-port", str(port),
-            "--set", f"chainproxy_config={self.config_path}",
+            str(BIN / "mitmdump"),
+            "-q",
+            "-s",
+            str(REPO / "addon" / "rpcproxy.py"),
+            "--mode",
+            f"reverse:{self.config['sidecar']['url']}",
+            "--listen-host",
+            "127.0.0.1",
+            "--listen-port",
+            str(port),
+            "--set",
+            f"chainproxy_config={self.config_path}",
         ]
         proc = spawn("mitmdump", argv, self.tmp)
         self.procs.append(proc)
@@ -184,14 +218,22 @@ class Stack:
 def base_config(tmp: Path, nodes: list[Node], **proxy: Any) -> dict[str, Any]:
     sidecar_port = free_port()
     endpoints = [
-        {"url": n.url, "provider": n.name, "kind": "node-rpc", "network": "finney",
-         "archive": n.name.startswith("archive")}
+        {
+            "url": n.url,
+            "provider": n.name,
+            "kind": "node-rpc",
+            "network": "finney",
+            "archive": n.name.startswith("archive"),
+        }
         for n in nodes
     ]
     return {
         "proxy": {"networks": ["finney", "test"], **proxy},
-        "sidecar": {"host": "127.0.0.1", "port": sidecar_port,
-                    "url": f"http://127.0.0.1:{sidecar_port}"},
+        "sidecar": {
+            "host": "127.0.0.1",
+            "port": sidecar_port,
+            "url": f"http://127.0.0.1:{sidecar_port}",
+        },
         "data_dir": str(tmp / "data"),
         "registry": {"endpoints": endpoints},
     }

@@ -209,4 +209,3 @@ def _endpoints(stack: Stack) -> list[dict[str, str]]:
     from chainproxy.endpoint_id import endpoint_id
 
     return [{"id": endpoint_id(n.url)} for n in stack.nodes]
-
