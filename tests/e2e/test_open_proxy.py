@@ -114,7 +114,8 @@ def test_foreign_host_header_stays_on_the_configured_route(stack: Stack, canary:
 def test_connect_is_refused(stack: Stack, canary: Canary) -> None:
     reply = raw_request(
         _port(stack),
-        f"CONNECT 127.0.0.1:{canary.port} HTTP/1.1\r\nHost: 127.0.0.1:{canary.port}\r\n\r\n".encode(),
+        f"CONNECT 127.0.0.1:{canary.port} HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{canary.port}\r\n\r\n".encode(),
     )
     assert not reply.startswith(b"HTTP/1.1 200")
     assert canary.hits == 0
