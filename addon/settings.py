@@ -52,13 +52,15 @@ class Settings:
                 log.error("%s", e)
                 return
             raise exceptions.OptionsError(str(e)) from None
-        runtime = Runtime.build(config)
         old = self.holder.runtime
+        if old is not None and old.config == config:
+            return  # unchanged (or a rolled-back bad change): keep limiter and health state
+        runtime = Runtime.build(config)
         if old is not None and old.session is not None:
             runtime.attach_session(old.session)
         self.holder.runtime = runtime
         backstop = max(_BACKSTOP_MIN, 4 * config.proxy.max_body_bytes)
-        if ctx.options.body_size_limit != str(backstop):
+        if "body_size_limit" in ctx.options and ctx.options.body_size_limit != str(backstop):
             ctx.options.update(body_size_limit=str(backstop))
         log.info(
             "chainproxy: networks %s, %d upstream(s), config %s",
@@ -70,7 +72,7 @@ class Settings:
     def _force_proxy_options(self) -> None:
         # Reverse mode would connect to its target on every client connect and drop
         # the client if it is down; the addon answers every request itself.
-        if ctx.options.connection_strategy != "lazy":
+        if "connection_strategy" in ctx.options and ctx.options.connection_strategy != "lazy":
             ctx.options.update(connection_strategy="lazy")
 
     def running(self) -> None:
