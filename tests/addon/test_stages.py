@@ -101,7 +101,7 @@ def call(method: str, params: Any = None, id_: Any = 1) -> dict[str, Any]:
 
 
 async def test_success_is_annotated_for_mitmweb() -> None:
-    stages, fake, _ = make()
+    stages, _fake, _ = make()
     f = await run(stages, rpc_flow(call("chain_getHeader", id_="q")))
     assert f.response.status_code == 200
     assert body(f) == {"jsonrpc": "2.0", "id": "q", "result": "chain_getHeader-ok"}
@@ -164,7 +164,9 @@ async def test_batch_forwards_only_allowed_calls_in_one_upstream_request() -> No
     stages, fake, _ = make()
     f = await run(
         stages,
-        rpc_flow([call("system_chain", id_=1), call("author_x", id_=2), call("rpc_methods", id_=3)]),
+        rpc_flow(
+            [call("system_chain", id_=1), call("author_x", id_=2), call("rpc_methods", id_=3)]
+        ),
     )
     assert [a.get("result") for a in body(f)] == ["system_chain-ok", None, "rpc_methods-ok"]
     assert len(fake.seen) == 1
@@ -174,7 +176,7 @@ async def test_batch_forwards_only_allowed_calls_in_one_upstream_request() -> No
 
 
 async def test_non_rpc_paths_are_left_for_the_sidecar_passthrough() -> None:
-    stages, fake, _ = make()
+    stages, _fake, _ = make()
     f = tflow.tflow()
     f.request.path = "/api/v1/usage?network=finney"
     await run(stages[:4], f)
@@ -215,6 +217,6 @@ def test_settings_addon_loads_the_config_and_forces_lazy_connections(tmp_path: A
         bad.write_text("proxy: {max_batch: 0}\n")
         from mitmproxy import exceptions
 
-        with pytest.raises(exceptions.OptionsError, match="proxy.max_batch"):
+        with pytest.raises(exceptions.OptionsError, match=r"proxy\.max_batch"):
             tctx.configure(addons[0], chainproxy_config=str(bad))
         assert addons[0].holder.runtime is rt
