@@ -89,10 +89,23 @@ def _simulated_nodes(config: Config) -> list[list[str]]:
             continue
         genesis = config.networks[e.network].genesis
         argv = [
-            sys.executable, "-m", "chainproxy.simnode",
-            "--host", "127.0.0.1", "--port", str(parts.port or 80),
-            "--name", f"{e.provider}-{e.network}", "--seed", e.network,
-            "--epoch", f"{epoch:.3f}", "--block-time", "12", "--start-height", "4000000",
+            sys.executable,
+            "-m",
+            "chainproxy.simnode",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(parts.port or 80),
+            "--name",
+            f"{e.provider}-{e.network}",
+            "--seed",
+            e.network,
+            "--epoch",
+            f"{epoch:.3f}",
+            "--block-time",
+            "12",
+            "--start-height",
+            "4000000",
         ]
         if genesis:
             argv += ["--genesis", genesis]
@@ -141,14 +154,27 @@ def main(argv: list[str] | None = None) -> int:
         stack.start("sidecar", [sys.executable, "-m", "sidecar", "--config", args.config])
         _wait_http(f"{config.sidecar.url}/healthz", stack)
         proxy_argv = [
-            mitm, "-s", str(ADDON_SCRIPT),
-            "--mode", f"reverse:{config.sidecar.url}",
-            "--listen-host", args.listen_host, "--listen-port", str(args.listen_port),
-            "--set", f"chainproxy_config={args.config}",
+            mitm,
+            "-s",
+            str(ADDON_SCRIPT),
+            "--mode",
+            f"reverse:{config.sidecar.url}",
+            "--listen-host",
+            args.listen_host,
+            "--listen-port",
+            str(args.listen_port),
+            "--set",
+            f"chainproxy_config={args.config}",
         ]
         if args.inspect:
-            proxy_argv += ["--web-host", "127.0.0.1", "--web-port", str(args.web_port),
-                           "--set", "web_open_browser=false"]
+            proxy_argv += [
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(args.web_port),
+                "--set",
+                "web_open_browser=false",
+            ]
         stack.start(tool, proxy_argv)
         host = "127.0.0.1" if args.listen_host in ("0.0.0.0", "::") else args.listen_host
         base = f"http://{host}:{args.listen_port}"
@@ -158,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             f"\nchainproxy is up: {base}/rpc/v1/{net}   (dashboard/API: {base}/)\n"
             + (f"mitmweb UI:  http://127.0.0.1:{args.web_port}/\n" if args.inspect else "")
             + f"try:\n  curl -s -X POST {base}/rpc/v1/{net} -H 'content-type: application/json' "
-            "-d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"chain_getHeader\",\"params\":[]}'\n"
+            '-d \'{"jsonrpc":"2.0","id":1,"method":"chain_getHeader","params":[]}\'\n'
             "Ctrl-C stops everything.\n",
             flush=True,
         )

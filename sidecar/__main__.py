@@ -43,15 +43,23 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    print(f"sidecar listening on http://{sidecar.host}:{sidecar.port}", flush=True)
-    web.run_app(
-        create_app(config),
-        host=sidecar.host,
-        port=sidecar.port,
-        print=None,
-        handle_signals=True,
-        access_log=None,
-    )
+    url = f"http://{sidecar.host}:{sidecar.port}"
+    try:
+        web.run_app(
+            create_app(config),
+            host=sidecar.host,
+            port=sidecar.port,
+            # Printed once the socket is bound, so the line can be waited for.
+            print=lambda _msg: print(f"sidecar listening on {url}", flush=True),
+            handle_signals=True,
+            access_log=None,
+        )
+    except OSError as e:
+        print(
+            f"sidecar: cannot listen on {sidecar.host}:{sidecar.port}: {e.strerror}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

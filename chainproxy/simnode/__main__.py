@@ -51,12 +51,13 @@ async def serve(args: argparse.Namespace) -> int:
         # The "die" fault models a crashed process: no cleanup, non-zero status.
         on_die=lambda: os._exit(1),
     )
-    await node.start()
-    print(f"simnode {node.name} listening on {node.url}", flush=True)
+    # Handlers before the "listening" line: whoever reads it may signal at once.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    await node.start()
+    print(f"simnode {node.name} listening on {node.url}", flush=True)
     try:
         await stop.wait()
     finally:
