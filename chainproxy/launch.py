@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -166,8 +167,11 @@ def main(argv: list[str] | None = None) -> int:
             "--set",
             f"chainproxy_config={args.config}",
         ]
+        web_token = secrets.token_hex(16)  # mitmweb wants one; we print the URL with it
         if args.inspect:
             proxy_argv += [
+                "--set",
+                f"web_password={web_token}",
                 "--web-host",
                 "127.0.0.1",
                 "--web-port",
@@ -182,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         net = config.proxy.networks[0]
         print(
             f"\nchainproxy is up: {base}/rpc/v1/{net}   (dashboard/API: {base}/)\n"
-            + (f"mitmweb UI:  http://127.0.0.1:{args.web_port}/\n" if args.inspect else "")
+            + (
+                f"mitmweb UI:  http://127.0.0.1:{args.web_port}/?token={web_token}\n"
+                if args.inspect
+                else ""
+            )
             + f"try:\n  curl -s -X POST {base}/rpc/v1/{net} -H 'content-type: application/json' "
             '-d \'{"jsonrpc":"2.0","id":1,"method":"chain_getHeader","params":[]}\'\n'
             "Ctrl-C stops everything.\n",

@@ -140,3 +140,64 @@ def test_launcher_rejects_a_bad_config_with_one_line(tmp_path: Path) -> None:
     )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "proxy.networks" in r.stderr
+
+
+def test_inspect_shows_annotated_flows_in_mitmweb(tmp_path: Path) -> None:
+    """``make inspect``: mitmweb's UI (with the printed token) lists each RPC
+    flow with its comment: network, method, upstream, attempts, cache."""
+    import urllib.request
+
+    config = _demo_config(tmp_path)
+    port, web_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chainproxy.launch",
+            "--config",
+            str(config),
+            "--simulate",
+            "--inspect",
+            "--listen-port",
+            str(port),
+            "--web-port",
+            str(web_port),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ui = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line or "Ctrl-C stops everything" in line:
+                break
+            if line.startswith("mitmweb UI:"):
+                ui = line.split()[-1]
+        assert ui is not None and "?token=" in ui
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "system_health", "params": []})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/rpc/v1/finney",
+            data=body.encode(),
+            headers={"content-type": "application/json"},
+        )
+        assert json.loads(urllib.request.urlopen(req, timeout=20).read())["result"]["peers"] == 8
+        token = ui.split("?token=")[1]
+        flows_req = urllib.request.Request(
+            f"http://127.0.0.1:{web_port}/flows", headers={"Authorization": f"Bearer {token}"}
+        )
+        flows = json.loads(urllib.request.urlopen(flows_req, timeout=10).read())
+        rpc = [f for f in flows if f["request"]["path"] == "/rpc/v1/finney"]
+        assert rpc and "finney system_health" in rpc[-1]["comment"]
+        assert "endpoint-srf-" in rpc[-1]["comment"] and "MISS" in rpc[-1]["comment"]
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
