@@ -209,3 +209,18 @@ def _endpoints(stack: Stack) -> list[dict[str, str]]:
     from chainproxy.endpoint_id import endpoint_id
 
     return [{"id": endpoint_id(n.url)} for n in stack.nodes]
+
+
+async def test_spoofed_forwarded_for_from_untrusted_peer_is_ignored(stack: Stack) -> None:
+    ip = next_client_ip()
+    for i in range(100):
+        xff = {"X-Forwarded-For": f"10.9.{i // 250}.{i % 250}"}
+        r = await post(stack.rpc_url(), call("system_health", id_=i), client_ip=ip, headers=xff)
+        assert r.status == 200
+    r = await post(
+        stack.rpc_url(),
+        call("system_health"),
+        client_ip=ip,
+        headers={"X-Forwarded-For": "10.200.0.1"},
+    )
+    assert r.status == 429, "X-Forwarded-For from an untrusted peer changed the identity"
