@@ -13,13 +13,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from addon.jsonrpc import Call
+from addon.jsonrpc import Call, loads
 
 Verdict = Literal["ok", "soft", "hard"]
 
@@ -117,7 +116,7 @@ def assess(
     if status >= 500:
         return Assessment("hard", f"http-{status}")
     try:
-        doc = json.loads(body)
+        doc = loads(body)
     except (ValueError, RecursionError):
         return Assessment("hard", "invalid-body" if status < 300 else f"http-{status}")
     answers = _match(doc, len(calls), is_batch)
@@ -140,7 +139,8 @@ def assess(
 def _match(doc: Any, n: int, is_batch: bool) -> tuple[dict[str, Any], ...] | None:
     """The answers in the order of the calls, or None if they do not line up."""
     if not is_batch:
-        return (doc,) if _valid_answer(doc) and doc.get("id") == 0 else None
+        ok = _valid_answer(doc) and doc["id"] == 0 and not isinstance(doc["id"], bool)
+        return (doc,) if ok else None
     if not isinstance(doc, list) or len(doc) != n:
         return None
     by_id: dict[int, dict[str, Any]] = {}

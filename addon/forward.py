@@ -122,6 +122,10 @@ async def forward(
                 timed_out_by_deadline = True
                 break
             continue
+        except BaseException:
+            # Cancelled flow, closed session: settle the in-flight count, then propagate.
+            pool.abandoned(upstream)
+            raise
         latency = (clock() - start) * 1000
         verdict = assess(status, raw, calls, is_batch=is_batch, tip=tip)
         attempts.append(

@@ -9,6 +9,7 @@ batch over the size limit is refused whole.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,9 +108,26 @@ def parse_item(obj: Any) -> Item:
     return Call(raw_id, method, params)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number out of range: {text[:32]}")
+    return value
+
+
+def loads(body: bytes | str) -> Any:
+    """Strict JSON: no NaN/Infinity literals, no numbers that overflow to inf,
+    so whatever is parsed can be written back as valid JSON."""
+    return json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def parse_body(body: bytes, *, max_batch: int) -> Parsed | Refusal:
     try:
-        doc = json.loads(body)
+        doc = loads(body)
     except (ValueError, RecursionError):
         # ValueError covers bad JSON and non-UTF-8 bytes; RecursionError absurd nesting.
         return Refusal(400, PARSE_ERROR, "parse error: body is not valid JSON")

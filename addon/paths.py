@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from addon.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Refusal
 
 RPC_VERSION = "v1"
 INTERNAL_PREFIX = "/api/v1/internal"
+_PATH_SAFE = "/-._~!$&'()*+,;=:@"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +39,13 @@ Route = RpcRoute | Preflight | SidecarRoute | Refusal
 
 
 def normalise_path(raw_path: str) -> tuple[str, str]:
-    """(normalised path, query). Percent-decoding happens once, before
-    normalising, so encoded dots and slashes are resolved too."""
+    """(normalised path, query). The path is percent-decoded until it stops
+    changing (so ``%2569`` cannot survive one decode as ``%69``) and then
+    normalised, so encoded dots and slashes are resolved too."""
     path, _, query = raw_path.partition("?")
-    decoded = unquote(path, errors="replace")
+    decoded = path
+    while (step := unquote(decoded, errors="replace")) != decoded:
+        decoded = step
     norm = posixpath.normpath("/" + decoded.lstrip("/"))
     if norm.startswith("//"):  # posixpath keeps a leading double slash
         norm = "/" + norm.lstrip("/")
@@ -69,4 +73,5 @@ def classify(method: str, raw_path: str, networks: tuple[str, ...]) -> Route:
         return RpcRoute(parts[1])
     if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
         return Refusal(404, METHOD_NOT_FOUND, "not found")
-    return SidecarRoute(path + (f"?{query}" if query else ""))
+    # Re-encoded exactly once: the sidecar's single decode sees the checked path.
+    return SidecarRoute(quote(path, safe=_PATH_SAFE) + (f"?{query}" if query else ""))

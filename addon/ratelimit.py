@@ -3,7 +3,7 @@
 "100 requests per 60 s" means what an operator expects: the 101st call within
 any 60 s is refused (a token bucket would hand back a token every 0.6 s and
 let a steady client exceed 100 per minute). Each client keeps a ring of
-counters, one per ``window/buckets`` seconds (1 s for a 60 s window), so
+counters, one per ``window/60`` seconds (1 s for a 60 s window), so
 memory per client is small and fixed. State is bounded: at most
 ``max_clients`` entries, least recently seen evicted first; a client whose
 window is empty is indistinguishable from a new one, so forgetting it loses
@@ -68,7 +68,7 @@ class RateLimiter:
     ) -> None:
         self.limit = requests
         self.window = window_s
-        self.buckets = max(1, min(buckets, math.ceil(window_s)))
+        self.buckets = max(1, buckets)
         self.bucket_s = window_s / self.buckets
         self.max_clients = max_clients
         self.policy = f"{requests};w={window_s:g}"

@@ -10,6 +10,7 @@ import logging
 
 import aiohttp
 from mitmproxy import http
+from yarl import URL
 
 from addon.forward import new_session
 from addon.respond import json_response, make_headers
@@ -57,7 +58,8 @@ class SidecarPassthrough:
         headers = {k: v for k, v in req.headers.items() if k.lower() in _REQUEST_HEADERS}
         peer = flow.client_conn.peername[0] if flow.client_conn.peername else ""
         headers["X-Forwarded-For"] = peer
-        url = rt.config.sidecar.url + path
+        # encoded=True: yarl must not decode the path we checked a second time.
+        url = URL(rt.config.sidecar.url + path, encoded=True)
         try:
             async with asyncio.timeout(rt.config.proxy.sidecar_timeout_s):
                 async with rt.session.request(

@@ -169,8 +169,13 @@ class RateLimit(_Stage):
             f"rate limit exceeded: {decision.policy.replace(';w=', ' requests per ')}s",
             {
                 "policy": decision.policy,
-                "reason": f"client {rpc.client} is over its quota"
-                + (f" (this batch needs {cost})" if cost > 1 else ""),
+                "reason": (
+                    f"this batch has {cost} calls, more than the whole quota of "
+                    f"{decision.limit}: split it"
+                    if cost > decision.limit
+                    else f"client {rpc.client} is over its quota"
+                    + (f" (this batch needs {cost})" if cost > 1 else "")
+                ),
                 "retry_after": decision.retry_after,
             },
         )

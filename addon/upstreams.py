@@ -103,6 +103,10 @@ class UpstreamPool:
         u.inflight += 1
         u.requests += 1
 
+    def abandoned(self, u: Upstream) -> None:
+        """The attempt ended without an outcome (cancelled): no health verdict."""
+        u.inflight = max(0, u.inflight - 1)
+
     def succeeded(self, u: Upstream, latency_ms: float) -> None:
         u.inflight = max(0, u.inflight - 1)
         u.consecutive_failures = 0

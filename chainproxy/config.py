@@ -8,6 +8,7 @@ clear line instead of running half-configured.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -169,15 +170,18 @@ def _num(section: Mapping[str, Any], name: str, default: float, key: str) -> flo
     value = section.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(key, f"must be a number, got {value!r}")
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise ConfigError(key, f"must be > 0, got {value}")
     return float(value)
 
 
-def _str(section: Mapping[str, Any], name: str, default: str | None, key: str) -> str | None:
+def _str(
+    section: Mapping[str, Any], name: str, default: str | None, key: str, *, secret: bool = False
+) -> str | None:
     value = section.get(name, default)
     if value is not None and not isinstance(value, str):
-        raise ConfigError(key, f"must be a string, got {value!r}")
+        shown = type(value).__name__ if secret else repr(value)  # never echo a secret
+        raise ConfigError(key, f"must be a string, got {shown}")
     return value
 
 
@@ -340,7 +344,7 @@ def _parse_sidecar(raw: Any, env: Mapping[str, str]) -> SidecarConfig:
     if port > 65535:
         raise ConfigError("sidecar.port", f"must be <= 65535, got {port}")
     url = _url(s.get("url", f"http://127.0.0.1:{port}"), "sidecar.url", ("http", "https"))
-    token = _str(s, "token", None, "sidecar.token")
+    token = _str(s, "token", None, "sidecar.token", secret=True)
     if token is not None:
         token = _expand_env(token, "sidecar.token", env)
         if not token:
@@ -445,6 +449,10 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError("chainproxy_config", f"cannot read {str(path)!r}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            "chainproxy_config", f"{str(path)!r} is not UTF-8 text (byte {e.start})"
+        ) from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -26,6 +26,14 @@ def _is_secret_segment(segment: str) -> bool:
     return bool(_SECRET_SEGMENT.match(segment))
 
 
+def _redact_param(key: str, value: str) -> tuple[str, str]:
+    if _SECRET_QUERY.search(key):
+        return key, REDACTED
+    if not value and _is_secret_segment(key):  # a bare key: "?<api-key>"
+        return REDACTED, ""
+    return key, REDACTED if _is_secret_segment(value) else value
+
+
 def redact_url(url: str, *, keep_default_port: bool = False) -> str:
     """The URL normalised (lowercase scheme and host, no default port, no trailing
     slash) with userinfo dropped and secret-looking path segments and query values
@@ -42,10 +50,7 @@ def redact_url(url: str, *, keep_default_port: bool = False) -> str:
     segments = [REDACTED if _is_secret_segment(s) else s for s in parts.path.split("/")]
     path = "/".join(segments).rstrip("/")
     query = urlencode(
-        [
-            (k, REDACTED if _SECRET_QUERY.search(k) else v)
-            for k, v in parse_qsl(parts.query, keep_blank_values=True)
-        ],
+        [_redact_param(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)],
         safe="*",
     )
     return urlunsplit((scheme, netloc, path, query, ""))

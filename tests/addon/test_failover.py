@@ -376,3 +376,9 @@ def test_unknown_block_error_is_soft_without_archive_preference(message: str) ->
     a = assess(200, raw(err(0, 4001, message)), [call], is_batch=False, tip=100)
     assert a.verdict == "soft"
     assert not a.prefer_archive
+
+
+def test_single_answer_with_id_false_is_not_our_id_zero() -> None:
+    body = b'{"jsonrpc":"2.0","id":false,"result":"0x1"}'
+    a = assess(200, body, [Call(1, "chain_getBlockHash", [1])], is_batch=False)
+    assert (a.verdict, a.reason) == ("hard", "invalid-body")

@@ -396,13 +396,6 @@ async def test_dead_upstream_is_ejected_and_skipped_then_retried_after_cooldown(
     assert t.urls()[0] == url("a")  # cool-down over: tried again
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: forward() calls pool.started() but only settles the in-flight count for "
-    "TransportError/answers; a cancelled flow task (or any other exception from the transport, "
-    "e.g. RuntimeError('Session is closed')) leaves Upstream.inflight raised for good, "
-    "permanently inflating that upstream's P2C cost",
-)
 @pytest.mark.parametrize(
     "exc", [asyncio.CancelledError(), RuntimeError("Session is closed")], ids=repr
 )

@@ -78,11 +78,6 @@ def test_non_utf8_bytes_are_400_parse_error(raw: bytes) -> None:
     assert (r.status, r.code) == (400, PARSE_ERROR)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: parse_body uses json.loads defaults, which accept the non-JSON literals "
-    "NaN/Infinity; the body is accepted and id NaN is echoed back as invalid JSON",
-)
 @pytest.mark.parametrize(
     "raw",
     [
@@ -97,11 +92,6 @@ def test_nan_and_infinity_literals_are_not_json(raw: bytes) -> None:
     assert (r.status, r.code) == (400, PARSE_ERROR)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: id 1e400 (valid JSON) is parsed as float inf and would be echoed "
-    "as Infinity, which is not JSON",
-)
 def test_huge_float_id_is_echoed_as_json_or_refused() -> None:
     r = parse_body(b'{"jsonrpc":"2.0","id":1e400,"method":"chain_getHeader"}', max_batch=MAX)
     if isinstance(r, Parsed):

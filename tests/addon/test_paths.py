@@ -97,12 +97,6 @@ def test_internal_paths_are_refused_404(path: str, method: str) -> None:
     assert r.status == 404
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: classify percent-decodes once and forwards the decoded path; "
-    "/api/v1/%2569nternal/... becomes SidecarRoute('/api/v1/%69nternal/...'), which the "
-    "aiohttp/yarl client normalises to /api/v1/internal/... at the sidecar",
-)
 @pytest.mark.parametrize(
     "path",
     ["/api/v1/%2569nternal/routes/finney", "/api/v1/%2569nternal", "/%2e%2e/api/v1/%2569nternal"],

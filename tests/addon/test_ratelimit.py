@@ -168,12 +168,6 @@ def test_refused_requests_do_not_push_the_refill_further_away() -> None:
     assert rl.check("c").allowed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: RateLimiter uses buckets of at least 1 s (buckets=min(60, ceil(window_s))); "
-    "for window_s <= 1 it is a fixed window, so 2x the limit passes within milliseconds "
-    "across a bucket boundary",
-)
 def test_short_window_is_not_a_fixed_window() -> None:
     rl, clock = limiter(5, 1.0, start=1000.995)
     passed = take(rl, "c", 5)

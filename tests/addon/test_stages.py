@@ -220,3 +220,11 @@ def test_settings_addon_loads_the_config_and_forces_lazy_connections(tmp_path: A
         with pytest.raises(exceptions.OptionsError, match=r"proxy\.max_batch"):
             tctx.configure(addons[0], chainproxy_config=str(bad))
         assert addons[0].holder.runtime is rt
+
+
+async def test_batch_larger_than_the_whole_quota_says_split_it() -> None:
+    stages, fake, _ = make(rate_limit={"requests": 3, "window_s": 60})
+    f = await run(stages, rpc_flow([call("system_health", id_=i) for i in range(5)]))
+    assert f.response.status_code == 429
+    assert "split it" in body(f)["error"]["data"]["reason"]
+    assert fake.seen == []

@@ -126,6 +126,7 @@ def test_connect_is_refused(stack: Stack, canary: Canary) -> None:
     [
         "/api/v1/internal/routes/finney",
         "/api/v1/%69nternal/routes/finney",
+        "/api/v1/%2569nternal/routes/finney",
         "/x/../api/v1/internal/usage",
         "//api/v1/internal/routes/finney",
         "/api/v1/internal",
