@@ -89,13 +89,14 @@ async def forward(
     budget: Budget,
     clock: Callable[[], float],
     tip: int | None = None,
+    min_block: int | None = None,
+    prefer_archive: bool = False,
 ) -> ForwardResult:
     body = outbound_body(calls, is_batch)
     deadline = clock() + budget.deadline_s
     tried: set[str] = set()
     attempts: list[Attempt] = []
     soft: tuple[tuple[dict[str, Any], ...], Upstream] | None = None
-    prefer_archive = False
     timed_out_by_deadline = False
 
     for _ in range(budget.max_attempts):
@@ -103,7 +104,7 @@ async def forward(
         if remaining <= 0:
             timed_out_by_deadline = True
             break
-        upstream = pool.choose(tried, prefer_archive=prefer_archive)
+        upstream = pool.choose(tried, prefer_archive=prefer_archive, min_block=min_block)
         if upstream is None:
             break
         tried.add(upstream.id)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from addon.forward import AiohttpTransport, Budget, Transport
+from addon.pinning import BlockIndex
 from addon.ratelimit import RateLimiter
 from addon.upstreams import Upstream, UpstreamPool
 from chainproxy.config import Config
@@ -28,7 +29,9 @@ class Runtime:
     clock: Callable[[], float]
     transport: Transport | None = None  # set when the event loop runs
     session: aiohttp.ClientSession | None = None
-    tips: dict[str, int] = field(default_factory=dict)  # from the sidecar's snapshot, later
+    tips: dict[str, int] = field(default_factory=dict)  # from the sidecar's snapshot
+    finalized: dict[str, int] = field(default_factory=dict)
+    blocks: BlockIndex = field(default_factory=BlockIndex)  # hash -> height, learned
 
     @classmethod
     def build(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Runtime:
@@ -58,6 +61,14 @@ class Runtime:
             ),
             clock=clock,
         )
+
+    def set_heads(self, network: str, tip: int | None, finalized: int | None) -> None:
+        """Chain heights from the latest snapshot (None: unknown, forget the old)."""
+        for store, value in ((self.tips, tip), (self.finalized, finalized)):
+            if value is None:
+                store.pop(network, None)
+            else:
+                store[network] = value
 
     def attach_session(self, session: aiohttp.ClientSession) -> None:
         self.session = session

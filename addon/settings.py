@@ -15,6 +15,7 @@ from mitmproxy import ctx, exceptions
 
 from addon.forward import new_session
 from addon.runtime import Runtime, RuntimeHolder
+from addon.snapshot import SnapshotRefresher
 from chainproxy.config import ConfigError, load_config
 
 log = logging.getLogger("chainproxy")
@@ -29,6 +30,8 @@ class Settings:
     def __init__(self, holder: RuntimeHolder) -> None:
         self.holder = holder
         self._closing: set[asyncio.Task[None]] = set()
+        self._refresher = SnapshotRefresher(holder)
+        self._refresh_task: asyncio.Task[None] | None = None
 
     def load(self, loader) -> None:  # type: ignore[no-untyped-def]
         loader.add_option(
@@ -79,9 +82,15 @@ class Settings:
         rt = self.holder.runtime
         if rt is not None and rt.session is None:
             rt.attach_session(new_session())
+        if self._refresh_task is None:
+            self._refresh_task = asyncio.get_running_loop().create_task(self._refresher.run())
 
     def done(self) -> None:
-        # Must stay synchronous (mitmproxy's hot reload calls it so): schedule the close.
+        # Must stay synchronous (mitmproxy's hot reload calls it so): cancel and
+        # schedule the close.
+        if self._refresh_task is not None:
+            self._refresh_task.cancel()
+            self._refresh_task = None
         rt = self.holder.runtime
         if rt is None or rt.session is None:
             return

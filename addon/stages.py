@@ -25,6 +25,7 @@ from addon.jsonrpc import (
     parse_body,
 )
 from addon.paths import Preflight, RpcRoute, SidecarRoute, classify
+from addon.pinning import hints
 from addon.ratelimit import client_identity
 from addon.respond import (
     CTX_KEY,
@@ -196,15 +197,19 @@ class Forwarder(_Stage):
             if rt.transport is None:
                 rt.attach_session(new_session())
             assert rt.transport is not None
-            calls = [rpc.parsed.items[i] for i in pending]
+            calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
+            tip = rt.tips.get(rpc.network)
+            hint = hints(calls, tip=tip, index=rt.blocks)
             result = await forward(
-                calls,  # type: ignore[arg-type]  # pending items are always Calls
+                calls,
                 is_batch=is_batch,
                 pool=rt.pools[rpc.network],
                 transport=rt.transport,
                 budget=rt.budget,
                 clock=rt.clock,
-                tip=rt.tips.get(rpc.network),
+                tip=tip,
+                min_block=hint.min_block,
+                prefer_archive=hint.prefer_archive,
             )
             if not flow.live:
                 return  # the client went away while we waited
@@ -238,6 +243,8 @@ class Forwarder(_Stage):
             for i, answer in zip(pending, result.answers, strict=True):
                 item = rpc.parsed.items[i]
                 rpc.answers[i] = {**answer, "jsonrpc": "2.0", "id": item.id}
+                if "result" in answer and isinstance(item, Call):
+                    rt.blocks.learn(item, answer["result"])
             return None
         attempts = [a.as_dict() for a in result.attempts]
         if result.kind == "no-upstream":

@@ -43,6 +43,7 @@ class Upstream:
     archive: bool
     tier: int = TIER_UNPROBED
     score: float = 1.0
+    best: int | None = None  # best block the sidecar last saw on it
     ewma_ms: float = 0.0  # optimistic start: a new upstream gets measured soon
     updated_at: float = 0.0
     inflight: int = 0
@@ -83,11 +84,18 @@ class UpstreamPool:
         latency = u.ewma_ms * math.exp(-age / _DECAY_S)
         return (latency + 1.0) * (u.inflight + 1) / max(u.score, 0.01)
 
-    def choose(self, exclude: set[str], *, prefer_archive: bool = False) -> Upstream | None:
+    def choose(
+        self, exclude: set[str], *, prefer_archive: bool = False, min_block: int | None = None
+    ) -> Upstream | None:
+        """The next upstream to try. ``min_block``: the call needs that height, so
+        upstreams known to be below it are passed over while any other is left."""
         now = self._clock()
         candidates = [u for u in self.upstreams.values() if u.id not in exclude]
         if not candidates:
             return None
+        if min_block is not None:
+            high = [u for u in candidates if u.best is None or u.best >= min_block]
+            candidates = high or candidates
         if prefer_archive and any(u.archive for u in candidates):
             candidates = [u for u in candidates if u.archive]
         best_tier = min(self.effective_tier(u, now) for u in candidates)

@@ -1,0 +1,118 @@
+"""The sidecar's routing snapshot, read in the background and applied to the
+addon's upstream pools. The request path only ever reads memory: with no
+snapshot yet the static config list is used ("not probed"); while the sidecar
+is down the last snapshot stays and the refresh backs off exponentially.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+
+from addon.runtime import RuntimeHolder
+from addon.upstreams import TIER_UNPROBED, UpstreamPool
+
+log = logging.getLogger("chainproxy.snapshot")
+
+REFRESH_S = 1.0
+MAX_BACKOFF_S = 30.0
+
+
+class SnapshotError(ValueError):
+    pass
+
+
+def apply_snapshot(pool: UpstreamPool, doc: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """Set tier, score, best block and archive of the pool's upstreams from one
+    snapshot document; upstreams it does not mention count as not probed.
+    Returns (tip, finalized). Raises ``SnapshotError`` on a malformed document
+    (the pool is then left as it was)."""
+    try:
+        tip = _opt_int(doc.get("tip"))
+        finalized = _opt_int(doc.get("finalized"))
+        entries = {str(u["id"]): u for u in doc["upstreams"]}
+        updates = {}
+        for uid, u in entries.items():
+            if uid in pool.upstreams:
+                updates[uid] = (
+                    int(u["tier"]),
+                    max(0.01, float(u.get("score", 1.0))),
+                    _opt_int(u.get("best")),
+                    bool(u.get("archive", False)),
+                )
+    except (KeyError, TypeError, ValueError) as e:
+        raise SnapshotError(f"malformed routing snapshot: {e!r}") from None
+    for uid, up in pool.upstreams.items():
+        if uid in updates:
+            up.tier, up.score, up.best, up.archive = updates[uid]
+        else:
+            up.tier, up.score, up.best = TIER_UNPROBED, 1.0, None
+    return tip, finalized
+
+
+def _opt_int(v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"not an integer: {v!r}")
+    return v
+
+
+class SnapshotRefresher:
+    """Background task: GET /api/v1/internal/routes/<network> for each network."""
+
+    def __init__(
+        self,
+        holder: RuntimeHolder,
+        *,
+        refresh_s: float = REFRESH_S,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self.holder = holder
+        self.refresh_s = refresh_s
+        self._sleep = sleep
+        self.failures = 0
+        self.applied = 0
+
+    async def refresh_once(self) -> None:
+        rt = self.holder.runtime
+        if rt is None or rt.session is None:
+            raise SnapshotError("not configured yet")
+        sidecar = rt.config.sidecar
+        headers = {"Authorization": f"Bearer {sidecar.token}"} if sidecar.token else {}
+        for network, pool in rt.pools.items():
+            url = f"{sidecar.url}/api/v1/internal/routes/{network}"
+            async with asyncio.timeout(5):
+                async with rt.session.get(url, headers=headers) as resp:
+                    if resp.status != 200:
+                        raise SnapshotError(f"{url} answered HTTP {resp.status}")
+                    doc = await resp.json(content_type=None)
+            tip, finalized = apply_snapshot(pool, doc)
+            rt.set_heads(network, tip, finalized)
+        self.applied += 1
+
+    async def run(self) -> None:
+        delay = self.refresh_s
+        while True:
+            try:
+                await self.refresh_once()
+                if self.failures:
+                    log.info("routing snapshot from the sidecar is back")
+                self.failures = 0
+                delay = self.refresh_s
+            except asyncio.CancelledError:
+                raise
+            except (aiohttp.ClientError, TimeoutError, OSError, SnapshotError, ValueError) as e:
+                self.failures += 1
+                if self.failures == 1 or self.failures % 10 == 0:
+                    log.warning(
+                        "routing snapshot unavailable (%s: %s); keeping the last one",
+                        type(e).__name__,
+                        str(e)[:200],
+                    )
+                delay = min(MAX_BACKOFF_S, max(self.refresh_s, delay * 2))
+            await self._sleep(delay)

@@ -1,0 +1,176 @@
+"""The probe scheduler: full probes every ``interval_s`` and head tracking of
+node endpoints every ``head_interval_s``, both with jitter, at most
+``concurrency`` probes at once, each bounded by its own timeout, so a hung
+endpoint never stalls another probe or the loop.
+
+Results update per-endpoint ``Health`` (flap-damped) and are written to the
+store in batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from chainproxy.config import Endpoint, ProbeConfig
+from sidecar.health import Health, Transition, apply
+from sidecar.model import ProbeKind, ProbeResult
+from sidecar.store import Store
+
+log = logging.getLogger("chainproxy.sidecar.prober")
+
+ProbeFn = Callable[[Endpoint, ProbeKind], Awaitable[ProbeResult]]
+TransitionHook = Callable[[Endpoint, Health, Transition, ProbeResult], None]
+
+_JITTER = 0.1
+_FLUSH_S = 1.0
+_RECENT = 20  # probes kept in memory per endpoint for the API
+NODE_KINDS = ("node-rpc", "node-wss")
+
+
+@dataclass(order=True, slots=True)
+class _Due:
+    at: float
+    seq: int
+    endpoint_id: str
+    kind: ProbeKind
+
+
+class Prober:
+    def __init__(
+        self,
+        endpoints: Iterable[Endpoint],
+        probe: ProbeFn,
+        config: ProbeConfig,
+        store: Store | None,
+        *,
+        clock: Callable[[], float],
+        concurrency: int = 32,
+        rng: random.Random | None = None,
+        on_transition: TransitionHook | None = None,
+    ) -> None:
+        self.endpoints = {e.id: e for e in endpoints}
+        self.config = config
+        self.store = store
+        self.health: dict[str, Health] = {}
+        self.recent: dict[str, deque[ProbeResult]] = {
+            eid: deque(maxlen=_RECENT) for eid in self.endpoints
+        }
+        if store is not None:
+            known = store.load_health()
+            self.health = {eid: h for eid, h in known.items() if eid in self.endpoints}
+            for eid, probes in self.recent.items():
+                probes.extend(reversed(store.recent_probes(eid, _RECENT)))
+        self._probe = probe
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._sem = asyncio.Semaphore(concurrency)
+        self._queue: list[_Due] = []
+        self._seq = itertools.count()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: list[ProbeResult] = []
+        self._dirty: set[str] = set()
+        self._on_transition = on_transition
+        self.probes_run = 0
+        self.changed = asyncio.Event()  # set whenever health changes (tests, API)
+
+    def health_of(self, endpoint_id: str) -> Health:
+        return self.health.get(endpoint_id, Health())
+
+    def _schedule(self, endpoint_id: str, kind: ProbeKind, delay: float) -> None:
+        jittered = delay * (1 + self._rng.uniform(-_JITTER, _JITTER))
+        heapq.heappush(
+            self._queue, _Due(self._clock() + jittered, next(self._seq), endpoint_id, kind)
+        )
+
+    def _initial_schedule(self) -> None:
+        # Spread the first round over a second so start-up is not a thundering herd.
+        for e in self.endpoints.values():
+            self._schedule(e.id, "full", self._rng.uniform(0, 1.0))
+            if e.kind in NODE_KINDS:
+                self._schedule(e.id, "head", self.config.head_interval_s)
+
+    async def run(self) -> None:
+        self._initial_schedule()
+        last_flush = self._clock()
+        try:
+            while True:
+                now = self._clock()
+                while self._queue and self._queue[0].at <= now:
+                    due = heapq.heappop(self._queue)
+                    self._start(due)
+                if now - last_flush >= _FLUSH_S:
+                    self.flush()
+                    last_flush = now
+                wait = min(
+                    _FLUSH_S, max(0.01, self._queue[0].at - now) if self._queue else _FLUSH_S
+                )
+                await asyncio.sleep(wait)
+        finally:
+            for t in self._tasks:
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self.flush()
+
+    def _start(self, due: _Due) -> None:
+        endpoint = self.endpoints.get(due.endpoint_id)
+        if endpoint is None:
+            return
+        task = asyncio.create_task(self._run_one(endpoint, due.kind))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_one(self, endpoint: Endpoint, kind: ProbeKind) -> None:
+        interval = self.config.interval_s if kind == "full" else self.config.head_interval_s
+        try:
+            async with self._sem:
+                result = await self._probe(endpoint, kind)
+            self.observe(endpoint, result)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a probe bug must not end probing of this endpoint
+            log.exception("probe of %s (%s) failed unexpectedly", endpoint.id, kind)
+        finally:
+            self._schedule(endpoint.id, kind, interval)
+
+    def observe(self, endpoint: Endpoint, result: ProbeResult) -> Transition:
+        """Fold one probe result into the endpoint's health."""
+        self.probes_run += 1
+        old = self.health_of(endpoint.id)
+        new, transition = apply(
+            old,
+            result,
+            fail_threshold=self.config.fail_threshold,
+            recover_threshold=self.config.recover_threshold,
+        )
+        self.health[endpoint.id] = new
+        self.recent.setdefault(endpoint.id, deque(maxlen=_RECENT)).append(result)
+        self._pending.append(result)
+        self._dirty.add(endpoint.id)
+        if transition is not None:
+            log.warning(
+                "%s %s (%s, %s): %s",
+                endpoint.id,
+                transition,
+                endpoint.provider,
+                endpoint.kind,
+                result.classification,
+            )
+            if self._on_transition is not None:
+                self._on_transition(endpoint, new, transition, result)
+        self.changed.set()
+        return transition
+
+    def flush(self) -> None:
+        if self.store is None or not (self._pending or self._dirty):
+            return
+        pending, self._pending = self._pending, []
+        dirty = {eid: self.health[eid] for eid in self._dirty if eid in self.health}
+        self._dirty = set()
+        self.store.record(pending, dirty, self._clock())

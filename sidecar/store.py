@@ -1,0 +1,157 @@
+"""SQLite persistence for probe history and per-endpoint health.
+
+One file in ``data_dir``; WAL mode so readers never wait for the prober.
+Probe history is bounded (age and rows per endpoint); health is one row per
+endpoint, so a restart resumes with the statuses it had. Errors (locked or
+full disk) are logged and counted, never raised into the probe loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from sidecar.health import Health
+from sidecar.model import ProbeResult
+
+log = logging.getLogger("chainproxy.sidecar.store")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS probes (
+    id INTEGER PRIMARY KEY,
+    endpoint_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    classification TEXT NOT NULL,
+    latency_ms INTEGER,
+    best INTEGER,
+    finalized INTEGER,
+    archive INTEGER,
+    detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS probes_endpoint_at ON probes (endpoint_id, at);
+CREATE TABLE IF NOT EXISTS health (
+    endpoint_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL
+);
+"""
+_HEALTH_FIELDS = {f.name for f in fields(Health)}
+
+
+class Store:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        retention_s: float = 7 * 86400,
+        max_probes_per_endpoint: int = 2000,
+    ) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.retention_s = retention_s
+        self.max_per_endpoint = max_probes_per_endpoint
+        self.errors = 0
+        self._writes = 0
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=2000")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def record(self, results: Iterable[ProbeResult], health: dict[str, Health], now: float) -> None:
+        """Append probe results and upsert the endpoints' health, in one transaction."""
+        rows = [
+            (
+                r.endpoint_id,
+                r.at,
+                r.kind,
+                r.classification,
+                r.latency_ms,
+                r.best,
+                r.finalized,
+                None if r.archive is None else int(r.archive),
+                r.detail[:300],
+            )
+            for r in results
+        ]
+        states = [(eid, json.dumps(asdict(h))) for eid, h in health.items()]
+        try:
+            with self._db:
+                self._db.execute("BEGIN")
+                self._db.executemany(
+                    "INSERT INTO probes (endpoint_id, at, kind, classification, latency_ms,"
+                    " best, finalized, archive, detail) VALUES (?,?,?,?,?,?,?,?,?)",
+                    rows,
+                )
+                self._db.executemany(
+                    "INSERT INTO health (endpoint_id, state) VALUES (?, ?)"
+                    " ON CONFLICT(endpoint_id) DO UPDATE SET state = excluded.state",
+                    states,
+                )
+            self._writes += 1
+            if self._writes % 100 == 1:
+                self.prune(now)
+        except sqlite3.Error as e:
+            self.errors += 1
+            log.error("probe store write failed (%s): %s", type(e).__name__, e)
+
+    def prune(self, now: float) -> int:
+        """Drop probes past the retention age and beyond the per-endpoint cap."""
+        try:
+            with self._db:
+                cur = self._db.execute("DELETE FROM probes WHERE at < ?", (now - self.retention_s,))
+                removed = cur.rowcount
+                cur = self._db.execute(
+                    "DELETE FROM probes WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER()"
+                    " OVER (PARTITION BY endpoint_id ORDER BY at DESC) AS n FROM probes)"
+                    " WHERE n > ?)",
+                    (self.max_per_endpoint,),
+                )
+                return removed + cur.rowcount
+        except sqlite3.Error as e:
+            self.errors += 1
+            log.error("probe store prune failed: %s", e)
+            return 0
+
+    def load_health(self) -> dict[str, Health]:
+        out: dict[str, Health] = {}
+        for eid, state in self._db.execute("SELECT endpoint_id, state FROM health"):
+            try:
+                raw: dict[str, Any] = json.loads(state)
+                raw["recent"] = tuple(raw.get("recent", ()))
+                out[eid] = Health(**{k: v for k, v in raw.items() if k in _HEALTH_FIELDS})
+            except (ValueError, TypeError) as e:
+                log.warning("ignoring unreadable health row for %s: %s", eid, e)
+        return out
+
+    def recent_probes(self, endpoint_id: str, limit: int = 20) -> list[ProbeResult]:
+        rows = self._db.execute(
+            "SELECT endpoint_id, at, kind, classification, latency_ms, best, finalized, archive,"
+            " detail FROM probes WHERE endpoint_id = ? ORDER BY at DESC LIMIT ?",
+            (endpoint_id, limit),
+        ).fetchall()
+        return [
+            ProbeResult(
+                endpoint_id=r[0],
+                at=r[1],
+                kind=r[2],
+                classification=r[3],
+                latency_ms=r[4],
+                best=r[5],
+                finalized=r[6],
+                archive=None if r[7] is None else bool(r[7]),
+                detail=r[8],
+            )
+            for r in rows
+        ]
+
+    def probe_count(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM probes").fetchone()[0]
