@@ -1,7 +1,9 @@
 """aiohttp server exposing a simulated Substrate node, with run-time fault injection.
 
-RPC: POST on any path except ``/_sim/...``. Control: ``POST /_sim/control``,
-``POST /_sim/reset``, ``GET /_sim/state``.
+RPC: POST on any path except ``/_sim/...``; a GET with a WebSocket upgrade on
+any such path is JSON-RPC over WebSocket (each text message a request or batch,
+no subscriptions). Control: ``POST /_sim/control``, ``POST /_sim/reset``,
+``GET /_sim/state``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from .chain import FINNEY_GENESIS, Chain, ChainConfig, is_hash
 from .rpc import Call, Dispatcher, Parsed, parse
@@ -154,6 +156,7 @@ class SimNode:
         self._stopped = asyncio.Event()
         self._stopped.set()
         self._runner: web.AppRunner | None = None
+        self._websockets: set[web.WebSocketResponse] = set()
         self._stop_task: asyncio.Task[None] | None = None
         self._die_task: asyncio.Task[None] | None = None
 
@@ -178,6 +181,8 @@ class SimNode:
         app.router.add_post("/_sim/reset", self._handle_reset)
         app.router.add_route("*", "/_sim/{tail:.*}", self._handle_sim_unknown)
         app.router.add_post("/{tail:.*}", self._handle_rpc)
+        app.router.add_get("/{tail:.*}", self._handle_ws)
+        app.on_shutdown.append(self._close_websockets)
         return app
 
     async def start(self) -> None:
@@ -344,6 +349,111 @@ class SimNode:
             # Content-Length matches what is sent, so the client only sees bad JSON.
             body = body[: len(body) // 2]
         return web.Response(body=body, content_type=JSON_CT)
+
+    # ---- WebSocket JSON-RPC -----------------------------------------------------
+    # Faults present at the upgrade act on the handshake (hang, close, http_status,
+    # garbage); faults present when a message arrives act on that message's answer.
+    # Each message counts as one request in the counters.
+
+    async def _handle_ws(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(max_msg_size=MAX_BODY, timeout=self._shutdown_timeout)
+        if not ws.can_prepare(request).ok:
+            raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+        rejected = await self._ws_handshake_fault(request)
+        if rejected is not None:
+            return rejected
+        await ws.prepare(request)
+        self._websockets.add(ws)
+        # One task per message: a slow or hung answer does not block the others,
+        # as with a real node's concurrent WS request handling.
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            async for msg in ws:
+                if msg.type is WSMsgType.TEXT or msg.type is WSMsgType.BINARY:
+                    task = asyncio.ensure_future(self._ws_message(request, ws, msg.data))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                elif msg.type is WSMsgType.ERROR:
+                    break
+        finally:
+            self._websockets.discard(ws)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        return ws
+
+    async def _ws_handshake_fault(self, request: web.Request) -> web.StreamResponse | None:
+        """The response replacing the upgrade under a fault, or None to accept it."""
+        if not (self._slow or self._stopping):
+            return None
+        while self._faults.hang and not self._stopping:
+            await self._unhang.wait()
+        f = self._faults
+        if self._stopping or f.close:
+            return _drop(request)
+        if f.http_status is not None:
+            return _status_response(f.http_status)
+        if f.garbage:  # e.g. a CDN challenge page instead of the upgrade
+            return web.Response(text=GARBAGE_HTML, content_type="text/html")
+        return None
+
+    async def _ws_message(
+        self, request: web.Request, ws: web.WebSocketResponse, data: str | bytes
+    ) -> None:
+        self._requests += 1
+        parsed = parse(data)
+        calls = self._calls
+        for entry in parsed.entries:
+            if type(entry) is Call:
+                calls[entry.method] = calls.get(entry.method, 0) + 1
+        if self._slow or self._stopping:
+            out = await self._ws_faulted(request, ws, parsed)
+        else:
+            out = self.dispatcher.respond(parsed).decode()
+        if not out:  # only notifications, or the fault already acted
+            return
+        try:
+            await ws.send_str(out)
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away meanwhile
+
+    async def _ws_faulted(
+        self, request: web.Request, ws: web.WebSocketResponse, parsed: Parsed
+    ) -> str:
+        while self._faults.hang and not self._stopping:
+            await self._unhang.wait()
+        if self._stopping:
+            return ""  # shutdown closes the socket
+        latency = self._faults.latency_ms
+        if latency > 0:
+            await asyncio.sleep(latency / 1000)
+            if self._stopping:
+                return ""
+        f = self._faults  # re-read: faults may have changed while we waited
+        if f.close:
+            _drop(request)  # cut the TCP connection, no close frame
+            return ""
+        if f.http_status is not None:
+            # No HTTP status on an open socket: the node ends the session instead.
+            await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=str(f.http_status).encode())
+            return ""
+        if f.garbage:
+            return GARBAGE_HTML
+        fail = self._roll_error if f.error_rate > 0 else None
+        body = self.dispatcher.respond(parsed, fail).decode()
+        if f.truncate and len(body) > 1:
+            body = body[: len(body) // 2]
+        return body
+
+    async def _close_websockets(self, app: web.Application) -> None:
+        """On shutdown, end open sessions with 'going away' instead of leaving them hung."""
+        sockets = list(self._websockets)
+        if sockets:
+            await asyncio.gather(
+                *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"shutdown") for ws in sockets),
+                return_exceptions=True,
+            )
 
     def _roll_error(self) -> bool:
         return self._rng.random() < self._faults.error_rate

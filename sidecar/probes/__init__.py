@@ -1,0 +1,81 @@
+"""Endpoint probes: one per endpoint kind, plus ``probe`` to pick the right one.
+
+Every probe takes the endpoint, a shared ``aiohttp.ClientSession``, a timeout for
+the whole probe and an injected clock, and returns a ``ProbeResult``; it never
+raises (except ``asyncio.CancelledError``) and never shows the endpoint URL.
+"""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+
+from chainproxy.config import Endpoint
+from sidecar.model import UNKNOWN, ProbeKind, ProbeResult
+from sidecar.probes.artifact import probe_artifact
+from sidecar.probes.base import Clock, Observation, run_probe
+from sidecar.probes.classify import (
+    ProbeFailure,
+    classify_exception,
+    classify_rpc_error,
+    classify_status,
+    safe_detail,
+)
+from sidecar.probes.node import node_checks, probe_node_rpc, probe_node_wss
+from sidecar.probes.sse import SseEventDetector, probe_sse
+
+__all__ = [
+    "Clock",
+    "Observation",
+    "ProbeFailure",
+    "SseEventDetector",
+    "classify_exception",
+    "classify_rpc_error",
+    "classify_status",
+    "node_checks",
+    "probe",
+    "probe_artifact",
+    "probe_node_rpc",
+    "probe_node_wss",
+    "probe_sse",
+    "run_probe",
+    "safe_detail",
+]
+
+
+async def probe(
+    endpoint: Endpoint,
+    session: aiohttp.ClientSession,
+    *,
+    kind: ProbeKind = "full",
+    timeout_s: float,
+    clock: Clock = time.time,
+    genesis: str | None = None,
+) -> ProbeResult:
+    """Probe ``endpoint`` by its kind. For data-artifact and sse endpoints a "head"
+    probe is the full probe (the result keeps the requested ``kind``); ``genesis``
+    only matters to node endpoints' full probes."""
+    match endpoint.kind:
+        case "node-rpc":
+            return await probe_node_rpc(
+                endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock, genesis=genesis
+            )
+        case "node-wss":
+            return await probe_node_wss(
+                endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock, genesis=genesis
+            )
+        case "data-artifact":
+            return await probe_artifact(
+                endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock
+            )
+        case "sse":
+            return await probe_sse(endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock)
+        case other:
+            return ProbeResult(
+                endpoint_id=endpoint.id,
+                at=clock(),
+                kind=kind,
+                classification=UNKNOWN,
+                detail=safe_detail(f"no probe for endpoint kind {other}", endpoint.url),
+            )

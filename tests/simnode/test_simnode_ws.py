@@ -1,0 +1,146 @@
+"""JSON-RPC over WebSocket on the simulated node (real sockets on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from chainproxy.simnode import FINNEY_GENESIS, SimNode
+
+EPOCH = 1_000_000.0
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[SimNode]:
+    n = SimNode(name="ws", clock=lambda: EPOCH, epoch=EPOCH, start_height=1000, rng_seed=1)
+    await n.start()
+    try:
+        yield n
+    finally:
+        await n.stop()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+def req(method: str, params: Any = None, rid: Any = 1) -> dict[str, Any]:
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        out["params"] = params
+    return out
+
+
+async def recv_json(ws: aiohttp.ClientWebSocketResponse, timeout: float = 2.0) -> Any:
+    msg = await ws.receive(timeout=timeout)
+    assert msg.type is aiohttp.WSMsgType.TEXT, msg
+    return json.loads(msg.data)
+
+
+async def test_ws_single_batch_and_counters(node: SimNode, session: aiohttp.ClientSession) -> None:
+    async with session.ws_connect(node.url + "/any/path") as ws:
+        await ws.send_json(req("chain_getBlockHash", [0], rid="a"))
+        assert await recv_json(ws) == {"jsonrpc": "2.0", "id": "a", "result": FINNEY_GENESIS}
+        await ws.send_json([req("system_health", rid=1), req("chain_getHeader", rid=2)])
+        out = await recv_json(ws)
+        assert [o["id"] for o in out] == [1, 2]
+        assert out[1]["result"]["number"] == hex(1000)
+        await ws.send_str("{not json")
+        assert (await recv_json(ws))["error"]["code"] == -32700
+        # subscriptions are not supported: an ordinary "method not found" answer
+        await ws.send_json(req("chain_subscribeNewHeads", rid=9))
+        assert (await recv_json(ws))["error"]["code"] == -32601
+    state = node.state()
+    assert state["requests"] == 4
+    assert state["calls"]["chain_getHeader"] == 1
+
+
+async def test_plain_get_is_still_405(node: SimNode, session: aiohttp.ClientSession) -> None:
+    async with session.get(node.url + "/x") as r:
+        assert r.status == 405
+
+
+async def test_ws_handshake_faults(node: SimNode, session: aiohttp.ClientSession) -> None:
+    node.set_faults(http_status=503)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await session.ws_connect(node.url)
+    assert info.value.status == 503
+    node.set_faults(http_status=None, garbage=True)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await session.ws_connect(node.url)
+    assert info.value.status == 200
+    node.set_faults(garbage=False, close=True)
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await session.ws_connect(node.url)
+    node.set_faults(close=False, hang=True)
+    with pytest.raises(asyncio.TimeoutError):
+        async with asyncio.timeout(0.3):
+            await session.ws_connect(node.url)
+
+
+async def test_ws_message_faults(node: SimNode, session: aiohttp.ClientSession) -> None:
+    async with session.ws_connect(node.url) as ws:
+        node.set_faults(latency_ms=100)
+        t0 = time.monotonic()
+        # concurrent requests on one socket are answered concurrently
+        await ws.send_json(req("system_chain", rid=1))
+        await ws.send_json(req("system_chain", rid=2))
+        ids = {(await recv_json(ws))["id"], (await recv_json(ws))["id"]}
+        assert ids == {1, 2}
+        assert 0.1 <= time.monotonic() - t0 < 0.19
+        node.set_faults(latency_ms=0, truncate=True)
+        await ws.send_json(req("chain_getHeader"))
+        msg = await ws.receive(timeout=2)
+        with pytest.raises(ValueError):
+            json.loads(msg.data)
+        node.set_faults(truncate=False, error_rate=1)
+        await ws.send_json(req("system_chain"))
+        assert (await recv_json(ws))["error"]["code"] == -32603
+        node.set_faults(error_rate=0, hang=True)
+        await ws.send_json(req("system_chain", rid="late"))
+        with pytest.raises(asyncio.TimeoutError):
+            await ws.receive(timeout=0.2)
+        node.set_faults(hang=False)
+        assert (await recv_json(ws))["id"] == "late"
+        node.set_faults(close=True)
+        await ws.send_json(req("system_chain"))
+        msg = await ws.receive(timeout=2)
+        assert msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)
+
+
+async def test_ws_status_fault_on_open_socket_closes_it(
+    node: SimNode, session: aiohttp.ClientSession
+) -> None:
+    async with session.ws_connect(node.url) as ws:
+        node.set_faults(http_status=503)
+        await ws.send_json(req("system_chain"))
+        msg = await ws.receive(timeout=2)
+        assert msg.type is aiohttp.WSMsgType.CLOSE
+        assert msg.data == aiohttp.WSCloseCode.TRY_AGAIN_LATER
+
+
+async def test_stop_closes_open_and_hung_sockets(session: aiohttp.ClientSession) -> None:
+    node = SimNode(clock=lambda: EPOCH, epoch=EPOCH)
+    await node.start()
+    ws = await session.ws_connect(node.url)
+    node.set_faults(hang=True)
+    await ws.send_json(req("system_chain"))
+    await asyncio.sleep(0.05)
+    t0 = time.monotonic()
+    await node.stop()
+    assert time.monotonic() - t0 < 1.5
+    msg = await ws.receive(timeout=2)
+    assert msg.type in (
+        aiohttp.WSMsgType.CLOSE,
+        aiohttp.WSMsgType.CLOSED,
+        aiohttp.WSMsgType.ERROR,
+    )
+    await ws.close()
