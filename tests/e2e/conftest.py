@@ -77,13 +77,15 @@ PROXY_DEFAULTS = {
 }
 
 
-def build_stack(tmp: Any, names: tuple[str, ...], **proxy: Any) -> Stack:
+def build_stack(
+    tmp: Any, names: tuple[str, ...], *, top: dict[str, Any] | None = None, **proxy: Any
+) -> Stack:
     stack = Stack(tmp)
     epoch = time.time() - 600
     try:
         for name in names:
             stack.start_node(name, epoch=epoch, archive=name.startswith("archive"))
-        stack.write_config(base_config(tmp, stack.nodes, **{**PROXY_DEFAULTS, **proxy}))
+        stack.write_config(base_config(tmp, stack.nodes, top=top, **{**PROXY_DEFAULTS, **proxy}))
         stack.start_sidecar()
         stack.start_proxy()
     except BaseException:

@@ -215,7 +215,9 @@ class Stack:
             proc.stop()
 
 
-def base_config(tmp: Path, nodes: list[Node], **proxy: Any) -> dict[str, Any]:
+def base_config(
+    tmp: Path, nodes: list[Node], *, top: dict[str, Any] | None = None, **proxy: Any
+) -> dict[str, Any]:
     sidecar_port = free_port()
     endpoints = [
         {
@@ -236,4 +238,5 @@ def base_config(tmp: Path, nodes: list[Node], **proxy: Any) -> dict[str, Any]:
         },
         "data_dir": str(tmp / "data"),
         "registry": {"endpoints": endpoints},
+        **(top or {}),
     }
