@@ -58,7 +58,10 @@ class BlockIndex:
             params = call.params
             if not (isinstance(params, list) and params and isinstance(params[0], str)):
                 return
-            header = result.get("block", {}).get("header") if "block" in result else result
+            header: Any = result
+            if "block" in result:
+                block = result["block"]
+                header = block.get("header") if isinstance(block, dict) else None
             number = parse_height(header.get("number")) if isinstance(header, dict) else None
             if number is not None and _HASH.match(params[0]):
                 self.put(params[0], number)

@@ -26,7 +26,8 @@ CORS_HEADERS = (
     (
         "Access-Control-Expose-Headers",
         "X-Cache, X-RateLimit-Limit, X-RateLimit-Remaining, "
-        "X-RateLimit-Reset, X-RateLimit-Policy, Retry-After, X-Chainproxy-Upstream",
+        "X-RateLimit-Reset, X-RateLimit-Policy, Retry-After, X-Chainproxy-Upstream, "
+        "X-Chainproxy-Attempts",
     ),
 )
 

@@ -16,7 +16,7 @@ import aiohttp
 from addon.forward import AiohttpTransport, Budget, Transport
 from addon.pinning import BlockIndex
 from addon.ratelimit import RateLimiter
-from addon.upstreams import Upstream, UpstreamPool
+from addon.upstreams import TIER_UNPROBED, Upstream, UpstreamPool
 from chainproxy.config import Config
 
 
@@ -61,6 +61,37 @@ class Runtime:
             ),
             clock=clock,
         )
+
+    def inherit(self, old: Runtime) -> None:
+        """Carry live state across a config reload, so routing does not fall back
+        to "not probed" for a second: upstream health and latency (by id), chain
+        heads, learned block heights, and the rate limiter if its settings held."""
+        for net, pool in self.pools.items():
+            old_pool = old.pools.get(net)
+            if old_pool is None:
+                continue
+            for uid, up in pool.upstreams.items():
+                prev = old_pool.upstreams.get(uid)
+                if prev is None:
+                    continue
+                if prev.tier != TIER_UNPROBED:  # a snapshot had spoken for it
+                    up.tier, up.score, up.best, up.archive = (
+                        prev.tier,
+                        prev.score,
+                        prev.best,
+                        prev.archive,
+                    )
+                up.ewma_ms, up.updated_at = prev.ewma_ms, prev.updated_at
+                up.consecutive_failures, up.ejected_until = (
+                    prev.consecutive_failures,
+                    prev.ejected_until,
+                )
+            for heads_new, heads_old in ((self.tips, old.tips), (self.finalized, old.finalized)):
+                if net in heads_old:
+                    heads_new[net] = heads_old[net]
+        self.blocks = old.blocks
+        if old.config.proxy.rate_limit == self.config.proxy.rate_limit:
+            self.limiter = old.limiter
 
     def set_heads(self, network: str, tip: int | None, finalized: int | None) -> None:
         """Chain heights from the latest snapshot (None: unknown, forget the old)."""

@@ -59,8 +59,10 @@ class Settings:
         if old is not None and old.config == config:
             return  # unchanged (or a rolled-back bad change): keep limiter and health state
         runtime = Runtime.build(config)
-        if old is not None and old.session is not None:
-            runtime.attach_session(old.session)
+        if old is not None:
+            runtime.inherit(old)
+            if old.session is not None:
+                runtime.attach_session(old.session)
         self.holder.runtime = runtime
         backstop = max(_BACKSTOP_MIN, 4 * config.proxy.max_body_bytes)
         if "body_size_limit" in ctx.options and ctx.options.body_size_limit != str(backstop):

@@ -11,15 +11,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
-
 from addon.runtime import RuntimeHolder
 from addon.upstreams import TIER_UNPROBED, UpstreamPool
 
 log = logging.getLogger("chainproxy.snapshot")
 
 REFRESH_S = 1.0
-MAX_BACKOFF_S = 30.0
+MAX_BACKOFF_S = 10.0
 
 
 class SnapshotError(ValueError):
@@ -32,25 +30,34 @@ def apply_snapshot(pool: UpstreamPool, doc: Mapping[str, Any]) -> tuple[int | No
     Returns (tip, finalized). Raises ``SnapshotError`` on a malformed document
     (the pool is then left as it was)."""
     try:
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("upstreams"), list):
+            raise ValueError("not a snapshot object with an upstreams list")
         tip = _opt_int(doc.get("tip"))
         finalized = _opt_int(doc.get("finalized"))
-        entries = {str(u["id"]): u for u in doc["upstreams"]}
         updates = {}
-        for uid, u in entries.items():
-            if uid in pool.upstreams:
-                updates[uid] = (
-                    int(u["tier"]),
-                    max(0.01, float(u.get("score", 1.0))),
-                    _opt_int(u.get("best")),
-                    bool(u.get("archive", False)),
-                )
-    except (KeyError, TypeError, ValueError) as e:
+        for u in doc["upstreams"]:
+            uid = u["id"]
+            if uid not in pool.upstreams:
+                continue  # not in our config: we have no URL for it
+            tier = u["tier"]
+            if isinstance(tier, bool) or not isinstance(tier, int) or not 0 <= tier <= 3:
+                raise ValueError(f"bad tier {tier!r}")
+            score = u.get("score", 1.0)
+            if isinstance(score, bool) or not isinstance(score, int | float):
+                raise ValueError(f"bad score {score!r}")
+            archive = u.get("archive", False)
+            if not isinstance(archive, bool):
+                raise ValueError(f"bad archive flag {archive!r}")
+            # A score outside 0..1 (or NaN) must not make one upstream free.
+            score = min(1.0, max(0.01, score)) if score == score else 0.01
+            updates[uid] = (tier, score, _opt_int(u.get("best")), archive)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SnapshotError(f"malformed routing snapshot: {e!r}") from None
     for uid, up in pool.upstreams.items():
         if uid in updates:
             up.tier, up.score, up.best, up.archive = updates[uid]
         else:
-            up.tier, up.score, up.best = TIER_UNPROBED, 1.0, None
+            up.tier, up.score, up.best, up.archive = TIER_UNPROBED, 1.0, None, up.configured_archive
     return tip, finalized
 
 
@@ -106,7 +113,7 @@ class SnapshotRefresher:
                 delay = self.refresh_s
             except asyncio.CancelledError:
                 raise
-            except (aiohttp.ClientError, TimeoutError, OSError, SnapshotError, ValueError) as e:
+            except Exception as e:  # whatever happens, the task must live on
                 self.failures += 1
                 if self.failures == 1 or self.failures % 10 == 0:
                     log.warning(

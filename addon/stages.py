@@ -229,6 +229,7 @@ class Forwarder(_Stage):
         headers = [("X-Cache", rpc.cache)]
         if rpc.upstream:
             headers.append(("X-Chainproxy-Upstream", rpc.upstream))
+            headers.append(("X-Chainproxy-Attempts", str(len(rpc.attempts))))
         doc = rpc.answers if is_batch else rpc.answers[0]
         finish(flow, json_response(200, doc, headers), rpc, now=rt.clock(), outcome="ok")
 

@@ -41,6 +41,7 @@ class Upstream:
     url: str  # full URL, may hold a secret: never log it
     provider: str
     archive: bool
+    configured_archive: bool = False  # what the config says, when no snapshot does
     tier: int = TIER_UNPROBED
     score: float = 1.0
     best: int | None = None  # best block the sidecar last saw on it
@@ -54,7 +55,9 @@ class Upstream:
 
     @classmethod
     def from_endpoint(cls, e: Endpoint) -> Upstream:
-        return cls(id=e.id, url=e.url, provider=e.provider, archive=e.archive)
+        return cls(
+            id=e.id, url=e.url, provider=e.provider, archive=e.archive, configured_archive=e.archive
+        )
 
 
 class UpstreamPool:

@@ -10,17 +10,19 @@ store in batches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from chainproxy.config import Endpoint, ProbeConfig
 from sidecar.health import Health, Transition, apply
-from sidecar.model import ProbeKind, ProbeResult
+from sidecar.model import TIMEOUT, ProbeKind, ProbeResult
 from sidecar.store import Store
 
 log = logging.getLogger("chainproxy.sidecar.prober")
@@ -30,6 +32,8 @@ TransitionHook = Callable[[Endpoint, Health, Transition, ProbeResult], None]
 
 _JITTER = 0.1
 _FLUSH_S = 1.0
+_GRACE_S = 1.0  # beyond the probe timeout before the scheduler gives up on a probe
+PROBE_ERROR = "probe-error"
 _RECENT = 20  # probes kept in memory per endpoint for the API
 NODE_KINDS = ("node-rpc", "node-wss")
 
@@ -51,6 +55,7 @@ class Prober:
         store: Store | None,
         *,
         clock: Callable[[], float],
+        monotonic: Callable[[], float] = time.monotonic,
         concurrency: int = 32,
         rng: random.Random | None = None,
         on_transition: TransitionHook | None = None,
@@ -68,8 +73,10 @@ class Prober:
             for eid, probes in self.recent.items():
                 probes.extend(reversed(store.recent_probes(eid, _RECENT)))
         self._probe = probe
-        self._clock = clock
+        self._clock = clock  # wall time: probe timestamps, retention
+        self._mono = monotonic  # scheduling: immune to wall-clock steps
         self._rng = rng or random.Random()
+        self._wakeup = asyncio.Event()
         self._sem = asyncio.Semaphore(concurrency)
         self._queue: list[_Due] = []
         self._seq = itertools.count()
@@ -85,9 +92,9 @@ class Prober:
 
     def _schedule(self, endpoint_id: str, kind: ProbeKind, delay: float) -> None:
         jittered = delay * (1 + self._rng.uniform(-_JITTER, _JITTER))
-        heapq.heappush(
-            self._queue, _Due(self._clock() + jittered, next(self._seq), endpoint_id, kind)
-        )
+        due = _Due(self._mono() + jittered, next(self._seq), endpoint_id, kind)
+        heapq.heappush(self._queue, due)
+        self._wakeup.set()  # the loop may be sleeping towards a later item
 
     def _initial_schedule(self) -> None:
         # Spread the first round over a second so start-up is not a thundering herd.
@@ -98,20 +105,22 @@ class Prober:
 
     async def run(self) -> None:
         self._initial_schedule()
-        last_flush = self._clock()
+        last_flush = self._mono()
         try:
             while True:
-                now = self._clock()
+                now = self._mono()
                 while self._queue and self._queue[0].at <= now:
                     due = heapq.heappop(self._queue)
                     self._start(due)
                 if now - last_flush >= _FLUSH_S:
                     self.flush()
                     last_flush = now
-                wait = min(
-                    _FLUSH_S, max(0.01, self._queue[0].at - now) if self._queue else _FLUSH_S
-                )
-                await asyncio.sleep(wait)
+                wait = _FLUSH_S
+                if self._queue:
+                    wait = min(wait, max(0.0, self._queue[0].at - now))
+                self._wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), timeout=wait)
         finally:
             for t in self._tasks:
                 t.cancel()
@@ -130,12 +139,22 @@ class Prober:
         interval = self.config.interval_s if kind == "full" else self.config.head_interval_s
         try:
             async with self._sem:
-                result = await self._probe(endpoint, kind)
+                at = self._clock()
+                try:
+                    # Probes bound themselves; this is the scheduler's own guarantee
+                    # that a slot is never held for longer.
+                    async with asyncio.timeout(self.config.timeout_s + _GRACE_S):
+                        result = await self._probe(endpoint, kind)
+                except TimeoutError:
+                    result = ProbeResult(endpoint.id, at, kind, TIMEOUT, detail="probe overran")
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # a probe bug must not freeze this endpoint's health
+                    log.exception("probe of %s (%s) failed unexpectedly", endpoint.id, kind)
+                    result = ProbeResult(
+                        endpoint.id, at, kind, PROBE_ERROR, detail=type(e).__name__
+                    )
             self.observe(endpoint, result)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a probe bug must not end probing of this endpoint
-            log.exception("probe of %s (%s) failed unexpectedly", endpoint.id, kind)
         finally:
             self._schedule(endpoint.id, kind, interval)
 

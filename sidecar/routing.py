@@ -59,7 +59,8 @@ def chain_heads(
 
 def route(e: Endpoint, h: Health | None, tip: int | None, max_lag: int) -> Route:
     h = h or Health()
-    lag = tip - h.best if tip is not None and h.best is not None else None
+    # A node ahead of the tip (the tip counts healthy nodes only) has no lag.
+    lag = max(0, tip - h.best) if tip is not None and h.best is not None else None
     synced = lag is not None and lag <= max_lag
     if h.healthy:
         tier = 0 if synced else 1

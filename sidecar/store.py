@@ -125,9 +125,7 @@ class Store:
         out: dict[str, Health] = {}
         for eid, state in self._db.execute("SELECT endpoint_id, state FROM health"):
             try:
-                raw: dict[str, Any] = json.loads(state)
-                raw["recent"] = tuple(raw.get("recent", ()))
-                out[eid] = Health(**{k: v for k, v in raw.items() if k in _HEALTH_FIELDS})
+                out[eid] = _health_from_json(state)
             except (ValueError, TypeError) as e:
                 log.warning("ignoring unreadable health row for %s: %s", eid, e)
         return out
@@ -155,3 +153,40 @@ class Store:
 
     def probe_count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM probes").fetchone()[0]
+
+
+_INT_OR_NONE = ("best", "finalized")
+_NUM_OR_NONE = ("last_probe_at", "last_ok_at", "latency_ms", "best_at")
+_INTS = ("consecutive_failures", "consecutive_successes")
+
+
+def _health_from_json(state: str) -> Health:
+    """A stored Health row, type-checked field by field: a damaged row is
+    rejected here rather than breaking the routing math later."""
+    raw = json.loads(state)
+    if not isinstance(raw, dict):
+        raise ValueError("not an object")
+    kw: dict[str, Any] = {k: v for k, v in raw.items() if k in _HEALTH_FIELDS}
+    for k in _INT_OR_NONE:
+        if kw.get(k) is not None and (isinstance(kw[k], bool) or not isinstance(kw[k], int)):
+            raise ValueError(f"{k} is not an integer")
+    for k in _NUM_OR_NONE:
+        if kw.get(k) is not None and (
+            isinstance(kw[k], bool) or not isinstance(kw[k], int | float)
+        ):
+            raise ValueError(f"{k} is not a number")
+    for k in _INTS:
+        if k in kw and (isinstance(kw[k], bool) or not isinstance(kw[k], int)):
+            raise ValueError(f"{k} is not an integer")
+    if kw.get("status", "Unknown") not in ("OK", "Degraded", "Unknown"):
+        raise ValueError("bad status")
+    if kw.get("archive") is not None and not isinstance(kw["archive"], bool):
+        raise ValueError("archive is not a boolean")
+    for k in ("classification", "message"):
+        if k in kw and not isinstance(kw[k], str):
+            raise ValueError(f"{k} is not a string")
+    recent = kw.get("recent", [])
+    if not isinstance(recent, list) or not all(isinstance(x, bool) for x in recent):
+        raise ValueError("recent is not a list of booleans")
+    kw["recent"] = tuple(recent)
+    return Health(**kw)

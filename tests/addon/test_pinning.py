@@ -208,12 +208,6 @@ def test_does_not_learn_from_unpinned_or_odd_header_answers() -> None:
     assert len(idx) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: BlockIndex.learn raises AttributeError on a chain_getBlock answer whose"
-    " 'block' is not an object (e.g. {'block': None}); it runs in Forwarder._fill, so the"
-    " client gets a 500 instead of the upstream's answer",
-)
 @pytest.mark.parametrize("answer", [{"block": None}, {"block": "0x00"}])
 def test_learn_never_raises_on_an_odd_block_answer(answer: Any) -> None:
     idx = BlockIndex()

@@ -163,12 +163,6 @@ def test_malformed_docs_raise_and_leave_the_pool_unchanged(bad: dict[str, Any]) 
     assert state(pool) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: apply_snapshot raises AttributeError (not SnapshotError) when the document"
-    " is not a JSON object: `doc.get` runs outside the try; aiohttp's resp.json() also"
-    " returns None for an empty 200 body",
-)
 @pytest.mark.parametrize("bad", [None, [], "routes", 5], ids=["null", "list", "string", "number"])
 def test_a_document_that_is_not_an_object_raises_snapshot_error(bad: Any) -> None:
     pool = make_pool("a")
@@ -463,12 +457,6 @@ async def test_run_waits_refresh_s_between_good_refreshes(
     assert len(fake.requests) == 6  # both networks each time
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SnapshotRefresher.run dies with AttributeError when the sidecar answers"
-    " 200 with an empty body or a JSON array (apply_snapshot calls doc.get on None/list;"
-    " AttributeError is not among the caught errors): the proxy stops refreshing routes",
-)
 @pytest.mark.parametrize("mode", ["empty", "list"])
 async def test_run_survives_a_body_that_is_not_an_object(
     sidecar: tuple[FakeSidecar, Any], session: aiohttp.ClientSession, mode: str

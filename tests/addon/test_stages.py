@@ -228,3 +228,30 @@ async def test_batch_larger_than_the_whole_quota_says_split_it() -> None:
     assert f.response.status_code == 429
     assert "split it" in body(f)["error"]["data"]["reason"]
     assert fake.seen == []
+
+
+def test_reloading_the_config_keeps_routing_and_quota_state(tmp_path: Any) -> None:
+    from mitmproxy.addons.proxyserver import Proxyserver
+
+    body_ = (
+        "registry:\n  endpoints:\n"
+        "    - {url: 'http://127.0.0.1:1', provider: p, kind: node-rpc, network: finney}\n"
+    )
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(body_)
+    second.write_text(body_ + "proxy: {max_batch: 50}\n")
+    addons = build_addons()
+    with taddons.context(Proxyserver(), *addons) as tctx:
+        tctx.configure(addons[0], chainproxy_config=str(first))
+        rt = addons[0].holder.runtime
+        (up,) = rt.pools["finney"].upstreams.values()
+        up.tier, up.best, up.ewma_ms = 1, 123, 42.0
+        rt.set_heads("finney", 130, 128)
+        rt.limiter.check("1.2.3.4", 7)
+        tctx.configure(addons[0], chainproxy_config=str(second))
+        new = addons[0].holder.runtime
+        assert new is not rt and new.config.proxy.max_batch == 50
+        (up2,) = new.pools["finney"].upstreams.values()
+        assert (up2.tier, up2.best, up2.ewma_ms) == (1, 123, 42.0)
+        assert new.tips["finney"] == 130 and new.finalized["finney"] == 128
+        assert new.limiter.check("1.2.3.4").remaining == 100 - 8

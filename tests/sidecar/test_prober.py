@@ -12,8 +12,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from chainproxy.config import Config, Endpoint, ProbeConfig, parse_config
 from sidecar.health import Health
 from sidecar.model import DEAD, LIVE, TIMEOUT, ProbeKind, ProbeResult
@@ -196,13 +194,6 @@ async def test_every_endpoint_is_probed_and_heads_only_for_nodes() -> None:
     assert p.probes_run == len(fake.calls)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Prober.run computes its sleep from the queue head before the started"
-    " probes reschedule themselves, and sleeps a full _FLUSH_S (1 s) when every probe is"
-    " in flight: probes come up to 1 s late, so an interval under 1 s is not honoured"
-    " (here 1 full probe in 0.45 s with interval_s=0.1)",
-)
 async def test_full_probes_follow_interval_s() -> None:
     cfg = config(("art", "data-artifact"))
     fake = FakeProbe()
@@ -265,12 +256,6 @@ async def test_a_hanging_probe_does_not_stop_other_endpoints() -> None:
     assert p.health_of(cfg.endpoints[1].id).status == "OK"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Prober._run_one does not bound a probe by ProbeConfig.timeout_s (the"
-    " module docstring says it does): a hung probe keeps its semaphore slot forever, so"
-    " one hung node endpoint (full + head probe) with concurrency=2 stops all probing",
-)
 async def test_a_hanging_endpoint_does_not_use_up_the_concurrency_slots() -> None:
     cfg = config(("stuck", "node-rpc"), ("b", "node-rpc"))
     fake = FakeProbe({"stuck": "hang"})
@@ -280,11 +265,6 @@ async def test_a_hanging_endpoint_does_not_use_up_the_concurrency_slots() -> Non
         assert await until(lambda: fake.count("b") >= 4, timeout=1.2), fake.calls
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Prober._run_one never times out a hung probe (ProbeConfig.timeout_s is"
-    " unused), so the endpoint is never re-probed and never becomes Degraded",
-)
 async def test_a_hanging_endpoint_is_reported_as_timing_out() -> None:
     cfg = config(("stuck", "node-rpc"), ("b", "node-rpc"))
     fake = FakeProbe({"stuck": "hang"})
@@ -310,6 +290,9 @@ async def test_a_probe_that_raises_does_not_stop_probing() -> None:
         ), fake.calls
         assert not task.done()
     assert p.health_of(cfg.endpoints[1].id).status == "OK"
+    # A probe bug counts as a failed probe: the endpoint does not keep a stale "OK".
+    buggy = p.health_of(cfg.endpoints[0].id)
+    assert buggy.classification == "probe-error" and buggy.status == "Degraded"
 
 
 async def test_cancelling_run_cancels_probes_and_flushes_to_the_store(tmp_path: Path) -> None:
@@ -376,12 +359,6 @@ def test_a_prober_over_an_existing_store_starts_from_the_stored_health(tmp_path:
         second.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Prober schedules probes on the clock it is given, and the sidecar gives it"
-    " time.time (app.create_app): a wall-clock step backwards (NTP) stops all probing for"
-    " as long as the step",
-)
 async def test_a_wall_clock_step_backwards_does_not_stop_probing() -> None:
     cfg = config(("a", "node-rpc"))
     fake = FakeProbe()

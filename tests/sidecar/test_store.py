@@ -256,12 +256,6 @@ def test_unreadable_health_rows_are_skipped(path: Path, caplog: pytest.LogCaptur
     assert sum("unreadable health row" in r.getMessage() for r in caplog.records) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Store.load_health raises AttributeError on a health row whose JSON is not"
-    " an object (e.g. 'null' or '[1, 2]'): only ValueError/TypeError are caught, so the"
-    " Prober (and the sidecar start-up) fails instead of skipping the row",
-)
 @pytest.mark.parametrize("state", ["null", "[1, 2]", '"OK"', "42"])
 def test_health_rows_that_are_not_objects_are_skipped(path: Path, state: str) -> None:
     loaded = _load_after_inserting(path, [("endpoint-srf-notanobject000", state)])
