@@ -91,14 +91,18 @@ class UpstreamPool:
         self, exclude: set[str], *, prefer_archive: bool = False, min_block: int | None = None
     ) -> Upstream | None:
         """The next upstream to try. ``min_block``: the call needs that height, so
-        upstreams known to be below it are passed over while any other is left."""
+        upstreams known to be below it are passed over while any other is left
+        (and if none is known to have it, the most advanced are tried first)."""
         now = self._clock()
         candidates = [u for u in self.upstreams.values() if u.id not in exclude]
         if not candidates:
             return None
         if min_block is not None:
             high = [u for u in candidates if u.best is None or u.best >= min_block]
-            candidates = high or candidates
+            if not high:  # nobody is known to have it yet: the most advanced may
+                top = max(u.best for u in candidates if u.best is not None)
+                high = [u for u in candidates if u.best == top]
+            candidates = high
         if prefer_archive and any(u.archive for u in candidates):
             candidates = [u for u in candidates if u.archive]
         best_tier = min(self.effective_tier(u, now) for u in candidates)

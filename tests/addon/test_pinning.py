@@ -294,3 +294,11 @@ def test_min_block_from_hints_steers_the_choice() -> None:
     p = pool(("behind", TIER_SYNCED, 1_000), ("ahead", TIER_SYNCED, 1_002))
     need = hints([call("chain_getBlockHash", 1_001)], tip=1_002, index=BlockIndex()).min_block
     assert picks(p, min_block=need) == {"ahead"}
+
+
+def test_when_nobody_has_the_block_yet_the_most_advanced_goes_first() -> None:
+    p = pool(("a", TIER_SYNCED, 97), ("b", TIER_SYNCED, 99), ("c", TIER_SYNCED, 98))
+    assert picks(p, min_block=100) == {"b"}
+    tried = {"b"}
+    nxt = p.choose(tried, min_block=100)
+    assert nxt is not None and nxt.id == "c"
