@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from addon.cache_stage import Cache
 from addon.runtime import RuntimeHolder
 from addon.settings import Settings
 from addon.sidecar_pass import SidecarPassthrough
@@ -15,6 +16,7 @@ def build_addons() -> list[object]:
         Gate(holder),
         Allowlist(holder),
         RateLimit(holder),
+        Cache(holder),
         Forwarder(holder),
         SidecarPassthrough(holder),
         Guard(),

@@ -46,6 +46,8 @@ class RpcContext:
     upstream: str | None = None
     provider: str | None = None
     cache: str = "MISS"
+    hits: set[int] = field(default_factory=set)  # items answered from the cache
+    forwarded: list[int] = field(default_factory=list)  # items sent upstream
 
     def pending(self) -> list[int]:
         """Indexes of the items that still need an upstream answer."""

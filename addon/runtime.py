@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from addon.cache_store import CacheStore, DiskCacheStore
 from addon.forward import AiohttpTransport, Budget, Transport
 from addon.pinning import BlockIndex
 from addon.ratelimit import RateLimiter
 from addon.upstreams import TIER_UNPROBED, Upstream, UpstreamPool
+from addon.usage import Spool, UsageAggregator
 from chainproxy.config import Config
 
 
@@ -32,6 +34,9 @@ class Runtime:
     tips: dict[str, int] = field(default_factory=dict)  # from the sidecar's snapshot
     finalized: dict[str, int] = field(default_factory=dict)
     blocks: BlockIndex = field(default_factory=BlockIndex)  # hash -> height, learned
+    cache: CacheStore | None = None  # None: caching off (or storage not opened yet)
+    usage: UsageAggregator = field(default_factory=UsageAggregator)
+    spool: Spool | None = None
 
     @classmethod
     def build(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Runtime:
@@ -90,8 +95,26 @@ class Runtime:
                 if net in heads_old:
                     heads_new[net] = heads_old[net]
         self.blocks = old.blocks
+        self.usage = old.usage  # records not yet shipped stay with the process
+        if old.config.data_dir == self.config.data_dir:
+            self.spool = old.spool
+            if old.config.proxy.cache == self.config.proxy.cache:
+                self.cache = old.cache
         if old.config.proxy.rate_limit == self.config.proxy.rate_limit:
             self.limiter = old.limiter
+
+    def open_storage(self) -> None:
+        """The on-disk parts (cache, usage spool) under ``data_dir``; separate from
+        ``build`` so unit tests can run without touching the disk."""
+        p = self.config.proxy
+        if self.cache is None and p.cache.enabled:
+            self.cache = DiskCacheStore(
+                self.config.data_dir / "cache", size_limit_mb=p.cache.size_limit_mb
+            )
+        if self.spool is None:
+            self.spool = Spool(
+                self.config.data_dir / "spool", max_batches=p.usage.spool_max_batches
+            )
 
     def set_heads(self, network: str, tip: int | None, finalized: int | None) -> None:
         """Chain heights from the latest snapshot (None: unknown, forget the old)."""

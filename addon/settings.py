@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
+import aiohttp
 from mitmproxy import ctx, exceptions
 
 from addon.forward import new_session
 from addon.runtime import Runtime, RuntimeHolder
 from addon.snapshot import SnapshotRefresher
+from addon.usage import UsageShipper
 from chainproxy.config import ConfigError, load_config
 
 log = logging.getLogger("chainproxy")
@@ -32,6 +35,8 @@ class Settings:
         self._closing: set[asyncio.Task[None]] = set()
         self._refresher = SnapshotRefresher(holder)
         self._refresh_task: asyncio.Task[None] | None = None
+        self._shipper: UsageShipper | None = None
+        self._ship_task: asyncio.Task[None] | None = None
 
     def load(self, loader) -> None:  # type: ignore[no-untyped-def]
         loader.add_option(
@@ -63,6 +68,14 @@ class Settings:
             runtime.inherit(old)
             if old.session is not None:
                 runtime.attach_session(old.session)
+        try:
+            runtime.open_storage()
+        except OSError as e:
+            message = f"config error: data_dir: cannot use {config.data_dir}: {e.strerror or e}"
+            if old is None:
+                log.error("%s", message)
+                return
+            raise exceptions.OptionsError(message) from None
         self.holder.runtime = runtime
         backstop = max(_BACKSTOP_MIN, 4 * config.proxy.max_body_bytes)
         if "body_size_limit" in ctx.options and ctx.options.body_size_limit != str(backstop):
@@ -84,8 +97,40 @@ class Settings:
         rt = self.holder.runtime
         if rt is not None and rt.session is None:
             rt.attach_session(new_session())
+        loop = asyncio.get_running_loop()
         if self._refresh_task is None:
-            self._refresh_task = asyncio.get_running_loop().create_task(self._refresher.run())
+            self._refresh_task = loop.create_task(self._refresher.run())
+        if self._ship_task is None and rt is not None and rt.spool is not None:
+            self._shipper = UsageShipper(
+                rt.usage, rt.spool, self._deliver, flush_s=rt.config.proxy.usage.flush_s
+            )
+            self._ship_task = loop.create_task(self._shipper.run())
+
+    async def _deliver(self, batch: dict[str, Any]) -> bool:
+        """POST one usage batch; True when it may leave the spool."""
+        rt = self.holder.runtime
+        if rt is None or rt.session is None:
+            return False
+        sidecar = rt.config.sidecar
+        headers = {"Authorization": f"Bearer {sidecar.token}"} if sidecar.token else {}
+        try:
+            async with asyncio.timeout(10):
+                async with rt.session.post(
+                    f"{sidecar.url}/api/v1/internal/usage", json=batch, headers=headers
+                ) as resp:
+                    if resp.status == 200:
+                        return True
+                    if resp.status in (400, 413, 422):
+                        # A batch the sidecar can never accept must not block the spool.
+                        log.error(
+                            "sidecar rejected usage batch %s (HTTP %d): dropped",
+                            batch.get("batch_id"),
+                            resp.status,
+                        )
+                        return True
+                    return False
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
 
     def done(self) -> None:
         # Must stay synchronous (mitmproxy's hot reload calls it so): cancel and
@@ -93,6 +138,13 @@ class Settings:
         if self._refresh_task is not None:
             self._refresh_task.cancel()
             self._refresh_task = None
+        if self._ship_task is not None:
+            self._ship_task.cancel()
+            self._ship_task = None
+        if self._shipper is not None:
+            # Records not yet sent go to the on-disk spool: delivered after restart.
+            self._shipper.spool_pending()
+            self._shipper = None
         rt = self.holder.runtime
         if rt is None or rt.session is None:
             return

@@ -13,6 +13,7 @@ from typing import Any
 from mitmproxy import http
 
 from addon.allowlist import refusal_reason
+from addon.cache_stage import store_answers
 from addon.forward import ForwardResult, forward, new_session
 from addon.jsonrpc import (
     INTERNAL_ERROR,
@@ -192,6 +193,7 @@ class Forwarder(_Stage):
         if _skip(flow) or rpc is None or rpc.parsed is None or rt is None:
             return
         pending = rpc.pending()
+        rpc.forwarded = pending
         is_batch = rpc.parsed.is_batch
         if pending:
             if rt.transport is None:
@@ -217,6 +219,8 @@ class Forwarder(_Stage):
             if result.upstream is not None:
                 rpc.upstream, rpc.provider = result.upstream.id, result.upstream.provider
             status = self._fill(rpc, pending, result, rt)
+            store_answers(rt, rpc)
+            record_usage(rt, rpc)
             if status is not None and not is_batch:
                 finish(
                     flow,
@@ -226,6 +230,8 @@ class Forwarder(_Stage):
                     outcome="error",
                 )
                 return
+        else:
+            record_usage(rt, rpc)  # all from the cache
         headers = [("X-Cache", rpc.cache)]
         if rpc.upstream:
             headers.append(("X-Chainproxy-Upstream", rpc.upstream))
@@ -262,6 +268,31 @@ class Forwarder(_Stage):
                 rpc.parsed.items[i].id, INTERNAL_ERROR, message, {"attempts": attempts}
             )
         return status
+
+
+def record_usage(rt: Runtime, rpc: RpcContext) -> None:
+    """One usage record per call that was answered from the cache or upstream
+    (refusals are not proxied calls). A call counts as an error when its answer
+    is a JSON-RPC error, the proxy's or the upstream's."""
+    if rpc.parsed is None:
+        return
+    latency_ms = (rt.clock() - rpc.started) * 1000
+    failover = len(rpc.attempts) > 1
+    endpoint = rpc.upstream or (rpc.attempts[-1].endpoint if rpc.attempts else None)
+    for i in (*rpc.hits, *rpc.forwarded):
+        item, answer = rpc.parsed.items[i], rpc.answers[i]
+        if not isinstance(item, Call) or answer is None:
+            continue
+        hit = i in rpc.hits
+        rt.usage.record(
+            network=rpc.network,
+            method=item.method,
+            endpoint=None if hit else endpoint,
+            latency_ms=latency_ms,
+            error="error" in answer,
+            failover=failover and not hit,
+            cache_hit=hit,
+        )
 
 
 class Guard:

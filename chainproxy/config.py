@@ -68,6 +68,16 @@ class FailoverConfig:
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
     size_limit_mb: int = 512
+    enabled: bool = True
+    # Extra block-hash-pinned methods to cache: method -> index of the block-hash
+    # param (chain_getBlock/chain_getHeader/chain_getBlockHash are always cached).
+    methods: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageConfig:
+    flush_s: float = 2.0  # records reach the sidecar within this (plus delivery)
+    spool_max_batches: int = 10_000  # past it the oldest batch is dropped (counted, logged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,7 @@ class ProxyConfig:
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     failover: FailoverConfig = field(default_factory=FailoverConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    usage: UsageConfig = field(default_factory=UsageConfig)
     max_body_bytes: int = 1_048_576
     max_batch: int = 100
     max_response_bytes: int = 64 * 1_048_576  # an upstream answer larger than this fails over
@@ -260,6 +271,7 @@ def _parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig
             "trusted_proxies",
             "failover",
             "cache",
+            "usage",
             "max_body_bytes",
             "max_batch",
             "max_response_bytes",
@@ -315,9 +327,25 @@ def _parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig
     )
 
     c = _mapping(p.get("cache"), "proxy.cache")
-    _check_keys(c, ("size_limit_mb",), "proxy.cache")
+    _check_keys(c, ("size_limit_mb", "enabled", "methods"), "proxy.cache")
+    methods = _mapping(c.get("methods"), "proxy.cache.methods")
+    for m in methods:
+        if not isinstance(m, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{1,63}", m):
+            raise ConfigError("proxy.cache.methods", f"bad method name {m!r}")
+        _int(methods, m, 0, f"proxy.cache.methods.{m}", minimum=0)
     cache = CacheConfig(
-        size_limit_mb=_int(c, "size_limit_mb", 512, "proxy.cache.size_limit_mb", minimum=1)
+        size_limit_mb=_int(c, "size_limit_mb", 512, "proxy.cache.size_limit_mb", minimum=1),
+        enabled=_bool(c, "enabled", True, "proxy.cache.enabled"),
+        methods=dict(methods),
+    )
+
+    u = _mapping(p.get("usage"), "proxy.usage")
+    _check_keys(u, ("flush_s", "spool_max_batches"), "proxy.usage")
+    usage = UsageConfig(
+        flush_s=_num(u, "flush_s", 2.0, "proxy.usage.flush_s"),
+        spool_max_batches=_int(
+            u, "spool_max_batches", 10_000, "proxy.usage.spool_max_batches", minimum=1
+        ),
     )
 
     return ProxyConfig(
@@ -327,6 +355,7 @@ def _parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig
         trusted_proxies=tuple(trusted),
         failover=failover,
         cache=cache,
+        usage=usage,
         max_body_bytes=_int(p, "max_body_bytes", 1_048_576, "proxy.max_body_bytes", minimum=64),
         max_batch=_int(p, "max_batch", 100, "proxy.max_batch", minimum=1),
         max_response_bytes=_int(

@@ -1,0 +1,93 @@
+"""What may be answered from the edge cache, under which key (pure).
+
+* ``chain_getBlock(hash)``, ``chain_getHeader(hash)``: immutable, cached.
+* ``chain_getBlockHash(n)`` (number, hex string, or a list of them): one entry
+  per height, only when every height asked is at or below the finalized height
+  (unknown finality: never). ``1``, ``"0x1"`` and ``[1]`` share the entry for
+  height 1; a list is answered only when every height in it is cached.
+* configured methods (``proxy.cache.methods``: method -> index of the block-hash
+  param): cached when that param is a block hash.
+* Never: errors, ``null``, anything not pinned to a block.
+
+Keys carry the network and a canonical form of the params (sorted keys, hex
+lower-cased, heights as integers), never the request id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from addon.failover import block_numbers
+from addon.jsonrpc import Call
+
+KEY_VERSION = "v1"
+_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
+_HEX = re.compile(r"^0x[0-9a-fA-F]*$")
+_HASH_PINNED = {"chain_getBlock": 0, "chain_getHeader": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How one call maps onto cache entries."""
+
+    keys: tuple[str, ...]
+    is_list: bool = False  # chain_getBlockHash([...]): answer is a list
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, str) and _HEX.match(value):
+        return value.lower()
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
+
+
+def _hash_index(method: str, extra: Mapping[str, int]) -> int | None:
+    if method in _HASH_PINNED:
+        return _HASH_PINNED[method]
+    return extra.get(method)
+
+
+def plan(
+    network: str, call: Call, *, extra: Mapping[str, int], finalized: int | None
+) -> Plan | None:
+    """The cache entries that answer ``call``, or None if it is not cacheable."""
+    params = call.params
+    if not isinstance(params, list):
+        return None
+    if call.method == "chain_getBlockHash":
+        heights = block_numbers(params)
+        if not heights or finalized is None or max(heights) > finalized:
+            return None
+        keys = tuple(f"{KEY_VERSION}|{network}|blockhash|{n}" for n in heights)
+        return Plan(keys, is_list=isinstance(params[0], list))
+    idx = _hash_index(call.method, extra)
+    if idx is None or idx >= len(params):
+        return None
+    pinned = params[idx]
+    if not isinstance(pinned, str) or not _HASH.match(pinned):
+        return None
+    canon = json.dumps(_canonical(params), sort_keys=True, separators=(",", ":"))
+    return Plan((f"{KEY_VERSION}|{network}|{call.method}|{canon}",))
+
+
+def answer_from(p: Plan, values: list[Any]) -> Any:
+    """The result assembled from the plan's cached values (all present)."""
+    return list(values) if p.is_list else values[0]
+
+
+def entries_to_store(p: Plan, result: Any) -> list[tuple[str, Any]]:
+    """What an upstream result lets us cache: never null, never a partial list."""
+    if result is None:
+        return []
+    if p.is_list:
+        if not isinstance(result, list) or len(result) != len(p.keys):
+            return []
+        return [(k, v) for k, v in zip(p.keys, result, strict=True) if v is not None]
+    return [(p.keys[0], result)]

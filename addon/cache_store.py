@@ -1,0 +1,82 @@
+"""The edge cache's storage: diskcache in ``data_dir/cache``, size-bounded with
+LRU eviction, shared by every proxy process on the machine (diskcache is
+process-safe through SQLite). A corrupt, unreadable or full cache is a miss
+plus a log line and a counter, never an error for the client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Protocol
+
+import diskcache
+
+log = logging.getLogger("chainproxy.cache")
+
+_MISSING = object()
+
+
+class CacheStore(Protocol):
+    def get(self, key: str) -> Any | None: ...
+
+    def set(self, key: str, value: Any) -> None: ...
+
+
+class DiskCacheStore:
+    def __init__(self, directory: Path, *, size_limit_mb: int) -> None:
+        self.directory = directory
+        self.errors = 0
+        self._cache = diskcache.Cache(
+            str(directory),
+            size_limit=size_limit_mb * 1_048_576,
+            eviction_policy="least-recently-used",
+            # Values are small JSON texts; keep them in SQLite rather than files.
+            disk_min_file_size=1 << 20,
+            timeout=0.5,  # a locked database is a miss, not a stall
+        )
+
+    def _failed(self, op: str, e: BaseException) -> None:
+        self.errors += 1
+        if self.errors == 1 or self.errors % 100 == 0:
+            log.warning("cache %s failed (%s: %s); treated as a miss", op, type(e).__name__, e)
+
+    def get(self, key: str) -> Any | None:
+        try:
+            raw = self._cache.get(key, default=_MISSING)
+        except Exception as e:  # corrupt db, disk error, lock timeout
+            self._failed("read", e)
+            return None
+        if raw is _MISSING:
+            return None
+        try:
+            return json.loads(raw)
+        except (TypeError, ValueError) as e:
+            self._failed("decode", e)
+            return None
+
+    def set(self, key: str, value: Any) -> None:
+        try:
+            self._cache.set(key, json.dumps(value, separators=(",", ":")))
+        except Exception as e:  # full disk, lock timeout, removed directory
+            self._failed("write", e)
+
+    def close(self) -> None:
+        try:
+            self._cache.close()
+        except Exception as e:
+            self._failed("close", e)
+
+
+class MemoryStore:
+    """For tests and ``proxy.cache.enabled: false`` style fakes."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    def get(self, key: str) -> Any | None:
+        return self.data.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = value
