@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,9 +29,23 @@ class DiskCacheStore:
     def __init__(self, directory: Path, *, size_limit_mb: int) -> None:
         self.directory = directory
         self.errors = 0
-        self._cache = diskcache.Cache(
-            str(directory),
-            size_limit=size_limit_mb * 1_048_576,
+        self._size_limit = size_limit_mb * 1_048_576
+        self._cache: diskcache.Cache | None = None
+        try:
+            self._cache = self._open()
+        except Exception as e:  # a corrupt database: set it aside and start empty
+            aside = directory.with_name(f"{directory.name}.corrupt-{int(time.time())}")
+            log.error("cache at %s unreadable (%s); moved to %s", directory, e, aside.name)
+            try:
+                directory.rename(aside)
+                self._cache = self._open()
+            except Exception as e2:
+                self._failed("open", e2)  # runs without a cache: every lookup a miss
+
+    def _open(self) -> diskcache.Cache:
+        return diskcache.Cache(
+            str(self.directory),
+            size_limit=self._size_limit,
             eviction_policy="least-recently-used",
             # Values are small JSON texts; keep them in SQLite rather than files.
             disk_min_file_size=1 << 20,
@@ -43,6 +58,8 @@ class DiskCacheStore:
             log.warning("cache %s failed (%s: %s); treated as a miss", op, type(e).__name__, e)
 
     def get(self, key: str) -> Any | None:
+        if self._cache is None:
+            return None
         try:
             raw = self._cache.get(key, default=_MISSING)
         except Exception as e:  # corrupt db, disk error, lock timeout
@@ -57,12 +74,16 @@ class DiskCacheStore:
             return None
 
     def set(self, key: str, value: Any) -> None:
+        if self._cache is None:
+            return
         try:
             self._cache.set(key, json.dumps(value, separators=(",", ":")))
         except Exception as e:  # full disk, lock timeout, removed directory
             self._failed("write", e)
 
     def close(self) -> None:
+        if self._cache is None:
+            return
         try:
             self._cache.close()
         except Exception as e:

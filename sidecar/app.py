@@ -20,6 +20,7 @@ from sidecar.model import ProbeKind, ProbeResult
 from sidecar.prober import ProbeFn, Prober
 from sidecar.routing import chain_heads, iso, route, snapshot
 from sidecar.store import Store
+from sidecar.usage_api import setup_usage
 
 CONFIG_KEY = web.AppKey("config", Config)
 STARTED_KEY = web.AppKey("started", float)
@@ -202,4 +203,5 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/v1/internal/routes/{network}", internal_routes)
     app.router.add_get("/api/v1/endpoints/{id}", endpoint_detail)
+    setup_usage(app, config, clock)
     return app

@@ -1,0 +1,245 @@
+"""Usage statistics over HTTP: the addon's batches in, the 7-day summary out.
+
+* ``POST /api/v1/internal/usage`` (bearer token, checked by the app's
+  ``internal_token`` middleware): a batch of per-minute rollups (the wire form
+  is in ``sidecar.stats.parse_batch``). 200 ``{"accepted": true, "duplicate":
+  false, "rollups": n}``; the same ``batch_id`` again → 200 with
+  ``"duplicate": true`` and nothing counted twice. A bad batch → 400 naming
+  the problem, a body over 16 MiB → 413 (both: do not retry), the database
+  unavailable → 503 with ``Retry-After`` (retry later); nothing is ever
+  partially stored.
+* ``GET /api/v1/usage[?network=finney]``: the summary of ``sidecar.stats``;
+  an unknown network → 404.
+
+``UsageService`` (``app[USAGE_KEY]``) is what other parts of the sidecar (the
+dashboard, ``/metrics``) use: ``await summary(network)`` and its counters.
+Database work runs in a thread so a large batch does not stall the loop; the
+window totals are cached for ``cache_s`` seconds (by the injected clock) and
+dropped on every ingest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from chainproxy.config import Config
+from sidecar.stats import BatchError, WindowTotals, parse_batch, summarize, window_start_minute
+from sidecar.usage_store import IngestResult, StoreUnavailable, UsageStore
+
+log = logging.getLogger("chainproxy.sidecar.usage")
+
+MAX_BODY_BYTES = 16 * 1_048_576
+RETRY_AFTER_S = 10
+REOPEN_AFTER_S = 30.0
+
+
+class UsageService:
+    """The usage store plus a short cache of the window totals and counters."""
+
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], float] = time.time,
+        *,
+        path: Path | None = None,
+        cache_s: float = 2.0,
+        prune_interval_s: float = 600.0,
+        busy_timeout_ms: int = 2000,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.path = path or config.data_dir / "usage.sqlite3"
+        self.cache_s = cache_s
+        self.prune_interval_s = prune_interval_s
+        self.busy_timeout_ms = busy_timeout_ms
+        self.store: UsageStore | None = None
+        self.batches_accepted = 0
+        self.batches_duplicate = 0
+        self.batches_rejected = 0
+        self.batches_failed = 0  # answered 503
+        self.records = 0  # calls counted
+        self._open_failed_at: float | None = None
+        self._cache: tuple[int, float, int, WindowTotals] | None = None
+
+    @property
+    def store_errors(self) -> int:
+        return self.store.errors if self.store else 0
+
+    def open(self) -> UsageStore:
+        """The store, opened on first use; after a failure, retried at most every 30 s."""
+        if self.store is not None:
+            return self.store
+        if self._open_failed_at is not None and (
+            time.monotonic() - self._open_failed_at < REOPEN_AFTER_S
+        ):
+            raise StoreUnavailable("usage store unavailable (opening failed recently)")
+        try:
+            store = UsageStore(
+                self.path,
+                prune_interval_s=self.prune_interval_s,
+                busy_timeout_ms=self.busy_timeout_ms,
+            )
+        except StoreUnavailable:
+            self._open_failed_at = time.monotonic()
+            raise
+        self.store, self._open_failed_at = store, None
+        store.prune(self.clock())
+        return store
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    async def ingest_doc(self, doc: Any) -> IngestResult:
+        """Validate and store a decoded batch (``BatchError``, ``StoreUnavailable``)."""
+        now = self.clock()
+        try:
+            batch = parse_batch(doc, self.config.proxy.networks, now)
+        except BatchError:
+            self.batches_rejected += 1
+            raise
+        try:
+            store = self.open()
+            result = await asyncio.to_thread(store.ingest, batch, now)
+        except StoreUnavailable:
+            self.batches_failed += 1
+            raise
+        self._cache = None
+        if result.duplicate:
+            self.batches_duplicate += 1
+        else:
+            self.batches_accepted += 1
+            self.records += batch.records
+        return result
+
+    async def totals(self) -> WindowTotals:
+        store = self.open()
+        now = self.clock()
+        start = window_start_minute(now, store.window_s)
+        c = self._cache
+        if c and c[0] == store.generation and c[2] == start and 0 <= now - c[1] < self.cache_s:
+            return c[3]
+        generation = store.generation
+        totals = await asyncio.to_thread(store.window_totals, now)
+        self._cache = (generation, now, start, totals)
+        return totals
+
+    async def summary(self, network: str | None = None) -> dict[str, Any]:
+        """The ``GET /api/v1/usage`` document (``network`` must be configured)."""
+        totals = await self.totals()
+        store = self.open()
+        return summarize(
+            totals,
+            networks=self.config.proxy.networks,
+            endpoints=self.config.endpoints,
+            network=network,
+            updated=store.updated,
+            now=self.clock(),
+            window_s=store.window_s,
+        )
+
+    async def prune_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.prune_interval_s)
+            if self.store is not None:
+                await asyncio.to_thread(self.store.prune, self.clock())
+
+
+USAGE_KEY = web.AppKey("usage", UsageService)
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    # The shape of sidecar.app.json_error (not imported: app.py imports this module).
+    return web.json_response(
+        {"error": {"code": status, "message": message}}, status=status, headers=headers
+    )
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    """The body, up to ``limit`` bytes (the app-wide ``client_max_size`` of 1 MiB
+    is too small for a full batch, so the stream is read here)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _TooLarge
+    buf = bytearray()
+    async for chunk in request.content.iter_chunked(1 << 16):
+        buf += chunk
+        if len(buf) > limit:
+            raise _TooLarge
+    return bytes(buf)
+
+
+async def post_usage(request: web.Request) -> web.Response:
+    svc = request.app[USAGE_KEY]
+    try:
+        body = await _read_body(request, MAX_BODY_BYTES)
+    except _TooLarge:
+        svc.batches_rejected += 1
+        return _error(413, f"usage batch body larger than {MAX_BODY_BYTES} bytes")
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        svc.batches_rejected += 1
+        return _error(400, "usage batch body is not JSON")
+    try:
+        result = await svc.ingest_doc(doc)
+    except BatchError as e:
+        return _error(400, f"bad usage batch: {e}")
+    except StoreUnavailable as e:
+        return _error(503, f"{e}; retry later", **{"Retry-After": str(RETRY_AFTER_S)})
+    return web.json_response(
+        {"accepted": True, "duplicate": result.duplicate, "rollups": result.rollups}
+    )
+
+
+async def get_usage(request: web.Request) -> web.Response:
+    svc = request.app[USAGE_KEY]
+    network = request.query.get("network") or None
+    if network is not None and network not in svc.config.proxy.networks:
+        known = ", ".join(svc.config.proxy.networks)
+        return _error(404, f"unknown network {network[:40]!r} (known: {known})")
+    try:
+        doc = await svc.summary(network)
+    except StoreUnavailable as e:
+        return _error(503, str(e), **{"Retry-After": str(RETRY_AFTER_S)})
+    return web.json_response(doc)
+
+
+def setup_usage(
+    app: web.Application, config: Config, clock: Callable[[], float] = time.time
+) -> UsageService:
+    """Register the usage routes, ``app[USAGE_KEY]`` and the store's lifecycle."""
+    svc = UsageService(config, clock)
+    app[USAGE_KEY] = svc
+
+    async def usage_lifecycle(_app: web.Application) -> AsyncIterator[None]:
+        try:
+            await asyncio.to_thread(svc.open)
+        except StoreUnavailable:
+            pass  # logged; each request retries (503 meanwhile), the rest of the app runs
+        task = asyncio.create_task(svc.prune_loop())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            svc.close()
+
+    app.cleanup_ctx.append(usage_lifecycle)
+    app.router.add_post("/api/v1/internal/usage", post_usage)
+    app.router.add_get("/api/v1/usage", get_usage)
+    return svc
