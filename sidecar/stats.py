@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -60,16 +60,6 @@ UNKNOWN_PROVIDER = "unknown"
 
 _BATCH_ID = re.compile(r"[0-9a-fA-F]{32}")
 _ENDPOINT_ID = re.compile(r"endpoint-srf-[0-9a-f]{16}")
-_COUNT_FIELDS = ("requests", "errors", "failovers", "cache_hits")
-_REQUIRED = (
-    "minute",
-    "network",
-    "endpoint",
-    "method",
-    *_COUNT_FIELDS,
-    "latency_ms_sum",
-    "latency_hist",
-)
 
 
 class BatchError(ValueError):
@@ -115,14 +105,12 @@ def window_start_minute(now: float, window_s: int = WINDOW_S) -> int:
 # --- validation ----------------------------------------------------------------------------
 
 
-def _int(value: Any, where: str, *, maximum: int = MAX_COUNT) -> int:
+def _int_error(value: Any, where: str, maximum: int) -> BatchError:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BatchError(f"{where} must be an integer, got {_show(value)}")
+        return BatchError(f"{where} must be an integer, got {_show(value)}")
     if value < 0:
-        raise BatchError(f"{where} must be >= 0, got {value}")
-    if value > maximum:
-        raise BatchError(f"{where} is too large ({value} > {maximum})")
-    return value
+        return BatchError(f"{where} must be >= 0, got {value}")
+    return BatchError(f"{where} is too large ({value} > {maximum})")
 
 
 def _num(value: Any, where: str) -> float:
@@ -138,25 +126,29 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _hist(value: Any, where: str) -> Hist:
-    if not isinstance(value, dict):
-        raise BatchError(f"{where} must be an object of bucket -> count")
+def _hist(value: Any, where: Callable[[], str]) -> Hist:
+    if type(value) is not dict:
+        raise BatchError(f"{where()}.latency_hist must be an object of bucket -> count")
     if len(value) > MAX_HIST_BUCKETS:
-        raise BatchError(f"{where} has too many buckets ({len(value)} > {MAX_HIST_BUCKETS})")
+        raise BatchError(
+            f"{where()}.latency_hist has too many buckets ({len(value)} > {MAX_HIST_BUCKETS})"
+        )
     out: Hist = {}
     for k, n in value.items():  # the hot loop of ingest: plain checks, no regex
         b = _bucket(k)
         if b is None:
-            raise BatchError(f"{where} has a bad bucket {_show(k)} (integers -1..5000)")
+            raise BatchError(
+                f"{where()}.latency_hist has a bad bucket {_show(k)} (integers -1..5000)"
+            )
         if type(n) is not int or not 0 <= n <= MAX_COUNT:
-            raise BatchError(f"{where}[{k!r}] must be an integer 0..{MAX_COUNT}, got {_show(n)}")
+            raise _int_error(n, f"{where()}.latency_hist[{k!r}]", MAX_COUNT)
         if n:
             out[b] = out.get(b, 0) + n
     return out
 
 
 def _bucket(k: Any) -> int | None:
-    if not isinstance(k, str) or not k.isascii() or len(k) > 6:
+    if type(k) is not str or len(k) > 6 or not k.isascii():
         return None
     if not (k[1:] if k[:1] == "-" else k).isdigit():
         return None
@@ -164,70 +156,93 @@ def _bucket(k: Any) -> int | None:
     return b if -1 <= b <= 5000 else None
 
 
-def parse_rollup(doc: Any, where: str, networks: Iterable[str], now: float) -> Rollup:
-    if not isinstance(doc, dict):
-        raise BatchError(f"{where} must be an object")
-    for name in _REQUIRED:
-        if name not in doc:
-            raise BatchError(f"{where}.{name} is required")
-    max_minute = math.floor((now + FUTURE_TOLERANCE_S) / 60)
-    minute = _int(doc["minute"], f"{where}.minute", maximum=10**10)
-    if minute > max_minute:
+def parse_rollup(doc: Any, where: str, networks: Sequence[str], now: float) -> Rollup:
+    """One rollup; ``where`` (e.g. ``rollups[3]``) prefixes the error messages."""
+    return _parse_rollup(doc, lambda: where, networks, math.floor((now + FUTURE_TOLERANCE_S) / 60))
+
+
+def _parse_rollup(
+    doc: Any, where: Callable[[], str], networks: Sequence[str], max_minute: int
+) -> Rollup:
+    # The happy path builds no strings: ``where()`` is only called for a message.
+    if type(doc) is not dict:
+        raise BatchError(f"{where()} must be an object")
+    try:
+        minute = doc["minute"]
+        network = doc["network"]
+        endpoint = doc["endpoint"]
+        method = doc["method"]
+        requests = doc["requests"]
+        errors = doc["errors"]
+        failovers = doc["failovers"]
+        cache_hits = doc["cache_hits"]
+        latency_sum = doc["latency_ms_sum"]
+        raw_hist = doc["latency_hist"]
+    except KeyError as e:
+        raise BatchError(f"{where()}.{e.args[0]} is required") from None
+    if type(minute) is not int or not 0 <= minute <= max_minute:
+        if type(minute) is int and minute > max_minute:
+            raise BatchError(
+                f"{where()}.minute {minute} is in the future"
+                f" (more than {FUTURE_TOLERANCE_S} s ahead of the sidecar's clock)"
+            )
+        raise _int_error(minute, f"{where()}.minute", max_minute)
+    if type(network) is not str or network not in networks:
         raise BatchError(
-            f"{where}.minute {minute} is in the future (now is minute {math.floor(now / 60)})"
+            f"{where()}.network {_show(network)} is not a configured network"
+            f" ({', '.join(networks)})"
         )
-    network = doc["network"]
-    if not isinstance(network, str) or network not in networks:
+    if endpoint is not None and not (type(endpoint) is str and _ENDPOINT_ID.fullmatch(endpoint)):
         raise BatchError(
-            f"{where}.network {_show(network)} is not a configured network ({', '.join(networks)})"
+            f"{where()}.endpoint must be null or an id endpoint-srf-<16 hex>, got {_show(endpoint)}"
         )
-    endpoint = doc["endpoint"]
-    if endpoint is not None and not (
-        isinstance(endpoint, str) and _ENDPOINT_ID.fullmatch(endpoint)
+    if type(method) is not str or not 0 < len(method) <= MAX_METHOD_LEN or not method.isprintable():
+        raise BatchError(
+            f"{where()}.method must be a printable string of 1..{MAX_METHOD_LEN} characters"
+        )
+    for name, value in (
+        ("requests", requests),
+        ("errors", errors),
+        ("failovers", failovers),
+        ("cache_hits", cache_hits),
     ):
-        raise BatchError(
-            f"{where}.endpoint must be null or an id endpoint-srf-<16 hex>, got {_show(endpoint)}"
-        )
-    method = doc["method"]
-    if (
-        not isinstance(method, str)
-        or not 0 < len(method) <= MAX_METHOD_LEN
-        or not method.isprintable()
-    ):
-        raise BatchError(
-            f"{where}.method must be a printable string of 1..{MAX_METHOD_LEN} characters"
-        )
-    counts = {name: _int(doc[name], f"{where}.{name}") for name in _COUNT_FIELDS}
-    requests = counts["requests"]
-    for name in ("errors", "failovers", "cache_hits"):
-        if counts[name] > requests:
-            raise BatchError(f"{where}.{name} ({counts[name]}) > requests ({requests})")
-    latency_sum = _num(doc["latency_ms_sum"], f"{where}.latency_ms_sum")
-    hist = _hist(doc["latency_hist"], f"{where}.latency_hist")
+        if type(value) is not int or not 0 <= value <= MAX_COUNT:
+            raise _int_error(value, f"{where()}.{name}", MAX_COUNT)
+        if value > requests:
+            raise BatchError(f"{where()}.{name} ({value}) > requests ({requests})")
+    if type(latency_sum) is not float or not 0 <= latency_sum <= 1e300:  # also refuses NaN
+        latency_sum = _num(latency_sum, f"{where()}.latency_ms_sum")
+    hist = _hist(raw_hist, where)
     total = sum(hist.values())
     if total != requests:
-        raise BatchError(f"{where}.latency_hist holds {total} latencies but requests is {requests}")
+        raise BatchError(
+            f"{where()}.latency_hist holds {total} latencies but requests is {requests}"
+        )
     return Rollup(
-        minute=minute,
-        network=network,
-        endpoint=endpoint,
-        method=method,
-        requests=requests,
-        errors=counts["errors"],
-        failovers=counts["failovers"],
-        cache_hits=counts["cache_hits"],
-        latency_ms_sum=latency_sum,
-        hist=hist,
-    )
+        minute, network, endpoint, method, requests, errors, failovers, cache_hits,
+        float(latency_sum), hist,
+    )  # fmt: skip
 
 
 def parse_batch(
     doc: Any, networks: Sequence[str], now: float, *, max_rollups: int = MAX_ROLLUPS
 ) -> Batch:
-    """Validate a decoded ``POST /api/v1/internal/usage`` body; all or nothing.
+    """Validate a decoded ``POST /api/v1/internal/usage`` body; all or nothing::
 
-    Unknown keys are ignored (the addon may add fields later); every known
-    field is type- and range-checked and ``BatchError`` names the first problem.
+        {"batch_id": "<32 hex>", "sent_at": 1763700000.5,
+         "rollups": [{"minute": 29395000, "network": "finney",
+                      "endpoint": "endpoint-srf-<16 hex>" or null (answered from the cache),
+                      "method": "chain_getHeader", "requests": 10, "errors": 1,
+                      "failovers": 2, "cache_hits": 3, "latency_ms_sum": 123.0,
+                      "latency_hist": {"195": 4, "230": 6}}]}
+
+    ``minute`` = floor(unix time / 60), at most an hour ahead of ``now``;
+    ``network`` one of ``networks``; counts are integers >= 0 with errors,
+    failovers and cache_hits <= requests; ``latency_hist`` is
+    ``latency_hist.to_wire`` of the calls' latencies and holds exactly
+    ``requests`` of them; at most ``max_rollups`` rollups. Unknown keys are
+    ignored (the addon may add fields later); ``BatchError`` names the first
+    problem.
     """
     if not isinstance(doc, dict):
         raise BatchError("the body must be a JSON object")
@@ -243,7 +258,11 @@ def parse_batch(
     if len(rollups) > max_rollups:
         raise BatchError(f"too many rollups in one batch ({len(rollups)} > {max_rollups})")
     nets = tuple(networks)
-    parsed = tuple(parse_rollup(r, f"rollups[{i}]", nets, now) for i, r in enumerate(rollups))
+    max_minute = math.floor((now + FUTURE_TOLERANCE_S) / 60)
+    parsed = tuple(
+        _parse_rollup(r, lambda i=i: f"rollups[{i}]", nets, max_minute)
+        for i, r in enumerate(rollups)
+    )
     return Batch(batch_id=batch_id.lower(), sent_at=sent_at, rollups=parsed)
 
 
@@ -279,6 +298,39 @@ class WindowTotals:
 
     def add_hist(self, network: str, hist: Mapping[int, int]) -> None:
         merge_into(self.hists.setdefault(network, {}), hist)
+
+    def subtract(self, other: WindowTotals) -> None:
+        """Remove ``other`` (data leaving the window); empty entries are dropped."""
+        for key, c in other.counts.items():
+            mine = self.counts.get(key)
+            if mine is None:
+                continue
+            mine.requests -= c.requests
+            mine.errors -= c.errors
+            mine.failovers -= c.failovers
+            mine.cache_hits -= c.cache_hits
+            mine.latency_ms_sum = max(0.0, mine.latency_ms_sum - c.latency_ms_sum)
+            if mine.requests <= 0:
+                del self.counts[key]
+        for net, hist in other.hists.items():
+            mine_h = self.hists.get(net)
+            if mine_h is None:
+                continue
+            for b, n in hist.items():
+                left = mine_h.get(b, 0) - n
+                if left > 0:
+                    mine_h[b] = left
+                else:
+                    mine_h.pop(b, None)
+
+    def copy(self) -> WindowTotals:
+        return WindowTotals(
+            {
+                k: Counts(c.requests, c.errors, c.failovers, c.cache_hits, c.latency_ms_sum)
+                for k, c in self.counts.items()
+            },
+            {net: dict(h) for net, h in self.hists.items()},
+        )
 
 
 def totals_of(rollups: Iterable[Rollup], now: float, window_s: int = WINDOW_S) -> WindowTotals:

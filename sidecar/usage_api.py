@@ -14,8 +14,7 @@
 ``UsageService`` (``app[USAGE_KEY]``) is what other parts of the sidecar (the
 dashboard, ``/metrics``) use: ``await summary(network)`` and its counters.
 Database work runs in a thread so a large batch does not stall the loop; the
-window totals are cached for ``cache_s`` seconds (by the injected clock) and
-dropped on every ingest.
+store keeps the window's totals in memory, so a summary costs ~1 ms.
 """
 
 from __future__ import annotations
@@ -24,6 +23,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from chainproxy.config import Config
-from sidecar.stats import BatchError, WindowTotals, parse_batch, summarize, window_start_minute
+from sidecar.stats import BatchError, parse_batch, summarize
 from sidecar.usage_store import IngestResult, StoreUnavailable, UsageStore
 
 log = logging.getLogger("chainproxy.sidecar.usage")
@@ -43,7 +44,7 @@ REOPEN_AFTER_S = 30.0
 
 
 class UsageService:
-    """The usage store plus a short cache of the window totals and counters."""
+    """The usage store (opened lazily, reopened after a failure) and counters."""
 
     def __init__(
         self,
@@ -51,14 +52,12 @@ class UsageService:
         clock: Callable[[], float] = time.time,
         *,
         path: Path | None = None,
-        cache_s: float = 2.0,
         prune_interval_s: float = 600.0,
         busy_timeout_ms: int = 2000,
     ) -> None:
         self.config = config
         self.clock = clock
         self.path = path or config.data_dir / "usage.sqlite3"
-        self.cache_s = cache_s
         self.prune_interval_s = prune_interval_s
         self.busy_timeout_ms = busy_timeout_ms
         self.store: UsageStore | None = None
@@ -68,7 +67,7 @@ class UsageService:
         self.batches_failed = 0  # answered 503
         self.records = 0  # calls counted
         self._open_failed_at: float | None = None
-        self._cache: tuple[int, float, int, WindowTotals] | None = None
+        self._open_lock = threading.Lock()
 
     @property
     def store_errors(self) -> int:
@@ -78,16 +77,24 @@ class UsageService:
         """The store, opened on first use; after a failure, retried at most every 30 s."""
         if self.store is not None:
             return self.store
+        with self._open_lock:
+            return self._open()
+
+    def _open(self) -> UsageStore:
+        if self.store is not None:
+            return self.store
         if self._open_failed_at is not None and (
             time.monotonic() - self._open_failed_at < REOPEN_AFTER_S
         ):
             raise StoreUnavailable("usage store unavailable (opening failed recently)")
         try:
-            store = UsageStore(
-                self.path,
-                prune_interval_s=self.prune_interval_s,
-                busy_timeout_ms=self.busy_timeout_ms,
-            )
+            try:
+                store = self._new_store()
+            except StoreUnavailable as e:
+                if not _is_corrupt(e.__cause__):
+                    raise
+                self._set_aside()
+                store = self._new_store()
         except StoreUnavailable:
             self._open_failed_at = time.monotonic()
             raise
@@ -95,26 +102,51 @@ class UsageService:
         store.prune(self.clock())
         return store
 
+    def _new_store(self) -> UsageStore:
+        return UsageStore(
+            self.path, prune_interval_s=self.prune_interval_s, busy_timeout_ms=self.busy_timeout_ms
+        )
+
+    def _set_aside(self) -> None:
+        """Move a corrupt database (and its WAL) aside: statistics restart empty
+        rather than being unavailable until someone deletes the file."""
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+        log.error("usage store %s is corrupt: moved aside to %s", self.path, aside.name)
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{self.path}{suffix}")
+            try:
+                src.rename(f"{aside}{suffix}")
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                log.error("cannot move %s aside: %s", src, e)
+                raise StoreUnavailable(f"usage store is corrupt and cannot be moved: {e}") from e
+
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
             self.store = None
 
-    async def ingest_doc(self, doc: Any) -> IngestResult:
-        """Validate and store a decoded batch (``BatchError``, ``StoreUnavailable``)."""
-        now = self.clock()
+    async def ingest_body(self, body: bytes) -> IngestResult:
+        """Decode, validate and store a batch (raises ``BatchError`` or
+        ``StoreUnavailable``). Runs in a thread: a 10k-rollup batch takes a while."""
+        return await asyncio.to_thread(self._ingest, body, self.clock())
+
+    def _ingest(self, body: bytes, now: float) -> IngestResult:
         try:
+            try:
+                doc = json.loads(body)
+            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+                raise BatchError("the body is not JSON") from None
             batch = parse_batch(doc, self.config.proxy.networks, now)
         except BatchError:
             self.batches_rejected += 1
             raise
         try:
-            store = self.open()
-            result = await asyncio.to_thread(store.ingest, batch, now)
+            result = self.open().ingest(batch, now)
         except StoreUnavailable:
             self.batches_failed += 1
             raise
-        self._cache = None
         if result.duplicate:
             self.batches_duplicate += 1
         else:
@@ -122,40 +154,39 @@ class UsageService:
             self.records += batch.records
         return result
 
-    async def totals(self) -> WindowTotals:
+    async def summary(self, network: str | None = None) -> dict[str, Any]:
+        """The ``GET /api/v1/usage`` document; ``network`` None = all networks, else
+        one of ``proxy.networks`` (``ValueError`` otherwise)."""
+        if network is not None and network not in self.config.proxy.networks:
+            raise ValueError(f"unknown network {network!r}")
         store = self.open()
         now = self.clock()
-        start = window_start_minute(now, store.window_s)
-        c = self._cache
-        if c and c[0] == store.generation and c[2] == start and 0 <= now - c[1] < self.cache_s:
-            return c[3]
-        generation = store.generation
         totals = await asyncio.to_thread(store.window_totals, now)
-        self._cache = (generation, now, start, totals)
-        return totals
-
-    async def summary(self, network: str | None = None) -> dict[str, Any]:
-        """The ``GET /api/v1/usage`` document (``network`` must be configured)."""
-        totals = await self.totals()
-        store = self.open()
         return summarize(
             totals,
             networks=self.config.proxy.networks,
             endpoints=self.config.endpoints,
             network=network,
             updated=store.updated,
-            now=self.clock(),
+            now=now,
             window_s=store.window_s,
         )
 
-    async def prune_loop(self) -> None:
+    async def maintain(self, every_s: float = 60.0) -> None:
+        """Keep the store's in-memory window current, prune it when due."""
         while True:
-            await asyncio.sleep(self.prune_interval_s)
+            await asyncio.sleep(every_s)
             if self.store is not None:
-                await asyncio.to_thread(self.store.prune, self.clock())
+                await asyncio.to_thread(self.store.tick, self.clock())
 
 
 USAGE_KEY = web.AppKey("usage", UsageService)
+
+
+def _is_corrupt(e: BaseException | None) -> bool:
+    """ "file is not a database" / "malformed": a DatabaseError that is not an
+    operational one (locked, busy, disk I/O, read-only)."""
+    return isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
 
 
 def _error(status: int, message: str, **headers: str) -> web.Response:
@@ -190,12 +221,7 @@ async def post_usage(request: web.Request) -> web.Response:
         svc.batches_rejected += 1
         return _error(413, f"usage batch body larger than {MAX_BODY_BYTES} bytes")
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        svc.batches_rejected += 1
-        return _error(400, "usage batch body is not JSON")
-    try:
-        result = await svc.ingest_doc(doc)
+        result = await svc.ingest_body(body)
     except BatchError as e:
         return _error(400, f"bad usage batch: {e}")
     except StoreUnavailable as e:
@@ -230,7 +256,7 @@ def setup_usage(
             await asyncio.to_thread(svc.open)
         except StoreUnavailable:
             pass  # logged; each request retries (503 meanwhile), the rest of the app runs
-        task = asyncio.create_task(svc.prune_loop())
+        task = asyncio.create_task(svc.maintain())
         try:
             yield
         finally:
