@@ -18,6 +18,7 @@ help:
 	@echo "make inspect  like run, under mitmweb (UI on http://127.0.0.1:8082)"
 	@echo "make test     the test suite"
 	@echo "make lint     ruff"
+	@echo "make bench    benchmarks (QUICK=1 for a short run)"
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12" >&2; exit 1; }
@@ -45,3 +46,6 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache
+
+bench: $(STAMP)
+	$(PY) bench/bench_stats.py $(if $(QUICK),--quick,)
