@@ -200,6 +200,9 @@ def create_app(
             store.close()
 
     app.cleanup_ctx.append(lifecycle)
+    from sidecar.metrics import setup_metrics  # imports this module: import late
+
+    setup_metrics(app, config)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/v1/internal/routes/{network}", internal_routes)
     app.router.add_get("/api/v1/endpoints/{id}", endpoint_detail)

@@ -66,6 +66,9 @@ class UsageService:
         self.batches_rejected = 0
         self.batches_failed = 0  # answered 503
         self.records = 0  # calls counted
+        # Cumulative since start, per network: requests, errors, failovers, cache hits
+        # (monotonic counters for /metrics; the API's numbers are the 7-day window).
+        self.counted: dict[str, list[int]] = {}
         self._open_failed_at: float | None = None
         self._open_lock = threading.Lock()
 
@@ -152,6 +155,12 @@ class UsageService:
         else:
             self.batches_accepted += 1
             self.records += batch.records
+            for r in batch.rollups:
+                c = self.counted.setdefault(r.network, [0, 0, 0, 0])
+                c[0] += r.requests
+                c[1] += r.errors
+                c[2] += r.failovers
+                c[3] += r.cache_hits
         return result
 
     async def summary(self, network: str | None = None) -> dict[str, Any]:

@@ -151,3 +151,36 @@ async def test_endpoint_detail_and_restart_keeps_health(
     client2 = await aiohttp_client(app2)
     d = await (await client2.get(f"/api/v1/endpoints/{eid}")).json()
     assert d["status"] == "OK" and d["probed"] is True and d["heights"]["best"] == 100
+
+
+async def test_metrics_expose_endpoint_status_heads_and_usage(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    app = create_app(_config(tmp_path), probe_factory=fake_factory({"a": 100, "b": 90, "c": None}))
+    client = await aiohttp_client(app)
+    await _wait_probed(app, 3)
+    batch = {"batch_id": "ab" * 16, "sent_at": 1.0, "rollups": []}
+    r = await client.post("/api/v1/internal/usage", json=batch)
+    assert r.status == 200
+    r = await client.get("/metrics")
+    assert r.status == 200 and r.content_type == "text/plain"
+    text = await r.text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    ups = {s.labels["provider"]: s.value for s in families["chainproxy_endpoint_up"].samples}
+    assert ups == {"a": 1.0, "b": 1.0, "c": 0.0}
+    tip = families["chainproxy_chain_tip"].samples
+    assert [(s.labels["network"], s.value) for s in tip] == [("finney", 100.0)]
+    lag = {
+        s.labels["provider"]: s.value for s in families["chainproxy_endpoint_lag_blocks"].samples
+    }
+    assert lag["b"] == 10.0
+    assert "chainproxy_proxy_requests" in families and "chainproxy_usage_spool_batches" in families
+    batches = {
+        s.labels["result"]: s.value
+        for s in families["chainproxy_usage_batches"].samples
+        if s.name.endswith("_total")
+    }
+    assert batches["accepted"] == 1.0
+    assert "SECRET123" not in text
