@@ -181,6 +181,11 @@ class UsageService:
             window_s=store.window_s,
         )
 
+    async def hourly(self, network: str | None = None) -> list[tuple[int, int]]:
+        """Requests per hour over the window, for the dashboard's chart."""
+        store = self.open()
+        return await asyncio.to_thread(store.hourly_requests, self.clock(), network)
+
     async def maintain(self, every_s: float = 60.0) -> None:
         """Keep the store's in-memory window current, prune it when due."""
         while True:

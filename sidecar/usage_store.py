@@ -448,6 +448,22 @@ class UsageStore:
             assert self._totals is not None
             return self._totals.copy()
 
+    def hourly_requests(self, now: float, network: str | None = None) -> list[tuple[int, int]]:
+        """(hour, requests) for the hours of the window that saw traffic, oldest
+        first; ``hour`` = floor(unix time / 3600). For the dashboard's chart."""
+        start = (int(now) - self.window_s) // 3600
+        sql = "SELECT hour, SUM(requests) FROM usage_hour WHERE hour >= ?"
+        args: list[Any] = [start]
+        if network is not None:
+            sql += " AND network = ?"
+            args.append(network)
+        sql += " GROUP BY hour ORDER BY hour"
+        with self._lock:
+            try:
+                return [(int(h), int(n)) for h, n in self._db.execute(sql, args)]
+            except sqlite3.Error as e:
+                raise self._fail("hourly read", e) from e
+
     def row_counts(self) -> dict[str, int]:
         with self._lock:
             return {
