@@ -18,6 +18,7 @@ from aiohttp import web
 from chainproxy.config import Config, Endpoint
 from sidecar.model import ProbeKind, ProbeResult
 from sidecar.prober import ProbeFn, Prober
+from sidecar.registry_api import REGISTRY_KEY, setup_registry
 from sidecar.routing import chain_heads, iso, route, snapshot
 from sidecar.store import Store
 from sidecar.usage_api import setup_usage
@@ -143,6 +144,7 @@ async def endpoint_detail(request: web.Request) -> web.Response:
                 }
                 for p in probes
             ],
+            "incidents": request.app[REGISTRY_KEY].endpoint_incidents(endpoint.id),
         }
     )
 
@@ -182,9 +184,16 @@ def create_app(
             headers={"User-Agent": "chainproxy-sidecar/0.1"},
         )
         factory = probe_factory or _default_probe_factory
+        registry = app[REGISTRY_KEY]
         prober = Prober(
-            config.endpoints, factory(session, config), config.probe, store, clock=clock
+            config.endpoints,
+            factory(session, config),
+            config.probe,
+            store,
+            clock=clock,
+            on_transition=registry.on_transition,
         )
+        registry.attach(prober)  # incidents: load, reconcile with the restored health
         app[STORE_KEY] = store
         app[PROBER_KEY] = prober
         task = asyncio.create_task(prober.run()) if probing else None
@@ -196,6 +205,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             prober.flush()
+            registry.close()
             await session.close()
             store.close()
 
@@ -207,4 +217,5 @@ def create_app(
     app.router.add_get("/api/v1/internal/routes/{network}", internal_routes)
     app.router.add_get("/api/v1/endpoints/{id}", endpoint_detail)
     setup_usage(app, config, clock)
+    setup_registry(app, config, clock)
     return app
