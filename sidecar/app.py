@@ -213,6 +213,9 @@ def create_app(
     from sidecar.metrics import setup_metrics  # imports this module: import late
 
     setup_metrics(app, config)
+    from sidecar.dashboard import setup_dashboard
+
+    setup_dashboard(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/v1/internal/routes/{network}", internal_routes)
     app.router.add_get("/api/v1/endpoints/{id}", endpoint_detail)

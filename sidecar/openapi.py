@@ -383,6 +383,25 @@ def _paths() -> dict[str, Schema]:
         "/api/v1/openapi.json": _get(
             "This document", {"type": "object", "description": "OpenAPI 3.1"}
         ),
+        "/": {
+            "get": {
+                "summary": "The dashboard (server-rendered HTML; ?page=N pages the callable list)",
+                "parameters": [
+                    {
+                        "name": "page",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1},
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "HTML page",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
         "/metrics": {
             "get": {
                 "summary": "Prometheus metrics",

@@ -159,7 +159,7 @@ def test_openapi_documents_every_public_route(tmp_path: Path) -> None:
     }
     public = {p for p in routes if not p.startswith("/api/v1/internal/")}
     assert public == set(DOC["paths"])
-    assert set(PUBLIC_GETS) | {"/api/v1/endpoints/{id}", "/metrics"} == set(DOC["paths"])
+    assert set(PUBLIC_GETS) | {"/api/v1/endpoints/{id}", "/metrics", "/"} == set(DOC["paths"])
 
 
 # --- every path --------------------------------------------------------------------------------
