@@ -168,10 +168,18 @@ def setup_metrics(app: web.Application, config: Config) -> SidecarCollector:
     """Register ``GET /metrics``; the collector reads the app's prober and usage
     service (created later, in the app's lifecycle) at scrape time."""
     from sidecar.app import PROBER_KEY
+    from sidecar.registry_api import REGISTRY_KEY
     from sidecar.usage_api import USAGE_KEY
 
+    def open_incidents() -> int | None:
+        reg = app.get(REGISTRY_KEY)
+        return None if reg is None else sum(1 for i in reg.incidents.incidents() if i.ongoing)
+
     collector = SidecarCollector(
-        config, prober=lambda: app.get(PROBER_KEY), usage=lambda: app.get(USAGE_KEY)
+        config,
+        prober=lambda: app.get(PROBER_KEY),
+        usage=lambda: app.get(USAGE_KEY),
+        open_incidents=open_incidents,
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)

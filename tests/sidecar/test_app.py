@@ -184,3 +184,9 @@ async def test_metrics_expose_endpoint_status_heads_and_usage(
     }
     assert batches["accepted"] == 1.0
     assert "SECRET123" not in text
+    await asyncio.sleep(0.3)  # c crosses fail_threshold: an incident opens
+    families = {
+        f.name: f
+        for f in text_string_to_metric_families(await (await client.get("/metrics")).text())
+    }
+    assert families["chainproxy_incidents_open"].samples[0].value == 1.0
