@@ -18,11 +18,11 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chainproxy.config import Endpoint, ProbeConfig
 from sidecar.health import Health, Transition, apply
-from sidecar.model import TIMEOUT, ProbeKind, ProbeResult
+from sidecar.model import TIMEOUT, WRONG_CHAIN, ProbeKind, ProbeResult
 from sidecar.store import Store
 
 log = logging.getLogger("chainproxy.sidecar.prober")
@@ -34,6 +34,7 @@ _JITTER = 0.1
 _FLUSH_S = 1.0
 _GRACE_S = 1.0  # beyond the probe timeout before the scheduler gives up on a probe
 PROBE_ERROR = "probe-error"
+_FULL_ONLY_FAILURES = frozenset({WRONG_CHAIN})
 _RECENT = 20  # probes kept in memory per endpoint for the API
 NODE_KINDS = ("node-rpc", "node-wss")
 
@@ -84,6 +85,7 @@ class Prober:
         self._pending: list[ProbeResult] = []
         self._dirty: set[str] = set()
         self._on_transition = on_transition
+        self._sticky: dict[str, str] = {}  # full-probe failures head probes cannot see
         self.probes_run = 0
         self.changed = asyncio.Event()  # set whenever health changes (tests, API)
 
@@ -161,6 +163,7 @@ class Prober:
     def observe(self, endpoint: Endpoint, result: ProbeResult) -> Transition:
         """Fold one probe result into the endpoint's health."""
         self.probes_run += 1
+        result = self._carry_full_verdict(endpoint.id, result)
         old = self.health_of(endpoint.id)
         new, transition = apply(
             old,
@@ -185,6 +188,22 @@ class Prober:
                 self._on_transition(endpoint, new, transition, result)
         self.changed.set()
         return transition
+
+    def _carry_full_verdict(self, endpoint_id: str, result: ProbeResult) -> ProbeResult:
+        """Head probes do not check the genesis: until a full probe says otherwise,
+        a node on the wrong chain stays failed, or it would never turn Degraded."""
+        if result.kind == "full":
+            if result.classification in _FULL_ONLY_FAILURES:
+                self._sticky[endpoint_id] = result.classification
+            else:
+                self._sticky.pop(endpoint_id, None)
+        elif result.ok and endpoint_id in self._sticky:
+            result = replace(
+                result,
+                classification=self._sticky[endpoint_id],
+                detail="head live; the last full probe failed",
+            )
+        return result
 
     def flush(self) -> None:
         if self.store is None or not (self._pending or self._dirty):

@@ -369,3 +369,16 @@ async def test_a_wall_clock_step_backwards_does_not_stop_probing() -> None:
         offset[0] = -3600.0  # the system clock is corrected by an hour
         before = len(fake.calls)
         assert await until(lambda: len(fake.calls) >= before + 4, timeout=1.2), fake.calls
+
+
+def test_a_wrong_chain_node_turns_degraded_although_head_probes_look_live() -> None:
+    cfg = config(("w", "node-rpc"))
+    (e,) = cfg.endpoints
+    p = prober(cfg, FakeProbe())
+    p.observe(e, ProbeResult(e.id, 1.0, "full", LIVE, 10, best=5))
+    p.observe(e, ProbeResult(e.id, 2.0, "full", "wrong-chain", 10, best=5))
+    assert p.observe(e, ProbeResult(e.id, 3.0, "head", LIVE, 10, best=6)) == "degraded"
+    h = p.health_of(e.id)
+    assert h.status == "Degraded" and h.classification == "wrong-chain"
+    p.observe(e, ProbeResult(e.id, 4.0, "full", LIVE, 10, best=7))  # back on the right chain
+    assert p.observe(e, ProbeResult(e.id, 5.0, "head", LIVE, 10, best=7)) == "recovered"
