@@ -146,16 +146,24 @@ class RateLimiter:
                 break
 
 
-def client_identity(peer_ip: str, forwarded_for: str | None, trusted: Sequence[IPNetwork]) -> str:
+def client_identity(
+    peer_ip: str,
+    forwarded_for: str | None,
+    trusted: Sequence[IPNetwork],
+    *,
+    ipv6_prefix: int = 128,
+) -> str:
     """The address to rate-limit: the peer, unless the peer is a trusted proxy,
-    in which case the right-most X-Forwarded-For hop that is not itself trusted."""
+    in which case the right-most X-Forwarded-For hop that is not itself trusted.
+    IPv6 clients count per ``/ipv6_prefix`` network (128: per address; 64: one
+    quota per subnet, since a host usually owns a whole /64)."""
     if not forwarded_for or not _is_trusted(peer_ip, trusted):
-        return _canonical(peer_ip)
+        return _canonical(peer_ip, ipv6_prefix)
     hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
     for hop in reversed(hops):
         if not _is_trusted(hop, trusted):
-            return _canonical(hop)
-    return _canonical(hops[0]) if hops else _canonical(peer_ip)
+            return _canonical(hop, ipv6_prefix)
+    return _canonical(hops[0] if hops else peer_ip, ipv6_prefix)
 
 
 def _is_trusted(addr: str, trusted: Sequence[IPNetwork]) -> bool:
@@ -168,13 +176,16 @@ def _is_trusted(addr: str, trusted: Sequence[IPNetwork]) -> bool:
     return any(ip in net for net in trusted)
 
 
-def _canonical(addr: str) -> str:
+def _canonical(addr: str, ipv6_prefix: int = 128) -> str:
     """One spelling per address (IPv4-mapped IPv6 becomes IPv4); junk stays as is
     but bounded in length, so it cannot blow up memory."""
     try:
         ip = ipaddress.ip_address(addr.strip())
     except ValueError:
         return addr[:64]
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        return str(ip.ipv4_mapped)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped:
+            return str(ip.ipv4_mapped)
+        if ipv6_prefix < 128:
+            return str(ipaddress.IPv6Network((ip, ipv6_prefix), strict=False))
     return str(ip)

@@ -103,7 +103,10 @@ class Gate(_Stage):
             network=route.network,
             started=rt.clock(),
             client=client_identity(
-                peer, flow.request.headers.get("X-Forwarded-For"), p.trusted_proxies
+                peer,
+                flow.request.headers.get("X-Forwarded-For"),
+                p.trusted_proxies,
+                ipv6_prefix=p.rate_limit.ipv6_prefix,
             ),
         )
         body = flow.request.raw_content or b""
@@ -219,7 +222,10 @@ class Forwarder(_Stage):
             if result.upstream is not None:
                 rpc.upstream, rpc.provider = result.upstream.id, result.upstream.provider
             status = self._fill(rpc, pending, result, rt)
-            store_answers(rt, rpc)
+            if result.kind == "ok":
+                # A soft result is only the best of poor answers (e.g. another
+                # block than the hash asked for): never cache it.
+                store_answers(rt, rpc)
             record_usage(rt, rpc)
             if status is not None and not is_batch:
                 finish(

@@ -50,6 +50,7 @@ class RateLimitConfig:
     requests: int = 100
     window_s: float = 60.0
     max_clients: int = 100_000  # bound on tracked clients; idle ones are evicted first
+    ipv6_prefix: int = 128  # IPv6 clients share a quota per /ipv6_prefix (64: per subnet)
 
     @property
     def policy(self) -> str:
@@ -296,11 +297,15 @@ def _parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig
     allow |= frozenset(_str_list(p.get("allowlist_extra", []), "proxy.allowlist_extra"))
 
     rl = _mapping(p.get("rate_limit"), "proxy.rate_limit")
-    _check_keys(rl, ("requests", "window_s", "max_clients"), "proxy.rate_limit")
+    _check_keys(rl, ("requests", "window_s", "max_clients", "ipv6_prefix"), "proxy.rate_limit")
+    ipv6_prefix = _int(rl, "ipv6_prefix", 128, "proxy.rate_limit.ipv6_prefix", minimum=16)
+    if ipv6_prefix > 128:
+        raise ConfigError("proxy.rate_limit.ipv6_prefix", f"must be <= 128, got {ipv6_prefix}")
     rate_limit = RateLimitConfig(
         requests=_int(rl, "requests", 100, "proxy.rate_limit.requests", minimum=1),
         window_s=_num(rl, "window_s", 60.0, "proxy.rate_limit.window_s"),
         max_clients=_int(rl, "max_clients", 100_000, "proxy.rate_limit.max_clients", minimum=1),
+        ipv6_prefix=ipv6_prefix,
     )
 
     trusted = []

@@ -288,3 +288,17 @@ def test_junk_forwarded_for_does_not_crash(xff: str) -> None:
 def test_junk_peer_does_not_crash(peer: str) -> None:
     ident = client_identity(peer, "1.2.3.4", TRUSTED)
     assert isinstance(ident, str) and len(ident) <= 64
+
+
+def test_ipv6_clients_per_address_by_default_or_per_subnet() -> None:
+    from addon.ratelimit import client_identity
+
+    a, b = "2001:db8:1:2::1", "2001:db8:1:2:ffff::9"
+    assert client_identity(a, None, ()) != client_identity(b, None, ())
+    assert client_identity(a, None, (), ipv6_prefix=64) == client_identity(
+        b, None, (), ipv6_prefix=64
+    )
+    assert client_identity("2001:db8:1:3::1", None, (), ipv6_prefix=64) != client_identity(
+        a, None, (), ipv6_prefix=64
+    )
+    assert client_identity("10.0.0.1", None, (), ipv6_prefix=64) == "10.0.0.1"
