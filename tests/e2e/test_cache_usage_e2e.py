@@ -62,6 +62,9 @@ async def test_a_block_fetched_once_is_served_with_every_upstream_dead(cstack: S
     ip = next_client_ip()
     r = await post(cstack.rpc_url(), call("chain_getBlock", [h], id_="a"), client_ip=ip)
     assert r.status == 200 and r.headers["X-Cache"] == "MISS"
+    assert cstack.proxy is not None
+    cstack.proxy.stop()  # the cache is on disk: it survives a proxy restart
+    cstack.start_proxy()
     for node in cstack.nodes:
         node.proc.stop()
     r2 = await post(cstack.rpc_url(), call("chain_getBlock", [h], id_="b"), client_ip=ip)
