@@ -19,6 +19,8 @@ help:
 	@echo "make test     the test suite"
 	@echo "make lint     ruff"
 	@echo "make bench    benchmarks (QUICK=1 for a short run)"
+	@echo "make test-clients     substrate-interface and polkadot.js over chopsticks"
+	@echo "make demo-chopsticks  the stack over a real Substrate runtime (chopsticks), offline"
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12" >&2; exit 1; }
@@ -36,7 +38,7 @@ demo: $(STAMP)
 inspect: $(STAMP)
 	$(PY) -m chainproxy.launch --config $(CONFIG) --inspect $(if $(findstring demo,$(CONFIG)),--simulate,)
 
-test: $(STAMP)
+test: $(STAMP) js-deps browser-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
@@ -49,3 +51,37 @@ clean:
 
 bench: $(STAMP)
 	$(PY) bench/bench_stats.py $(if $(QUICK),--quick,)
+
+# --- real clients over a real Substrate runtime (tests/clients, README "Real clients") ---
+# npm packages (chopsticks, polkadot.js): `npm ci` only when node_modules is missing or
+# the lock changed. --ignore-scripts: chopsticks' sqlite3 build is not needed without --db.
+# Without npm the client tests are skipped (pytest says why), so `make test` still runs.
+JS_DIR := tests/clients/js
+JS_STAMP := $(JS_DIR)/node_modules/.chainproxy-installed
+
+.PHONY: js-deps test-clients demo-chopsticks
+
+$(JS_STAMP): $(JS_DIR)/package-lock.json $(JS_DIR)/package.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(JS_DIR) && npm ci --ignore-scripts --no-audit --no-fund && touch node_modules/.chainproxy-installed; \
+	else echo "npm not found: the real-client tests (tests/clients) will be skipped" >&2; fi
+
+js-deps: $(JS_STAMP)
+
+test-clients: $(STAMP) js-deps
+	$(PY) -m pytest -q tests/clients
+
+demo-chopsticks: $(STAMP) js-deps
+	$(PY) -m tests.clients.chopsticks_stack
+
+# --- headless Chromium for the dashboard's browser test (Debian's package) ---
+# Installed when missing and we are root (CI, fresh machines); otherwise the
+# browser test is skipped and pytest says why.
+.PHONY: browser-deps
+browser-deps:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing chromium (Debian package) for the dashboard browser test"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else echo "chromium not found and not root: the browser test will be skipped" >&2; fi; \
+	fi

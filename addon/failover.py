@@ -5,8 +5,9 @@
   fail, the client gets 502 with the attempts.
 * ``soft``: a valid answer that another upstream may answer better (``null``
   for a block a lagging node has not seen, "State already discarded" from a
-  pruned node, an unknown block). Try another; if none does better, the last
-  soft answer is what the client gets.
+  pruned node, an unknown block, another block than the hash asked for). Try
+  another; if none does better, the last soft answer is what the client gets
+  (and it is never cached).
 * ``ok``: a deterministic answer, including the upstream's own JSON-RPC error
   for invalid params or an unknown method. Never retried.
 """
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from addon.header_hash import is_other_genesis
 from addon.jsonrpc import Call, loads
 
 Verdict = Literal["ok", "soft", "hard"]
@@ -92,6 +94,15 @@ def judge_answer(call: Call, answer: dict[str, Any], tip: int | None) -> tuple[V
                 return "soft", "null-lagging"
         if call.method in _HASH_PINNED_NULLABLE and _pinned_hash(call):
             return "soft", "null-pinned"
+    elif (
+        call.method in _HASH_PINNED_NULLABLE
+        and _pinned_hash(call)
+        and is_other_genesis(call.method, call.params[0], result)
+    ):
+        # chopsticks answers a block hash it does not know (another fork's) with
+        # its genesis block instead of null. A block #0 that does not hash to the
+        # hash asked for is not that block: like null, try an upstream that knows it.
+        return "soft", "wrong-block"
     elif isinstance(result, list) and call.method == "chain_getBlockHash" and tip is not None:
         heights = block_numbers(call.params) or []
         if any(r is None and n <= tip for r, n in zip(result, heights, strict=False)):

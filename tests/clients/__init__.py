@@ -1,0 +1,1 @@
+"""Real clients (substrate-interface, polkadot.js) through chainproxy over chopsticks."""
