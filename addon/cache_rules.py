@@ -28,6 +28,7 @@ KEY_VERSION = "v1"
 _HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
 _HEX = re.compile(r"^0x[0-9a-fA-F]*$")
 _HASH_PINNED = {"chain_getBlock": 0, "chain_getHeader": 0}
+_KEY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ def plan(
     pinned = params[idx]
     if not isinstance(pinned, str) or not _HASH.match(pinned):
         return None
-    canon = json.dumps(_canonical(params), sort_keys=True, separators=(",", ":"))
+    canon = _KEY_ENCODER.encode(_canonical(params))
     return Plan((f"{KEY_VERSION}|{network}|{call.method}|{canon}",))
 
 

@@ -119,10 +119,22 @@ def _finite_float(text: str) -> float:
     return value
 
 
+# Built once: ``json.loads``/``json.dumps`` with options build a new decoder or
+# encoder on every call (a few µs each, several times per request).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def loads(body: bytes | str) -> Any:
     """Strict JSON: no NaN/Infinity literals, no numbers that overflow to inf,
-    so whatever is parsed can be written back as valid JSON."""
-    return json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
+    so whatever is parsed can be written back as valid JSON. Accepts what
+    ``json.loads`` accepts (UTF-8/16/32 bytes, str) with the same errors."""
+    if isinstance(body, str):
+        if body.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", body, 0)
+    else:
+        body = body.decode(json.detect_encoding(body), "surrogatepass")
+    return _DECODER.decode(body)
 
 
 def parse_body(body: bytes, *, max_batch: int) -> Parsed | Refusal:
@@ -156,4 +168,4 @@ def error_obj(id_: Any, code: int, message: str, data: Any = None) -> dict[str, 
 
 
 def dumps(doc: Any) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return _ENCODER.encode(doc).encode()

@@ -12,6 +12,7 @@ nothing.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 from array import array
@@ -176,6 +177,7 @@ def _is_trusted(addr: str, trusted: Sequence[IPNetwork]) -> bool:
     return any(ip in net for net in trusted)
 
 
+@functools.lru_cache(maxsize=8192)  # pure; parsing an address costs ~5 µs a request
 def _canonical(addr: str, ipv6_prefix: int = 128) -> str:
     """One spelling per address (IPv4-mapped IPv6 becomes IPv4); junk stays as is
     but bounded in length, so it cannot blow up memory."""

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 from mitmproxy import ctx, exceptions
 
+from addon import lean
 from addon.forward import new_session
 from addon.runtime import Runtime, RuntimeHolder
 from addon.snapshot import SnapshotRefresher
@@ -37,14 +38,25 @@ class Settings:
         self._refresh_task: asyncio.Task[None] | None = None
         self._shipper: UsageShipper | None = None
         self._ship_task: asyncio.Task[None] | None = None
+        self._running = False
 
     def load(self, loader) -> None:  # type: ignore[no-untyped-def]
         loader.add_option(
             OPTION, str, "", "Path to the chainproxy YAML config (e.g. configs/finney.yaml)."
         )
+        loader.add_option(
+            lean.OPTION,
+            bool,
+            False,
+            "Lean mode: unload the built-in addons a reverse RPC proxy does not use and "
+            "skip addons without a handler for an event (see docs/BENCHMARKS.md). "
+            "Turning it off again needs a restart.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         self._force_proxy_options()
+        if lean.OPTION in updated and self._running and ctx.options.chainproxy_lean:
+            lean.apply(ctx.master)
         if OPTION not in updated:
             return
         path = ctx.options.chainproxy_config
@@ -94,6 +106,9 @@ class Settings:
             ctx.options.update(connection_strategy="lazy")
 
     def running(self) -> None:
+        self._running = True
+        if ctx.options.chainproxy_lean:
+            lean.apply(ctx.master)
         rt = self.holder.runtime
         if rt is not None and rt.session is None:
             rt.attach_session(new_session())
