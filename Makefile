@@ -49,8 +49,28 @@ lint: $(STAMP)
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache
 
-bench: $(STAMP)
-	$(PY) bench/bench_stats.py $(if $(QUICK),--quick,)
+# Proxy benchmarks against bare mitmdump, a direct call and nginx, plus the
+# statistics, memory and addon benchmarks (docs/BENCHMARKS.md). ~9 min; QUICK=1 < 2 min.
+bench: $(STAMP) bench-deps
+	$(PY) bench/run.py $(if $(QUICK),--quick,)
+
+# wrk (load generator) and nginx with its stream module (reference proxy, round-robin
+# baseline, TCP balancer): Debian packages, installed when missing and we are root.
+# Without them the runner falls back to bench/pyload.py and skips the nginx parts.
+.PHONY: bench-deps
+bench-deps:
+	@missing=""; \
+	command -v wrk >/dev/null 2>&1 || missing="$$missing wrk"; \
+	{ command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx; } || missing="$$missing nginx"; \
+	test -e /usr/lib/nginx/modules/ngx_stream_module.so || missing="$$missing libnginx-mod-stream"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing (Debian packages) for the benchmarks"; \
+			apt-get update -qq && RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -qq $$missing >/dev/null; \
+			case "$$missing" in *nginx*) service nginx stop >/dev/null 2>&1 || true;; esac; \
+		else echo "not installed:$$missing (not root): the benchmarks use what is there" >&2; fi; \
+	fi
 
 # --- real clients over a real Substrate runtime (tests/clients, README "Real clients") ---
 # npm packages (chopsticks, polkadot.js): `npm ci` only when node_modules is missing or

@@ -125,7 +125,7 @@ async def forward(
             continue
         except BaseException:
             # Cancelled flow, closed session: settle the in-flight count, then propagate.
-            pool.abandoned(upstream)
+            pool.abandoned(upstream, (clock() - start) * 1000)
             raise
         latency = (clock() - start) * 1000
         verdict = assess(status, raw, calls, is_batch=is_batch, tip=tip)

@@ -3,9 +3,16 @@
 Tiers are tried in order: healthy and synced, healthy but lagging, not yet
 probed, unhealthy; an upstream the addon itself ejected (K failures in a row)
 sinks below all of them until its cool-down ends. Within the best tier the
-choice is power-of-two-choices over cost = decayed EWMA latency x (in-flight
-+ 1) / score: cheap, load-aware, and it sends a slow node clearly less than
-an equal share without starving it of the requests that re-measure it.
+choice is power-of-two-choices over cost = decayed peak-EWMA latency x
+(in-flight + 1) / score: cheap, load-aware, and it sends a slow node clearly
+less than an equal share without starving it of the requests that re-measure
+it. Peak EWMA: an answer slower than the estimate sets it, faster ones lower it
+by a moving average; idle, the estimate decays (10 s time constant).
+
+The latency estimate is also at least the age of the oldest call still in
+flight on that upstream: a node that has just turned slow shows it while its
+first slow call is still waiting, not only once it has come back (until then
+the EWMA still says "fast" and the node keeps attracting calls).
 """
 
 from __future__ import annotations
@@ -13,8 +20,9 @@ from __future__ import annotations
 import logging
 import math
 import random
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from chainproxy.config import Endpoint
 
@@ -48,6 +56,7 @@ class Upstream:
     ewma_ms: float = 0.0  # optimistic start: a new upstream gets measured soon
     updated_at: float = 0.0
     inflight: int = 0
+    inflight_starts: list[float] = field(default_factory=list)  # ascending start times
     consecutive_failures: int = 0
     ejected_until: float = 0.0
     requests: int = 0
@@ -85,6 +94,8 @@ class UpstreamPool:
     def cost(self, u: Upstream, now: float) -> float:
         age = max(0.0, now - u.updated_at)
         latency = u.ewma_ms * math.exp(-age / _DECAY_S)
+        if u.inflight_starts:
+            latency = max(latency, (now - u.inflight_starts[0]) * 1000)
         return (latency + 1.0) * (u.inflight + 1) / max(u.score, 0.01)
 
     def choose(
@@ -117,19 +128,38 @@ class UpstreamPool:
     def started(self, u: Upstream) -> None:
         u.inflight += 1
         u.requests += 1
+        u.inflight_starts.append(self._clock())  # the clock never goes back: stays sorted
 
-    def abandoned(self, u: Upstream) -> None:
-        """The attempt ended without an outcome (cancelled): no health verdict."""
+    def _settle(self, u: Upstream, latency_ms: float | None) -> None:
+        """One call in flight ended, ``latency_ms`` after it started (None: unknown)."""
         u.inflight = max(0, u.inflight - 1)
+        starts = u.inflight_starts
+        if not starts:
+            return
+        if u.inflight == 0:
+            starts.clear()
+        elif latency_ms is None:
+            starts.pop()  # keep the oldest: the conservative choice
+        else:
+            # the entry of this call: the start time nearest to now - latency
+            t = self._clock() - latency_ms / 1000
+            i = bisect_left(starts, t)
+            if i == len(starts) or (i > 0 and t - starts[i - 1] <= starts[i] - t):
+                i -= 1
+            del starts[i]
+
+    def abandoned(self, u: Upstream, latency_ms: float | None = None) -> None:
+        """The attempt ended without an outcome (cancelled): no health verdict."""
+        self._settle(u, latency_ms)
 
     def succeeded(self, u: Upstream, latency_ms: float) -> None:
-        u.inflight = max(0, u.inflight - 1)
+        self._settle(u, latency_ms)
         u.consecutive_failures = 0
         self._observe(u, latency_ms)
 
     def failed(self, u: Upstream, latency_ms: float) -> None:
         now = self._clock()
-        u.inflight = max(0, u.inflight - 1)
+        self._settle(u, latency_ms)
         u.failures += 1
         u.consecutive_failures += 1
         self._observe(u, max(latency_ms, _FAILURE_PENALTY_MS))
@@ -145,7 +175,10 @@ class UpstreamPool:
 
     def _observe(self, u: Upstream, latency_ms: float) -> None:
         now = self._clock()
-        if u.updated_at == 0.0:
+        if u.updated_at == 0.0 or latency_ms >= u.ewma_ms:
+            # Peak-sensitive: a slower answer counts in full at once (a node that
+            # turned slow must not keep a share of the calls while a plain average
+            # catches up); faster answers bring the estimate down gradually.
             u.ewma_ms = latency_ms
         else:
             u.ewma_ms = _EWMA_ALPHA * latency_ms + (1 - _EWMA_ALPHA) * u.ewma_ms

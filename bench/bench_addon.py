@@ -1,0 +1,142 @@
+"""The addon's own CPU per request, without mitmproxy's event dispatch and the
+network: every chainproxy stage's ``request`` hook run in order on prepared
+mitmproxy flows, the upstream a fake transport that answers at once (miss
+path), or the answer already in the on-disk edge cache (hit path).
+
+    python bench/bench_addon.py [--quick] [--json]
+
+This is the part of the per-request cost that chainproxy's code decides; the
+end-to-end runner (``bench/run.py``) measures the rest. Prints µs per request
+(median of several rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mitmproxy.test import tflow
+
+from addon.cache_store import DiskCacheStore
+from addon.pipeline import build_addons
+from addon.runtime import Runtime
+from addon.settings import Settings
+from chainproxy.config import parse_config
+
+UPSTREAM = "http://127.0.0.1:9"
+HEADER = {
+    "parentHash": "0xae6183c6d23ad524b78c13bf160e1e6847e9be0276167546a1f3ef07f905ead5",
+    "number": "0x3d0900",
+    "stateRoot": "0x7fdcfda43cb7d6478d67d5975aa02ce01b5278c370787c9dcafdcdc3e878c1f0",
+    "extrinsicsRoot": "0x01e225103209aff1b48663cde8f6f90a2c6e242be9a8fa0eeb61f67d34816ee9",
+    "digest": {"logs": []},
+}
+PINNED = "0x" + "ab" * 32
+
+
+class InstantUpstream:
+    """Answers every call with a block header, as the trivial upstream does."""
+
+    async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        doc = json.loads(body)
+        return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": HEADER}).encode()
+
+
+def _stages(tmp: Path) -> tuple[list[Any], Runtime]:
+    config = parse_config(
+        {
+            "proxy": {
+                "networks": ["finney"],
+                "rate_limit": {"requests": 1_000_000_000, "window_s": 60},
+            },
+            "data_dir": str(tmp),
+            "registry": {
+                "endpoints": [
+                    {"url": UPSTREAM, "provider": "p", "kind": "node-rpc", "network": "finney"}
+                ]
+            },
+        },
+        env={},
+    )
+    addons = build_addons()
+    settings = next(a for a in addons if isinstance(a, Settings))
+    rt = Runtime.build(config)
+    rt.cache = DiskCacheStore(tmp / "cache", size_limit_mb=64)
+    rt.transport = InstantUpstream()
+    settings.holder.runtime = rt
+    return [a for a in addons if not isinstance(a, Settings)], rt
+
+
+def _flows(n: int, body: bytes) -> list[Any]:
+    out = []
+    for i in range(n):
+        f = tflow.tflow()
+        f.request.method = "POST"
+        f.request.path = "/rpc/v1/finney"
+        f.request.headers["content-type"] = "application/json"
+        f.request.content = body
+        f.client_conn.peername = (f"127.0.{i % 200}.{i % 250 + 1}", 40000)
+        out.append(f)
+    return out
+
+
+async def _run(stages: list[Any], flows: list[Any]) -> float:
+    hooks = [s.request for s in stages if hasattr(s, "request")]
+    gc.collect()
+    start = time.process_time()
+    for f in flows:
+        for hook in hooks:
+            r = hook(f)
+            if r is not None:
+                await r
+    elapsed = time.process_time() - start
+    assert flows[-1].response is not None and flows[-1].response.status_code == 200
+    return elapsed / len(flows) * 1e6
+
+
+async def main_async(quick: bool) -> dict[str, float]:
+    n, rounds = (2000, 5) if quick else (5000, 9)
+    miss_body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "chain_getHeader", "params": []}
+    ).encode()
+    hit_body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "chain_getHeader", "params": [PINNED]}
+    ).encode()
+    with tempfile.TemporaryDirectory(prefix="bench-addon-") as tmp:
+        stages, _rt = _stages(Path(tmp))
+        await _run(stages, _flows(200, hit_body))  # fills the cache entry, warms up
+        results: dict[str, list[float]] = {"miss": [], "hit": []}
+        for _ in range(rounds):
+            results["miss"].append(await _run(stages, _flows(n, miss_body)))
+            results["hit"].append(await _run(stages, _flows(n, hit_body)))
+            last = _flows(1, hit_body)
+            await _run(stages, last)
+            assert last[0].response.headers["X-Cache"] == "HIT"
+    return {k: statistics.median(v) for k, v in results.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", action="store_true", help="one JSON line instead of text")
+    args = ap.parse_args()
+    res = asyncio.run(main_async(args.quick))
+    if args.json:
+        print("BENCHJSON " + json.dumps(res))
+    else:
+        for k, v in res.items():
+            print(f"addon stages, {k} path: {v:.0f} µs CPU per request")
+
+
+if __name__ == "__main__":
+    main()

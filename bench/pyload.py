@@ -1,0 +1,120 @@
+"""Closed-loop HTTP/1.1 POST load generator (asyncio streams, keep-alive): the
+fallback for machines without ``wrk``. Prints one ``BENCHJSON {...}`` line in
+the same shape as the wrk script of ``bench/load.py``.
+
+    python bench/pyload.py --url http://127.0.0.1:8080/rpc/v1/finney \
+        --body-file body.json --connections 32 --duration 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from urllib.parse import urlsplit
+
+
+async def _worker(
+    host: str,
+    port: int,
+    request: bytes,
+    stop_at: float,
+    timeout: float,
+    lat: list[float],
+    errs: dict[str, int],
+) -> None:
+    reader = writer = None
+    while time.monotonic() < stop_at:
+        try:
+            if writer is None:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), timeout
+                )
+            assert reader is not None
+            t0 = time.perf_counter()
+            writer.write(request)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+            length, close = 0, False
+            status = int(head.split(b" ", 2)[1])
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                name = name.strip().lower()
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"connection" and value.strip().lower() == b"close":
+                    close = True
+            await asyncio.wait_for(reader.readexactly(length), timeout)
+            lat.append(time.perf_counter() - t0)
+            if status >= 400:
+                errs["status"] += 1
+            if close:
+                writer.close()
+                reader = writer = None
+        except TimeoutError:
+            errs["timeout"] += 1
+            if writer is not None:
+                writer.close()
+            reader = writer = None
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+            errs["read"] += 1
+            if writer is not None:
+                writer.close()
+            reader = writer = None
+            await asyncio.sleep(0.01)
+    if writer is not None:
+        writer.close()
+
+
+def _pct(sorted_ms: list[float], p: float) -> float:
+    if not sorted_ms:
+        return 0.0
+    return sorted_ms[min(len(sorted_ms) - 1, int(p / 100 * len(sorted_ms)))]
+
+
+async def main_async(args: argparse.Namespace, body: bytes) -> None:
+    parts = urlsplit(args.url)
+    path = parts.path or "/"
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    lat: list[float] = []
+    errs = {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0}
+    start = time.monotonic()
+    stop_at = start + args.duration
+    await asyncio.gather(
+        *(
+            _worker(parts.hostname, parts.port or 80, request, stop_at, args.timeout, lat, errs)
+            for _ in range(args.connections)
+        )
+    )
+    elapsed = time.monotonic() - start
+    ms = sorted(x * 1000 for x in lat)
+    out = {
+        "requests": len(ms),
+        "duration_s": elapsed,
+        "p50_ms": _pct(ms, 50),
+        "p90_ms": _pct(ms, 90),
+        "p99_ms": _pct(ms, 99),
+        "max_ms": ms[-1] if ms else 0.0,
+        **errs,
+    }
+    print("BENCHJSON " + json.dumps(out), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--body-file", required=True)
+    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--timeout", type=float, default=10.0)
+    args = ap.parse_args()
+    with open(args.body_file, "rb") as f:
+        body = f.read()
+    asyncio.run(main_async(args, body))
+
+
+if __name__ == "__main__":
+    main()
