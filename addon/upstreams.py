@@ -3,11 +3,9 @@
 Tiers are tried in order: healthy and synced, healthy but lagging, not yet
 probed, unhealthy; an upstream the addon itself ejected (K failures in a row)
 sinks below all of them until its cool-down ends. Within the best tier the
-choice is power-of-two-choices over cost = decayed peak-EWMA latency x
-(in-flight + 1) / score: cheap, load-aware, and it sends a slow node clearly
-less than an equal share without starving it of the requests that re-measure
-it. Peak EWMA: an answer slower than the estimate sets it, faster ones lower it
-by a moving average; idle, the estimate decays (10 s time constant).
+choice is power-of-two-choices over cost = decayed EWMA latency x (in-flight
++ 1) / score: cheap, load-aware, and it sends a slow node clearly less than
+an equal share without starving it of the requests that re-measure it.
 
 The latency estimate is also at least the age of the oldest call still in
 flight on that upstream: a node that has just turned slow shows it while its
@@ -175,10 +173,7 @@ class UpstreamPool:
 
     def _observe(self, u: Upstream, latency_ms: float) -> None:
         now = self._clock()
-        if u.updated_at == 0.0 or latency_ms >= u.ewma_ms:
-            # Peak-sensitive: a slower answer counts in full at once (a node that
-            # turned slow must not keep a share of the calls while a plain average
-            # catches up); faster answers bring the estimate down gradually.
+        if u.updated_at == 0.0:
             u.ewma_ms = latency_ms
         else:
             u.ewma_ms = _EWMA_ALPHA * latency_ms + (1 - _EWMA_ALPHA) * u.ewma_ms

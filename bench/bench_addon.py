@@ -105,7 +105,7 @@ async def _run(stages: list[Any], flows: list[Any]) -> float:
 
 
 async def main_async(quick: bool) -> dict[str, float]:
-    n, rounds = (2000, 5) if quick else (5000, 9)
+    n, rounds = (1000, 3) if quick else (5000, 9)
     miss_body = json.dumps(
         {"jsonrpc": "2.0", "id": 1, "method": "chain_getHeader", "params": []}
     ).encode()

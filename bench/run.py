@@ -57,6 +57,7 @@ RPC_PATH = "/rpc/v1/finney"
 BARE, CP, LEAN = "bare mitmdump", "chainproxy", "chainproxy lean"
 PLAIN, NGINX = "chainproxy, mitmproxy's dispatch", "nginx (1 worker)"
 RR = "nginx round robin"
+BEFORE = "chainproxy before"
 MISS_BODY = b'{"jsonrpc":"2.0","id":0,"method":"chain_getHeader","params":[]}'
 # for the fault scenarios: a read the sidecar's probes never send, so the nodes'
 # per-method counters tell which node served the benchmark's calls
@@ -67,6 +68,7 @@ FAULT_BODY = json.dumps({"jsonrpc": "2.0", "id": 0, "method": FAULT_METHOD, "par
 @dataclass(frozen=True)
 class Params:
     reps: int  # repetitions of the throughput/latency scenarios
+    scale_reps: int  # repetitions of the scale-out scenario
     tput_s: float  # seconds per throughput run
     lat_s: float  # seconds per concurrency-1 run
     fault_reps: int  # repetitions of the slow/killed upstream scenarios
@@ -81,6 +83,7 @@ class Params:
 
 FULL = Params(
     reps=5,
+    scale_reps=4,
     tput_s=3,
     lat_s=2,
     fault_reps=3,
@@ -94,13 +97,14 @@ FULL = Params(
 )
 QUICK = Params(
     reps=2,
+    scale_reps=1,
     tput_s=2,
     lat_s=1,
     fault_reps=1,
-    slow_s=3,
-    kill_s=4,
+    slow_s=2,
+    kill_s=3,
     warm_s=0,
-    mem_clients=200_000,
+    mem_clients=150_000,
     stats_quick=True,
     extras=False,
     wall_limit_s=240,
@@ -244,8 +248,9 @@ def tput(name: str, runs: list[Run]) -> str:
 
 
 class Bench:
-    def __init__(self, p: Params, tmp: Path, report: Report) -> None:
+    def __init__(self, p: Params, tmp: Path, report: Report, before: Path | None = None) -> None:
         self.p = p
+        self.before = before  # another checkout, measured as "chainproxy before"
         self.tmp = tmp
         self.report = report
         self.stack = Stack(tmp)
@@ -270,13 +275,18 @@ class Bench:
             "trivial", [self.trivial], data_dir=self.tmp / "data-a"
         )
         st.start_sidecar("sidecar-a", self.config_a, self.sidecar_a)
-        variants = [("chainproxy", "chainproxy", ()), ("lean", LEAN, ("chainproxy_lean=true",))]
+        variants: list[tuple[str, str, tuple[str, ...], Path | None]] = [
+            ("chainproxy", CP, (), None),
+            ("lean", LEAN, ("chainproxy_lean=true",), None),
+        ]
         if self.p.extras:
-            variants.append(("plain", PLAIN, ("chainproxy_fast_dispatch=false",)))
+            variants.append(("plain", PLAIN, ("chainproxy_fast_dispatch=false",), None))
+        if self.before is not None:
+            variants.append(("before", BEFORE, (), self.before))
         started = []
-        for key, name, sets in variants:
+        for key, name, sets, tree in variants:
             proc, url = st.start_chainproxy(
-                key, self.config_a, self.sidecar_a, sets=sets, cpus=cpus, wait=False
+                key, self.config_a, self.sidecar_a, sets=sets, cpus=cpus, wait=False, tree=tree
             )
             started.append((key, name, proc, url))
         bare, bare_url = st.start_bare_mitmdump("bare", self.trivial, cpus=cpus, wait=False)
@@ -322,6 +332,25 @@ class Bench:
             time.sleep(0.2)
         print(f"  (warning: {sidecar} has not seen {healthy} healthy upstream(s))", flush=True)
 
+    def before_row(
+        self,
+        what: str,
+        runs: dict[str, list[Run]],
+        metric: Callable[[list[Run]], float | None],
+        unit: str,
+    ) -> None:
+        """With ``--before``: the same measure for the other checkout, same run."""
+        if BEFORE not in runs:
+            return
+        b, now, bare = metric(runs[BEFORE]), metric(runs[CP]), metric(runs[BARE])
+        fmt = f3 if unit == "ms" else f0
+        self.report.row(
+            f"before/after, {what}",
+            f"before {fmt(b)} {unit} (÷ bare {f2(ratio(b, bare))})",
+            f"now {fmt(now)} {unit} (÷ bare {f2(ratio(now, bare))})",
+            f2(ratio(now, b)),
+        )
+
     def hit_body(self) -> bytes:
         return json.dumps(
             {"jsonrpc": "2.0", "id": 0, "method": "chain_getHeader", "params": [self.pinned_hash]}
@@ -335,7 +364,7 @@ class Bench:
     def miss_path(self) -> None:
         p, r = self.p, self.report
         print("\n[1] cache-miss path, 32 connections (+ lean mode, references)", flush=True)
-        ts = self.throughput_targets("bare", "chainproxy", "lean", "plain", "nginx")
+        ts = self.throughput_targets("bare", "chainproxy", "lean", "plain", "before", "nginx")
         runs = alternate(ts, MISS_BODY, 32, p.tput_s, p.reps, p.warm_s)
         bare, cp, lean = runs[BARE], runs[CP], runs[LEAN]
         r1 = ratio(rps(cp), rps(bare))
@@ -379,13 +408,14 @@ class Bench:
                 f"{f2(ratio(rps(nx), rps(bare)))} ({f0(rps(nx))} req/s, {f0(cpu_req(nx))} µs "
                 "CPU/req; its load generator and upstream share the other core)"
             )
+        self.before_row("miss path, c=32", runs, rps, "req/s")
         r.data["miss"] = _summary(runs)
 
     def hit_path(self) -> None:
         p, r = self.p, self.report
         print("\n[2] cache-hit path, 32 connections", flush=True)
         body = self.hit_body()
-        for key in ("chainproxy", "lean", "plain"):
+        for key in ("chainproxy", "lean", "plain", "before"):
             if key not in self.targets:
                 continue
             url = self.targets[key].url + RPC_PATH
@@ -393,7 +423,7 @@ class Bench:
             status, headers, _ = post_raw(url, body)
             if status != 200 or headers.get("X-Cache") != "HIT":
                 print(f"  (warning: {key} did not answer from the cache: {status} {headers})")
-        ts = self.throughput_targets("bare", "chainproxy", "lean", "plain")
+        ts = self.throughput_targets("bare", "chainproxy", "lean", "plain", "before")
         runs = alternate(ts, body, 32, p.tput_s, p.reps, p.warm_s)
         bare, cp, lean = runs[BARE], runs[CP], runs[LEAN]
         r2 = ratio(rps(cp), rps(bare))
@@ -421,12 +451,15 @@ class Bench:
             )
             + "]"
         )
+        self.before_row("hit path, c=32", runs, rps, "req/s")
         r.data["hit"] = _summary(runs)
 
     def latency(self) -> None:
         p, r = self.p, self.report
         print("\n[3] concurrency 1: p50 latency", flush=True)
-        ts = self.throughput_targets("direct", "bare", "chainproxy", "lean", "plain", "nginx")
+        ts = self.throughput_targets(
+            "direct", "bare", "chainproxy", "lean", "plain", "before", "nginx"
+        )
         runs = alternate(ts, MISS_BODY, 1, p.lat_s, p.reps, p.warm_s)
         d, bare, cp, lean = runs["direct call"], runs[BARE], runs[CP], runs[LEAN]
 
@@ -480,6 +513,7 @@ class Bench:
             )
             + "]"
         )
+        self.before_row("c=1, p50", runs, p50, "ms")
         r.data["c1"] = _summary(runs)
 
     # --- scenario 7: two processes behind a TCP balancer ----------------------------------
@@ -507,7 +541,7 @@ class Bench:
             "two processes + TCP balancer", f"http://127.0.0.1:{lport}", [*one.pids, proc2.pid]
         )
         # the second process is new: let it open its upstream connections first
-        runs = alternate([one, two], MISS_BODY, 32, p.tput_s, p.reps, max(2.0, p.warm_s))
+        runs = alternate([one, two], MISS_BODY, 32, p.tput_s, p.scale_reps, max(2.0, p.warm_s))
         a, b = runs[one.name], runs[two.name]
         rs = ratio(rps(b), rps(a))
         r.row("7. scale-out, miss path, c=32", tput("1 process", a), tput("2 processes", b), f2(rs))
@@ -643,7 +677,8 @@ class Bench:
         reqs: dict[str, list[int]] = {t.name: [] for t in systems}
         for rep in range(p.fault_reps):
             order = systems if rep % 2 == 0 else systems[::-1]
-            for t in order:
+            for k, t in enumerate(order):
+                last = rep == p.fault_reps - 1 and k == len(order) - 1
                 box: dict[str, Any] = {}
 
                 def drive(t: Target = t, box: dict[str, Any] = box) -> None:
@@ -663,6 +698,8 @@ class Bench:
                 run: Run = box["run"]
                 errs[t.name].append(run.load.errors)
                 reqs[t.name].append(run.load.requests)
+                if last:
+                    break  # nothing runs on this stack afterwards
                 self.nodes[i] = self.stack.restart_node(self.nodes[i])
                 self.wait_routes(self.sidecar_b, 3)
                 time.sleep(2.5)  # past nginx's fail_timeout and the addon's ejection
@@ -842,6 +879,12 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer and shorter runs (< 2 min)")
     ap.add_argument("--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,addon")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="another checkout of the project (e.g. `git archive <commit> | tar -x -C DIR`):"
+        " its addon is measured too, as 'chainproxy before', in scenarios 1-3",
+    )
     args = ap.parse_args()
     p = QUICK if args.quick else FULL
     only = set(args.only.split(",")) if args.only else set(SCENARIOS)
@@ -863,7 +906,7 @@ def main() -> int:
     report = Report()
     report.data["machine"] = info
     with tempfile.TemporaryDirectory(prefix="chainproxy-bench-") as tmp:
-        bench = Bench(p, Path(tmp), report)
+        bench = Bench(p, Path(tmp), report, args.before.resolve() if args.before else None)
         steps: list[tuple[str, Callable[[], None]]] = []
         if only & {"1", "2", "3", "7"}:
             steps.append(

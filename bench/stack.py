@@ -124,8 +124,15 @@ class Stack:
 
     # --- generic ---------------------------------------------------------------------
 
-    def spawn(self, name: str, argv: list[str], cpus: set[int] | None = None) -> Proc:
-        """Start ``argv``; ``cpus``: pin it (and every thread it starts) to these cores."""
+    def spawn(
+        self,
+        name: str,
+        argv: list[str],
+        cpus: set[int] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Proc:
+        """Start ``argv``; ``cpus``: pin it (and every thread it starts) to these cores;
+        ``env``: variables to add to the environment."""
         log = self.tmp / f"{name}.log"
 
         def setup() -> None:
@@ -143,6 +150,7 @@ class Stack:
                 cwd=REPO,
                 start_new_session=True,
                 preexec_fn=setup,
+                env={**os.environ, **env} if env else None,
             )
         proc = Proc(name, popen, log)
         self.procs.append(proc)
@@ -292,15 +300,17 @@ class Stack:
         sets: tuple[str, ...] = (),
         cpus: set[int] | None = None,
         wait: bool = True,
+        tree: Path | None = None,
     ) -> tuple[Proc, str]:
         """mitmdump with the addon; ``wait=False``: return at once, call
-        ``wait_http(url + "/rpc/", proc)`` before using it."""
+        ``wait_http(url + "/rpc/", proc)`` before using it. ``tree``: another
+        checkout of the project (e.g. an older commit) whose addon to run."""
         port = free_port()
         argv = [
             str(BIN / "mitmdump"),
             "-q",
             "-s",
-            str(REPO / "addon" / "rpcproxy.py"),
+            str((tree or REPO) / "addon" / "rpcproxy.py"),
             "--mode",
             f"reverse:{sidecar_url}",
             "--listen-host",
@@ -312,7 +322,9 @@ class Stack:
         ]
         for s in sets:
             argv += ["--set", s]
-        proc = self.spawn(name, argv, cpus)
+        # the tree's packages before the installed (editable) ones
+        env = {"PYTHONPATH": str(tree)} if tree else None
+        proc = self.spawn(name, argv, cpus, env)
         url = f"http://127.0.0.1:{port}"
         if wait:
             self.wait_http(f"{url}/rpc/", proc)

@@ -361,7 +361,7 @@ class ChainStack:
         finally:
             conn.close()
 
-    def prefer_fast(self, timeout: float = 20.0) -> None:
+    def prefer_fast(self, timeout: float = 60.0) -> None:
         """Call until the proxy has measured both endpoints and sticks to the fast one."""
         deadline = time.monotonic() + timeout
         streak = 0
