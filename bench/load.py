@@ -60,6 +60,7 @@ def run_load(
     duration_s: float,
     timeout_s: float = 10.0,
     tool: str | None = None,
+    rate: float = 0.0,
 ) -> LoadResult:
     """Closed-loop load against ``url`` for ``duration_s``; returns the summary.
 
@@ -67,8 +68,9 @@ def run_load(
     requests sent. wrk's are corrected for coordinated omission: a request that
     took L on a connection whose usual pace is I adds samples L-I, L-2I, … (the
     requests that connection did not send meanwhile), so one 300 ms call on one
-    connection becomes ~L/I slow samples."""
-    if (tool or generator()) == "wrk":
+    connection becomes ~L/I slow samples. ``rate`` (requests/s, pyload only):
+    paced instead of closed-loop."""
+    if (tool or generator()) == "wrk" and not rate:
         with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
             lua = _LUA.replace("{{", "{").replace("}}", "}")
             f.write(lua.replace("{body}", body.decode()))
@@ -107,6 +109,8 @@ def run_load(
             str(duration_s),
             "--timeout",
             str(timeout_s),
+            "--rate",
+            str(rate),
         ]
         try:
             out = subprocess.run(

@@ -1,5 +1,6 @@
-"""Closed-loop HTTP/1.1 POST load generator (asyncio streams, keep-alive): the
-fallback for machines without ``wrk``. Prints one ``BENCHJSON {...}`` line in
+"""Closed-loop (or, with ``--rate``, paced) HTTP/1.1 POST load generator (asyncio
+streams, keep-alive): the fallback for machines without ``wrk``, and the
+generator of the latency-under-a-slow-upstream scenario. Prints one ``BENCHJSON {...}`` line in
 the same shape as the wrk script of ``bench/load.py``.
 
     python bench/pyload.py --url http://127.0.0.1:8080/rpc/v1/finney \
@@ -23,9 +24,21 @@ async def _worker(
     timeout: float,
     lat: list[float],
     errs: dict[str, int],
+    interval: float = 0.0,
+    offset: float = 0.0,
 ) -> None:
+    """Closed loop; with ``interval`` > 0, paced: one request every ``interval``
+    seconds (later when the previous answer is late; no catching up in bursts)."""
     reader = writer = None
+    next_at = time.monotonic() + offset
     while time.monotonic() < stop_at:
+        if interval:
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            next_at = max(next_at + interval, time.monotonic())
+            if time.monotonic() >= stop_at:
+                break
         try:
             if writer is None:
                 reader, writer = await asyncio.wait_for(
@@ -83,10 +96,21 @@ async def main_async(args: argparse.Namespace, body: bytes) -> None:
     errs = {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0}
     start = time.monotonic()
     stop_at = start + args.duration
+    interval = args.connections / args.rate if args.rate > 0 else 0.0
     await asyncio.gather(
         *(
-            _worker(parts.hostname, parts.port or 80, request, stop_at, args.timeout, lat, errs)
-            for _ in range(args.connections)
+            _worker(
+                parts.hostname,
+                parts.port or 80,
+                request,
+                stop_at,
+                args.timeout,
+                lat,
+                errs,
+                interval,
+                interval * i / args.connections,
+            )
+            for i in range(args.connections)
         )
     )
     elapsed = time.monotonic() - start
@@ -110,6 +134,9 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--timeout", type=float, default=10.0)
+    ap.add_argument(
+        "--rate", type=float, default=0.0, help="requests/s over all connections (0: closed loop)"
+    )
     args = ap.parse_args()
     with open(args.body_file, "rb") as f:
         body = f.read()
