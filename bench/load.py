@@ -42,6 +42,7 @@ class LoadResult:
     max_ms: float
     errors: int  # socket errors + timeouts + non-2xx/3xx answers
     detail: dict[str, int]
+    samples: tuple[float, ...] = ()  # every latency in ms, sorted (pyload only)
 
     @property
     def rps(self) -> float:
@@ -70,6 +71,7 @@ def run_load(
     requests that connection did not send meanwhile), so one 300 ms call on one
     connection becomes ~L/I slow samples. ``rate`` (requests/s, pyload only):
     paced instead of closed-loop."""
+    samples: tuple[float, ...] = ()
     if (tool or generator()) == "wrk" and not rate:
         with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
             lua = _LUA.replace("{{", "{").replace("}}", "}")
@@ -96,6 +98,7 @@ def run_load(
         with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
             f.write(body)
             body_file = f.name
+        samples_file = body_file + ".samples"
         argv = [
             sys.executable,
             str(HERE / "pyload.py"),
@@ -111,13 +114,19 @@ def run_load(
             str(timeout_s),
             "--rate",
             str(rate),
+            "--samples",
+            samples_file,
         ]
         try:
             out = subprocess.run(
                 argv, capture_output=True, text=True, timeout=duration_s + timeout_s + 30
             )
+            samples = tuple(json.loads(Path(samples_file).read_text()))
+        except (OSError, ValueError):
+            samples = ()
         finally:
             Path(body_file).unlink(missing_ok=True)
+            Path(samples_file).unlink(missing_ok=True)
         text = out.stdout
     line = next((ln for ln in text.splitlines() if ln.startswith("BENCHJSON ")), None)
     if line is None:
@@ -133,4 +142,5 @@ def run_load(
         max_ms=float(d["max_ms"]),
         errors=sum(detail.values()),
         detail=detail,
+        samples=samples,
     )

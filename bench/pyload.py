@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 
@@ -85,7 +86,9 @@ def _pct(sorted_ms: list[float], p: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, int(p / 100 * len(sorted_ms)))]
 
 
-async def main_async(args: argparse.Namespace, body: bytes) -> None:
+async def main_async(
+    args: argparse.Namespace, body: bytes
+) -> tuple[dict[str, float | int], list[float]]:
     parts = urlsplit(args.url)
     path = parts.path or "/"
     request = (
@@ -124,7 +127,7 @@ async def main_async(args: argparse.Namespace, body: bytes) -> None:
         "max_ms": ms[-1] if ms else 0.0,
         **errs,
     }
-    print("BENCHJSON " + json.dumps(out), flush=True)
+    return out, ms
 
 
 def main() -> None:
@@ -137,10 +140,14 @@ def main() -> None:
     ap.add_argument(
         "--rate", type=float, default=0.0, help="requests/s over all connections (0: closed loop)"
     )
+    ap.add_argument("--samples", help="also write every latency (ms, sorted) to this JSON file")
     args = ap.parse_args()
     with open(args.body_file, "rb") as f:
         body = f.read()
-    asyncio.run(main_async(args, body))
+    out, ms = asyncio.run(main_async(args, body))
+    if args.samples:
+        Path(args.samples).write_text(json.dumps([round(x, 3) for x in ms]))
+    print("BENCHJSON " + json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

@@ -643,13 +643,21 @@ class Bench:
                 slow.control(latency_ms=0)
                 res[t.name]["slow"].append(run)
                 share[t.name].append(100 * served / max(1, run.load.requests))
+
+        def pooled_p99(runs: list[Run]) -> float | None:
+            """p99 over every call of every repetition (the tail of one short run is
+            mostly other processes' noise on this machine)."""
+            xs = sorted(x for r in runs for x in r.load.samples)
+            return xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else p99(runs)
+
         cp = res[CP]
-        r4 = ratio(p99(cp["slow"]), p99(cp["healthy"]))
+        hp, sp = pooled_p99(cp["healthy"]), pooled_p99(cp["slow"])
+        r4 = ratio(sp, hp)
         r.row(
             f"4. one upstream at 300 ms: p99 at {SLOW_RATE}/s, slow ÷ healthy",
-            f"healthy p99 {f2(p99(cp['healthy']), ' ms')}",
-            f"chainproxy p99 {f2(p99(cp['slow']), ' ms')} "
-            f"(slow node got {statistics.median(share[CP]):.1f}% of calls)",
+            f"healthy p99 {f2(hp, ' ms')}",
+            f"chainproxy p99 {f2(sp, ' ms')} "
+            f"(slow node got {statistics.median(share[CP]):.2f}% of calls)",
             f2(r4),
         )
         line = (
@@ -658,23 +666,30 @@ class Bench:
         )
         if self.rr is not None:
             rr = res[RR]
-            rr4 = ratio(p99(rr["slow"]), p99(rr["healthy"]))
+            rhp, rsp = pooled_p99(rr["healthy"]), pooled_p99(rr["slow"])
+            rr4 = ratio(rsp, rhp)
             r.row(
                 "round-robin baseline (nginx): p99, slow ÷ healthy",
-                f"healthy p99 {f2(p99(rr['healthy']), ' ms')}",
-                f"nginx RR p99 {f2(p99(rr['slow']), ' ms')} "
+                f"healthy p99 {f2(rhp, ' ms')}",
+                f"nginx RR p99 {f2(rsp, ' ms')} "
                 f"(slow node got {statistics.median(share[RR]):.1f}%)",
                 f2(rr4),
             )
             line += f"; round robin (nginx) {f2(rr4)}"
+        per_rep = ", ".join(
+            f"{f2(h.load.p99_ms)}→{f2(sl.load.p99_ms)}"
+            for h, sl in zip(cp["healthy"], cp["slow"], strict=True)
+        )
         r.goal(
-            line + f"  [chainproxy p99 {f2(p99(cp['healthy']))} → {f2(p99(cp['slow']))} ms, the"
-            f" slow node got {', '.join(f'{x:.2f}' for x in share[CP])}% of calls;"
+            line + f"  [chainproxy p99 {f2(hp)} → {f2(sp)} ms over all calls of"
+            f" {p.fault_reps} repetition(s) (per repetition {per_rep}); the slow node got"
+            f" {', '.join(f'{x:.2f}' for x in share[CP])}% of calls;"
             f" errors {sum(errors(v) for v in cp.values())}]"
         )
         r.data["slow"] = {
             k: {s: _summary({"x": v})["x"] for s, v in d.items()} for k, d in res.items()
         }
+        r.data["slow_pooled_p99_ms"] = {"chainproxy": [hp, sp]}
         r.data["slow_share_pct"] = share
 
     def killed_upstream(self) -> None:
