@@ -78,9 +78,15 @@ PROXY_DEFAULTS = {
 
 
 def build_stack(
-    tmp: Any, names: tuple[str, ...], *, top: dict[str, Any] | None = None, **proxy: Any
+    tmp: Any,
+    names: tuple[str, ...],
+    *,
+    top: dict[str, Any] | None = None,
+    sets: tuple[str, ...] = (),
+    **proxy: Any,
 ) -> Stack:
-    stack = Stack(tmp)
+    """Nodes ``names``, the sidecar and the proxy; ``sets``: mitmdump options."""
+    stack = Stack(tmp, proxy_sets=sets)
     epoch = time.time() - 600
     try:
         for name in names:
@@ -94,6 +100,16 @@ def build_stack(
     return stack
 
 
+# The ways an operator can run the addon's event dispatch: the default (fast
+# dispatch), lean mode, and mitmproxy's own dispatch. Contract tests run under each.
+DISPATCH_MODES: dict[str, tuple[str, ...]] = {
+    "default": (),
+    # info logging on, for the test that lean mode really unloaded the built-ins
+    "lean": ("chainproxy_lean=true", "termlog_verbosity=info"),
+    "mitmproxy-dispatch": ("chainproxy_fast_dispatch=false",),
+}
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s = build_stack(tmp_path_factory.mktemp("stack"), ("alpha", "beta", "archive-gamma"))
@@ -101,11 +117,28 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s.stop()
 
 
+@pytest.fixture(scope="module", params=list(DISPATCH_MODES))
+def mode_stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """Like ``stack``, once per dispatch mode."""
+    s = build_stack(
+        tmp_path_factory.mktemp(f"stack-{request.param}"),
+        ("alpha", "beta", "archive-gamma"),
+        sets=DISPATCH_MODES[request.param],
+    )
+    yield s
+    s.stop()
+
+
 @pytest.fixture(autouse=True)
 def _clean_faults(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
-    if "stack" in request.fixturenames:
-        s: Stack = request.getfixturevalue("stack")
+    for name in ("stack", "mode_stack"):
+        if name not in request.fixturenames:
+            continue
+        s: Stack = request.getfixturevalue(name)
         for node in s.nodes:
             if node.proc.alive():
                 node.reset()
+        break

@@ -119,6 +119,7 @@ class Stack:
     sidecar_url: str = ""
     config_path: Path | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    proxy_sets: tuple[str, ...] = ()  # extra mitmdump ``--set`` options
 
     def rpc_url(self, network: str = "finney") -> str:
         return f"{self.proxy_url}/rpc/v1/{network}"
@@ -202,6 +203,11 @@ class Stack:
             "--set",
             f"chainproxy_config={self.config_path}",
         ]
+        for option in self.proxy_sets:
+            argv += ["--set", option]
+        if any(o.startswith("termlog_verbosity=") for o in self.proxy_sets):
+            argv.remove("-q")  # -q would override it; flow_detail=0 keeps flows unprinted
+            argv += ["--set", "flow_detail=0"]
         proc = spawn("mitmdump", argv, self.tmp)
         self.procs.append(proc)
         self.proxy = proc

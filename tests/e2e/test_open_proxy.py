@@ -16,6 +16,12 @@ from tests.e2e.harness import Stack, free_port
 pytestmark = pytest.mark.e2e
 
 
+@pytest.fixture(scope="module")
+def stack(mode_stack: Stack) -> Stack:
+    """Every test here runs under each dispatch mode (default, lean, mitmproxy's)."""
+    return mode_stack
+
+
 class Canary:
     def __init__(self) -> None:
         self.port = free_port()

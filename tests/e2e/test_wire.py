@@ -11,6 +11,12 @@ from tests.e2e.harness import Stack
 pytestmark = pytest.mark.e2e
 
 
+@pytest.fixture(scope="module")
+def stack(mode_stack: Stack) -> Stack:
+    """Every test here runs under each dispatch mode (default, lean, mitmproxy's)."""
+    return mode_stack
+
+
 async def test_cached_later_methods_answer_like_the_node(stack: Stack) -> None:
     node = stack.nodes[0]
     url = stack.rpc_url()
@@ -224,3 +230,17 @@ async def test_spoofed_forwarded_for_from_untrusted_peer_is_ignored(stack: Stack
         headers={"X-Forwarded-For": "10.200.0.1"},
     )
     assert r.status == 429, "X-Forwarded-For from an untrusted peer changed the identity"
+
+
+async def test_dispatch_mode_is_in_effect(stack: Stack, request: pytest.FixtureRequest) -> None:
+    """Lean mode really unloads the unused built-ins (and says which); the others don't."""
+    mode = request.node.callspec.params["mode_stack"]
+    assert stack.proxy is not None
+    log = stack.proxy.output()
+    if mode == "lean":
+        assert "chainproxy lean mode: " in log
+        assert "built-in addons unloaded" in log and "anticache" in log
+    else:
+        assert "lean mode" not in log
+    ok = await post(stack.rpc_url(), call("system_health"), client_ip=next_client_ip())
+    assert ok.status == 200 and "result" in ok.body
