@@ -19,6 +19,7 @@ help:
 	@echo "make test     the test suite"
 	@echo "make lint     ruff"
 	@echo "make bench    benchmarks (QUICK=1 for a short run)"
+	@echo "make profile  py-spy profile of the proxy under load (bench/out/)"
 	@echo "make test-clients     substrate-interface and polkadot.js over chopsticks"
 	@echo "make demo-chopsticks  the stack over a real Substrate runtime (chopsticks), offline"
 
@@ -54,11 +55,16 @@ clean:
 bench: $(STAMP) bench-deps
 	$(PY) bench/run.py $(if $(QUICK),--quick,)
 
+# Where the proxy's CPU goes under load (py-spy): PROFILE_ARGS="--path hit", "--lean", "--bare".
+.PHONY: profile
+profile: $(STAMP) bench-deps
+	$(PY) bench/profile.py $(PROFILE_ARGS)
+
 # wrk (load generator) and nginx with its stream module (reference proxy, round-robin
 # baseline, TCP balancer): Debian packages, installed when missing and we are root.
 # Without them the runner falls back to bench/pyload.py and skips the nginx parts.
 .PHONY: bench-deps
-bench-deps:
+bench-deps: $(VENV)/.bench-installed
 	@missing=""; \
 	command -v wrk >/dev/null 2>&1 || missing="$$missing wrk"; \
 	{ command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx; } || missing="$$missing nginx"; \
@@ -71,6 +77,10 @@ bench-deps:
 			case "$$missing" in *nginx*) service nginx stop >/dev/null 2>&1 || true;; esac; \
 		else echo "not installed:$$missing (not root): the benchmarks use what is there" >&2; fi; \
 	fi
+
+$(VENV)/.bench-installed: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	@touch $@
 
 # --- real clients over a real Substrate runtime (tests/clients, README "Real clients") ---
 # npm packages (chopsticks, polkadot.js): `npm ci` only when node_modules is missing or

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import aiohttp
+from multidict import CIMultiDict
 
 from addon.failover import assess
 from addon.jsonrpc import Call, dumps
@@ -151,6 +152,10 @@ async def forward(
     return ForwardResult("failed", None, tuple(attempts), None)
 
 
+# built once: aiohttp would otherwise turn a dict into a CIMultiDict on every call
+_HEADERS = CIMultiDict({"Content-Type": "application/json", "Accept": "application/json"})
+
+
 class AiohttpTransport:
     """One pooled ClientSession for every upstream call (keep-alive across clients)."""
 
@@ -162,10 +167,7 @@ class AiohttpTransport:
         try:
             async with asyncio.timeout(timeout):
                 async with self._session.post(
-                    url,
-                    data=body,
-                    headers={"Content-Type": "application/json", "Accept": "application/json"},
-                    allow_redirects=False,
+                    url, data=body, headers=_HEADERS, allow_redirects=False
                 ) as resp:
                     if (resp.content_length or 0) > self._max:
                         raise TransportError("response-too-large")
@@ -194,6 +196,9 @@ def new_session() -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=1024, limit_per_host=256, ttl_dns_cache=300)
     return aiohttp.ClientSession(
         connector=connector,
+        # Calls are stateless: an upstream's (or its load balancer's) cookie is
+        # neither kept nor sent back, and no jar is consulted on every call.
+        cookie_jar=aiohttp.DummyCookieJar(),
         json_serialize=json.dumps,
         auto_decompress=True,
         timeout=aiohttp.ClientTimeout(total=None),

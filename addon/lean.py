@@ -96,9 +96,11 @@ async def _trigger_event(self: Any, event: Any) -> None:
     an addon without a handler costs one ``getattr``, the arguments are built
     once per event, and ``safecall()`` is entered only on the error path (it
     logs "Addon error: …" with the trimmed traceback exactly as before).
-    Addons with sub-addons (scripts, mitmweb's) and anything unusual (a handler
-    attribute that is not callable, a ``getattr`` that raises) take mitmproxy's
-    own path, unchanged."""
+    An addon with sub-addons (the script loader, which holds chainproxy's own
+    stages; mitmweb's) walks its tree with mitmproxy's ``_iter_hooks`` inside one
+    ``safecall()``, as ``invoke_addon`` does, only with the arguments built once.
+    Anything unusual (a handler attribute that is not callable, a ``getattr``
+    that raises) takes mitmproxy's own path, unchanged."""
     name = event.name
     args: list[Any] | None = None
     for addon in self.chain:
@@ -109,7 +111,20 @@ async def _trigger_event(self: Any, event: Any) -> None:
             plain, func = False, None  # let mitmproxy's own path meet (and log) this
         if plain and func is None:
             continue  # mitmproxy would find nothing to call
-        if not plain or not callable(func):
+        if not plain:
+            # invoke_addon's loop (a failing handler ends its subtree, as there)
+            if args is None:
+                args = event.args()
+            try:
+                with safecall():
+                    for _, handler in self._iter_hooks(addon, event):
+                        res = handler(*args)
+                        if res is not None and inspect.isawaitable(res):
+                            await res
+            except exceptions.AddonHalt:
+                return
+            continue
+        if not callable(func):
             try:
                 with safecall():
                     await self.invoke_addon(addon, event)

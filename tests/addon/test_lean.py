@@ -81,6 +81,24 @@ class Parent(Recorder):
         self.log.append((self.name, "request", (flow,)))
 
 
+class ParentWithFailingChild(Recorder):
+    """A failing sub-addon ends its subtree (mitmproxy's invoke_addon), not the chain."""
+
+    def __init__(self, log: list[tuple[str, str, tuple[Any, ...]]], name: str) -> None:
+        super().__init__(log, name)
+        self.addons = [
+            SyncAddon(log, name + ".a"),
+            FailingAddon(log, name + ".b"),
+            AsyncAddon(log, name + ".c"),
+        ]
+
+
+class ParentWithHaltingChild(Recorder):
+    def __init__(self, log: list[tuple[str, str, tuple[Any, ...]]], name: str) -> None:
+        super().__init__(log, name)
+        self.addons = [HaltingAddon(log, name + ".a"), SyncAddon(log, name + ".b")]
+
+
 class RaisingGetattr(Recorder):
     def __getattr__(self, item: str) -> Any:
         if item == "request":
@@ -96,6 +114,8 @@ CHAINS: dict[str, list[type[Recorder]]] = {
     "not callable": [NotCallable, SyncAddon],
     "sub-addons": [SyncAddon, Parent, AsyncAddon],
     "raising getattr": [RaisingGetattr, SyncAddon],
+    "failing sub-addon": [SyncAddon, ParentWithFailingChild, AsyncAddon],
+    "halting sub-addon": [SyncAddon, ParentWithHaltingChild, AsyncAddon],
 }
 
 
