@@ -63,3 +63,23 @@ async def test_refused_connection_is_a_connect_error() -> None:
         with pytest.raises(TransportError) as e:
             await t.post("http://127.0.0.1:9/", b"{}", 2)
         assert e.value.reason == "connect-error"
+
+
+async def test_upstream_cookies_are_not_kept_or_sent_back(aiohttp_server: Any) -> None:
+    """Calls are stateless: one client's call must not carry state an upstream (or
+    its load balancer) handed out on another's."""
+    seen: list[str | None] = []
+
+    async def sticky(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        resp = web.json_response({"jsonrpc": "2.0", "id": 1, "result": None})
+        resp.set_cookie("AWSALB", "node-7")
+        return resp
+
+    url = await _server(aiohttp_server, sticky)
+    async with new_session() as session:
+        t = AiohttpTransport(session, max_response_bytes=1_000_000)
+        for _ in range(3):
+            status, _ = await t.post(url, b"{}", 5)
+            assert status == 200
+    assert seen == [None, None, None]
