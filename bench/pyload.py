@@ -28,8 +28,12 @@ async def _worker(
     interval: float = 0.0,
     offset: float = 0.0,
 ) -> None:
-    """Closed loop; with ``interval`` > 0, paced: one request every ``interval``
-    seconds (later when the previous answer is late; no catching up in bursts)."""
+    """Closed loop; with ``interval`` > 0, paced: one request per slot of a fixed
+    grid (``offset + k * interval``). After a late answer the missed slots are
+    skipped (no catching up in bursts) and the next request waits for the next
+    slot of the same grid, so the connections stay staggered as they started:
+    a slow call must not shift one connection into another's phase, which
+    would make the arrivals bunch and every later call queue behind another."""
     reader = writer = None
     next_at = time.monotonic() + offset
     while time.monotonic() < stop_at:
@@ -37,7 +41,10 @@ async def _worker(
             delay = next_at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            next_at = max(next_at + interval, time.monotonic())
+            next_at += interval
+            now = time.monotonic()
+            if next_at <= now:  # late: skip the slots missed, keep the phase
+                next_at += interval * (int((now - next_at) / interval) + 1)
             if time.monotonic() >= stop_at:
                 break
         try:

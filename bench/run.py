@@ -72,7 +72,8 @@ class Params:
     scale_reps: int  # repetitions of the scale-out scenario
     tput_s: float  # seconds per throughput run
     lat_s: float  # seconds per concurrency-1 run
-    fault_reps: int  # repetitions of the slow/killed upstream scenarios
+    fault_reps: int  # repetitions (healthy/slow pairs) of the slow-upstream scenario
+    kill_reps: int  # repetitions of the killed-upstream scenario
     slow_s: float
     kill_s: float
     warm_s: float
@@ -87,8 +88,9 @@ FULL = Params(
     scale_reps=4,
     tput_s=3,
     lat_s=2,
-    fault_reps=3,
-    slow_s=6,
+    fault_reps=6,
+    kill_reps=3,
+    slow_s=4,
     kill_s=8,
     warm_s=1,
     mem_clients=1_000_000,
@@ -102,6 +104,7 @@ QUICK = Params(
     tput_s=2,
     lat_s=1,
     fault_reps=1,
+    kill_reps=1,
     slow_s=2,
     kill_s=3,
     warm_s=0,
@@ -622,7 +625,8 @@ class Bench:
         # A steady rate well below capacity (bench/pyload.py, 8 connections): the
         # tail then shows where calls went, not the queue of a saturated proxy, and
         # the percentiles are those of the calls sent (wrk's coordinated-omission
-        # correction would count each 300 ms call ~17 times).
+        # correction would count each 300 ms call ~17 times). Each connection keeps
+        # its own slots (bench/pyload.py), so both runs offer the same arrivals.
         systems = [t for t in (self.cp_sim, self.rr) if t is not None]
         for t in systems:
             run_load(t.url + RPC_PATH, FAULT_BODY, connections=8, duration_s=max(1.0, p.warm_s))
@@ -633,15 +637,21 @@ class Bench:
             slow = self.nodes[rep % len(self.nodes)]
             order = systems if rep % 2 == 0 else systems[::-1]
             for t in order:
-                res[t.name]["healthy"].append(
-                    measure(t, FAULT_BODY, 8, p.slow_s, "pyload", SLOW_RATE)
-                )
-                slow.control(latency_ms=300)
-                before = self.node_calls()
-                run = measure(t, FAULT_BODY, 8, p.slow_s, "pyload", SLOW_RATE)
-                served = self.node_calls()[rep % len(self.nodes)] - before[rep % len(self.nodes)]
-                slow.control(latency_ms=0)
-                res[t.name]["slow"].append(run)
+                # healthy and slow back to back, the order swapped every repetition,
+                # so a drift of the machine's speed weighs on both alike
+                for phase in ("healthy", "slow") if rep % 2 == 0 else ("slow", "healthy"):
+                    if phase == "healthy":
+                        res[t.name]["healthy"].append(
+                            measure(t, FAULT_BODY, 8, p.slow_s, "pyload", SLOW_RATE)
+                        )
+                        continue
+                    slow.control(latency_ms=300)
+                    before = self.node_calls()
+                    run = measure(t, FAULT_BODY, 8, p.slow_s, "pyload", SLOW_RATE)
+                    i = rep % len(self.nodes)
+                    served = self.node_calls()[i] - before[i]
+                    slow.control(latency_ms=0)
+                    res[t.name]["slow"].append(run)
                 share[t.name].append(100 * served / max(1, run.load.requests))
 
         def pooled_p99(runs: list[Run]) -> float | None:
@@ -680,9 +690,16 @@ class Bench:
             f"{f2(h.load.p99_ms)}→{f2(sl.load.p99_ms)}"
             for h, sl in zip(cp["healthy"], cp["slow"], strict=True)
         )
+        pairs = [
+            sl.load.p99_ms / h.load.p99_ms
+            for h, sl in zip(cp["healthy"], cp["slow"], strict=True)
+            if h.load.p99_ms
+        ]
         r.goal(
             line + f"  [chainproxy p99 {f2(hp)} → {f2(sp)} ms over all calls of"
-            f" {p.fault_reps} repetition(s) (per repetition {per_rep}); the slow node got"
+            f" {p.fault_reps} repetition(s) (per repetition {per_rep}; median of the"
+            f" per-repetition ratios {f2(statistics.median(pairs) if pairs else None)});"
+            " the slow node got"
             f" {', '.join(f'{x:.2f}' for x in share[CP])}% of calls;"
             f" errors {sum(errors(v) for v in cp.values())}]"
         )
@@ -699,10 +716,10 @@ class Bench:
         errs: dict[str, list[int]] = {t.name: [] for t in systems}
         served: dict[str, list[int]] = {t.name: [] for t in systems}
         reqs: dict[str, list[int]] = {t.name: [] for t in systems}
-        for rep in range(p.fault_reps):
+        for rep in range(p.kill_reps):
             order = systems if rep % 2 == 0 else systems[::-1]
             for k, t in enumerate(order):
-                last = rep == p.fault_reps - 1 and k == len(order) - 1
+                last = rep == p.kill_reps - 1 and k == len(order) - 1
                 box: dict[str, Any] = {}
 
                 def drive(t: Target = t, box: dict[str, Any] = box) -> None:
@@ -737,7 +754,7 @@ class Bench:
         )
         line = (
             f"Goal 5 (one of three upstreams killed mid-run, client-visible errors = 0): "
-            f"chainproxy {n_cp} in {sum(reqs[CP])} calls over {p.fault_reps} kill(s)"
+            f"chainproxy {n_cp} in {sum(reqs[CP])} calls over {p.kill_reps} kill(s)"
         )
         if self.rr is not None:
             n_rr = sum(errs[RR])
