@@ -30,14 +30,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
+# PROXY_SET="chainproxy_lean=true …": mitmproxy options for the proxy (README "Performance")
+LAUNCH_SETS = $(foreach s,$(PROXY_SET),--set $(s))
+
 run: $(STAMP)
-	$(PY) -m chainproxy.launch --config $(CONFIG)
+	$(PY) -m chainproxy.launch --config $(CONFIG) $(LAUNCH_SETS)
 
 demo: $(STAMP)
-	$(PY) -m chainproxy.launch --config configs/demo.yaml --simulate
+	$(PY) -m chainproxy.launch --config configs/demo.yaml --simulate $(LAUNCH_SETS)
 
 inspect: $(STAMP)
-	$(PY) -m chainproxy.launch --config $(CONFIG) --inspect $(if $(findstring demo,$(CONFIG)),--simulate,)
+	$(PY) -m chainproxy.launch --config $(CONFIG) --inspect $(if $(findstring demo,$(CONFIG)),--simulate,) $(LAUNCH_SETS)
 
 test: $(STAMP) js-deps browser-deps
 	$(VENV)/bin/ruff check .

@@ -124,7 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--simulate", action="store_true", help="start simulated upstream nodes")
     ap.add_argument("--inspect", action="store_true", help="mitmweb instead of mitmdump")
     ap.add_argument("--web-port", type=int, default=8082)
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a mitmproxy option for the proxy, e.g. chainproxy_lean=true (repeatable)",
+    )
     args = ap.parse_args(argv)
+    if bad := [s for s in args.sets if "=" not in s.strip("=")]:
+        print(f"chainproxy: --set wants NAME=VALUE, got {bad[0]!r}", file=sys.stderr)
+        return 2
 
     try:
         config = load_config(args.config)
@@ -167,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             "--set",
             f"chainproxy_config={args.config}",
         ]
+        for option in args.sets:
+            proxy_argv += ["--set", option]
         web_token = secrets.token_hex(16)  # mitmweb wants one; we print the URL with it
         if args.inspect:
             proxy_argv += [

@@ -66,8 +66,14 @@ def _demo_config(tmp: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_demo_prints_a_working_curl_and_stops_cleanly(tmp_path: Path, sig: int) -> None:
+@pytest.mark.parametrize(
+    ("sig", "sets"),
+    [(signal.SIGTERM, ()), (signal.SIGINT, ("chainproxy_lean=true",))],
+    ids=["sigterm", "sigint-lean"],
+)
+def test_demo_prints_a_working_curl_and_stops_cleanly(
+    tmp_path: Path, sig: int, sets: tuple[str, ...]
+) -> None:
     config = _demo_config(tmp_path)
     port = free_port()
     proc = subprocess.Popen(
@@ -80,6 +86,7 @@ def test_demo_prints_a_working_curl_and_stops_cleanly(tmp_path: Path, sig: int) 
             "--simulate",
             "--listen-port",
             str(port),
+            *(a for s in sets for a in ("--set", s)),
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -118,6 +125,9 @@ def test_demo_prints_a_working_curl_and_stops_cleanly(tmp_path: Path, sig: int) 
         assert answer["id"] == 1 and int(answer["result"]["number"], 16) > 0
         os.kill(proc.pid, sig)
         assert proc.wait(20) == 0
+        text += proc.stdout.read()
+        # the --set reached mitmdump (lean mode says what it unloaded)
+        assert ("lean mode: " in text) == bool(sets), text[-2000:]
         deadline = time.monotonic() + 10
         while _children_of(config) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -201,3 +211,23 @@ def test_inspect_shows_annotated_flows_in_mitmweb(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_launcher_rejects_a_malformed_set(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chainproxy.launch",
+            "--config",
+            str(_demo_config(tmp_path)),
+            "--set",
+            "chainproxy_lean",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip() == "chainproxy: --set wants NAME=VALUE, got 'chainproxy_lean'"
