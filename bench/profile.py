@@ -1,12 +1,13 @@
 """``make profile``: where chainproxy's CPU goes under load, sampled by py-spy.
 
     python bench/profile.py [--path miss|hit] [--seconds 10] [--lean] [--bare]
-                            [--out DIR]
+                            [--set NAME=VALUE] [--out DIR]
 
 Starts the trivial upstream, the sidecar and chainproxy (or, with ``--bare``,
 bare ``mitmdump --mode reverse``) on 127.0.0.1, drives the proxy with wrk at 32
-connections and samples it with ``py-spy record`` meanwhile. Writes a flame
-graph (``profile.svg``), the collapsed stacks (``profile.txt``) and prints the
+connections and samples it with ``py-spy record`` meanwhile. Writes the
+collapsed stacks (``bench/out/<name>.txt``; a flame graph beside it when
+``inferno-flamegraph`` is installed) and prints the
 functions with the most time of their own and the share of each part of the
 stack (mitmproxy's event dispatch, its HTTP layers, chainproxy's stages…).
 """
@@ -90,6 +91,14 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--lean", action="store_true", help="chainproxy in lean mode")
     ap.add_argument("--bare", action="store_true", help="bare mitmdump instead of chainproxy")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a mitmproxy option for chainproxy, e.g. chainproxy_fast_dispatch=false",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out")
     args = ap.parse_args()
     pyspy = shutil.which("py-spy") or str(BIN / "py-spy")
@@ -110,7 +119,7 @@ def main() -> int:
             else:
                 config, sidecar = st.write_config("trivial", [trivial], data_dir=Path(tmp) / "d")
                 st.start_sidecar("sidecar", config, sidecar)
-                sets = ("chainproxy_lean=true",) if args.lean else ()
+                sets = (*args.sets, *(("chainproxy_lean=true",) if args.lean else ()))
                 proc, url = st.start_chainproxy(
                     "chainproxy", config, sidecar, sets=sets, cpus=proxy_cpus
                 )
@@ -131,8 +140,12 @@ def main() -> int:
                 ).encode()
             target = url + "/rpc/v1/finney"
             run_load(target, body, connections=32, duration_s=2)  # warm up
-            name = (
-                ("bare" if args.bare else "lean" if args.lean else "chainproxy") + "-" + args.path
+            name = "-".join(
+                [
+                    "bare" if args.bare else "lean" if args.lean else "chainproxy",
+                    *(x.replace("=", "-") for x in args.sets),
+                    args.path,
+                ]
             )
             raw = args.out / f"{name}.txt"
             svg = args.out / f"{name}.svg"
