@@ -7,11 +7,16 @@ The allowlist itself is a set of exact names from the config
 from __future__ import annotations
 
 
-def refusal_reason(method: str) -> str:
+def refusal_reason(method: str, *, websocket: bool = False) -> str:
     m = method.lower()
     if m.startswith("author_"):
         return "writes are not served: this is a read-only proxy"
     if "subscribe" in m:
+        if websocket:
+            return (
+                "subscriptions are not served: poll instead "
+                "(chain_getHeader, chain_getFinalizedHead)"
+            )
         return "subscriptions need a WebSocket connection and are not served over HTTP"
     if m.startswith(("offchain_", "sudo", "dev_", "engine_")) or "unsafe" in m:
         return "node administration and unsafe methods are not served"

@@ -22,6 +22,8 @@ from addon.ratelimit import Decision
 
 CTX_KEY = "chainproxy.ctx"
 META_KEY = "chainproxy"
+WS_KEY = "chainproxy.websocket"  # on a WebSocket handshake flow: its network
+WS_CALL_KEY = "chainproxy.ws_call"  # on the internal flow of one WebSocket message
 
 CORS_HEADERS = (
     ("Access-Control-Allow-Origin", "*"),

@@ -30,6 +30,8 @@ from addon.pinning import hints
 from addon.ratelimit import client_identity
 from addon.respond import (
     CTX_KEY,
+    WS_CALL_KEY,
+    WS_KEY,
     RpcContext,
     finish,
     json_response,
@@ -44,7 +46,8 @@ SIDECAR_PATH_KEY = "chainproxy.sidecar_path"
 
 
 def _skip(flow: http.HTTPFlow) -> bool:
-    return bool(flow.response or flow.error or not flow.live)
+    # a WebSocket handshake is addon/websocket.py's; its messages come back here
+    return bool(flow.response or flow.error or not flow.live or WS_KEY in flow.metadata)
 
 
 def _rpc(flow: http.HTTPFlow) -> RpcContext | None:
@@ -141,7 +144,7 @@ class Allowlist(_Stage):
         allow = rt.config.proxy.allowlist
         for i, item in enumerate(rpc.parsed.items):
             if isinstance(item, Call) and item.method not in allow:
-                reason = refusal_reason(item.method)
+                reason = refusal_reason(item.method, websocket=WS_CALL_KEY in flow.metadata)
                 rpc.answers[i] = error_obj(
                     item.id,
                     METHOD_NOT_FOUND,

@@ -34,3 +34,20 @@ def substrate(url: str, source_ip: str) -> SubstrateInterface:
 
     with mock.patch.object(si_base, "HttpTransport", BoundTransport):
         return SubstrateInterface(url=url)
+
+
+def substrate_ws(url: str, source_ip: str) -> SubstrateInterface:
+    """The same client over WebSocket (``ws://`` URL, websocket-client), its
+    connection leaving from ``source_ip``."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import websocket
+
+    parts = urlsplit(url)
+    sock = socket.create_connection(
+        (parts.hostname, parts.port or 80), timeout=30, source_address=(source_ip, 0)
+    )
+    ws_url = url.replace("http://", "ws://", 1)
+    conn = websocket.create_connection(ws_url, socket=sock, timeout=30)
+    return SubstrateInterface(websocket=conn)

@@ -1,0 +1,154 @@
+"""JSON-RPC over WebSocket (``ws://…/rpc/v1/<network>``) through the real
+mitmdump + addon to simulated nodes: the same answers, refusals, quota and
+failover as over HTTP, concurrent calls on one socket, bad input answered and
+the socket kept open."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.e2e.conftest import call, next_client_ip, post
+from tests.e2e.harness import Stack
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def stack(mode_stack: Stack) -> Stack:
+    """Under each dispatch mode: the WebSocket hooks go through it too."""
+    return mode_stack
+
+
+def ws_url(stack: Stack, network: str = "finney") -> str:
+    return stack.rpc_url(network).replace("http://", "ws://")
+
+
+@asynccontextmanager
+async def connect(
+    stack: Stack, client_ip: str | None = None, network: str = "finney"
+) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
+    connector = aiohttp.TCPConnector(local_addr=(client_ip or next_client_ip(), 0))
+    async with aiohttp.ClientSession(connector=connector) as s:
+        async with s.ws_connect(ws_url(stack, network), timeout=aiohttp.ClientWSTimeout(10)) as ws:
+            yield ws
+
+
+async def ask(ws: aiohttp.ClientWebSocketResponse, doc: Any, timeout: float = 15) -> Any:
+    await ws.send_str(doc if isinstance(doc, str) else json.dumps(doc))
+    msg = await asyncio.wait_for(ws.receive(), timeout)
+    assert msg.type == aiohttp.WSMsgType.TEXT, msg
+    return json.loads(msg.data)
+
+
+async def test_call_is_answered_like_over_http(stack: Stack) -> None:
+    async with connect(stack) as ws:
+        got = await ask(ws, call("chain_getBlockHash", [5], id_="abc-1"))
+    over_http = await post(stack.rpc_url(), call("chain_getBlockHash", [5], id_="abc-1"))
+    assert got == over_http.body
+    assert got["id"] == "abc-1" and got["result"].startswith("0x")
+
+
+async def test_batch_is_one_message_in_request_order(stack: Stack) -> None:
+    batch = [
+        call("system_chain", id_=1),
+        call("author_submitExtrinsic", ["0x00"], id_=2),
+        call("chain_getBlockHash", [0], id_=3),
+    ]
+    async with connect(stack) as ws:
+        got = await ask(ws, batch)
+    assert [a["id"] for a in got] == [1, 2, 3]
+    assert got[0]["result"] == "Bittensor"
+    assert got[1]["error"]["code"] == -32601
+    assert got[2]["result"].startswith("0x")
+
+
+async def test_refusals_and_bad_input_are_answered_and_the_socket_stays_open(
+    stack: Stack,
+) -> None:
+    async with connect(stack) as ws:
+        write = await ask(ws, call("author_submitExtrinsic", ["0x00"], id_=9))
+        assert write["id"] == 9 and write["error"]["code"] == -32601
+        assert write["error"]["data"]["policy"] == "allowlist"
+        sub = await ask(ws, call("chain_subscribeNewHeads", id_=10))
+        assert sub["error"]["code"] == -32601
+        assert "poll" in sub["error"]["data"]["reason"]
+        junk = await ask(ws, "{not json")
+        assert junk["id"] is None and junk["error"]["code"] == -32700
+        invalid = await ask(ws, {"jsonrpc": "2.0", "id": 4, "method": ""})
+        assert invalid["id"] == 4 and invalid["error"]["code"] == -32600
+        big = await ask(ws, call("state_getStorage", ["0x" + "ab" * 600_000]))
+        assert big["error"]["code"] == -32600 and "1048576" in big["error"]["message"]
+        ok = await ask(ws, call("system_health", id_=11))
+        assert ok["id"] == 11 and "result" in ok
+        assert not ws.closed
+    assert all(n.state()["calls"].get("author_submitExtrinsic", 0) == 0 for n in stack.nodes)
+
+
+async def test_concurrent_calls_on_one_socket_are_matched_by_id(stack: Stack) -> None:
+    async with connect(stack) as ws:
+        for i in range(40):
+            await ws.send_str(json.dumps(call("chain_getBlockHash", [i], id_=f"c{i}")))
+        answers = {}
+        for _ in range(40):
+            msg = await asyncio.wait_for(ws.receive(), 20)
+            doc = json.loads(msg.data)
+            answers[doc["id"]] = doc
+    assert set(answers) == {f"c{i}" for i in range(40)}
+    # each answer is the one for its own call
+    direct = stack.nodes[0].rpc("chain_getBlockHash", [7])["result"]
+    assert answers["c7"]["result"] == direct
+
+
+async def test_quota_is_shared_with_http_and_the_101st_call_is_refused(stack: Stack) -> None:
+    ip = next_client_ip()
+    for i in range(50):
+        r = await post(stack.rpc_url(), call("system_health", id_=i), client_ip=ip)
+        assert r.status == 200
+    async with connect(stack, client_ip=ip) as ws:
+        for i in range(50):
+            ok = await ask(ws, call("system_health", id_=i))
+            assert "result" in ok, (i, ok)
+        over = await ask(ws, call("system_health", id_="over"))
+    assert over["id"] == "over" and over["error"]["code"] == -32005
+    assert over["error"]["data"]["policy"] == "100;w=60"
+    assert 1 <= over["error"]["data"]["retry_after"] <= 60
+
+
+async def test_failing_upstreams_fail_over_invisibly(stack: Stack) -> None:
+    a, b = stack.nodes[0], stack.nodes[1]
+    a.control(http_status=503)
+    b.control(close=True)
+    async with connect(stack) as ws:
+        for i in range(12):
+            got = await ask(ws, call("chain_getBlockHash", [i], id_=i))
+            assert got["id"] == i and got["result"].startswith("0x"), got
+
+
+async def test_unknown_network_refuses_the_handshake(stack: Stack) -> None:
+    with pytest.raises(aiohttp.WSServerHandshakeError) as e:
+        async with connect(stack, network="nosuchnet"):
+            pass
+    assert e.value.status == 404
+
+
+async def test_client_going_away_mid_call_leaves_the_proxy_serving(stack: Stack) -> None:
+    slow = stack.nodes
+    for n in slow:
+        n.control(latency_ms=400)
+    async with connect(stack) as ws:
+        await ws.send_str(json.dumps(call("system_health", id_=1)))
+        await asyncio.sleep(0.1)
+    for n in slow:
+        n.control(latency_ms=0)
+    async with connect(stack) as ws:
+        ok = await ask(ws, call("system_health", id_=2))
+    assert ok["id"] == 2 and "result" in ok
+    r = await post(stack.rpc_url(), call("system_health"))
+    assert r.status == 200
