@@ -42,7 +42,7 @@ demo: $(STAMP)
 inspect: $(STAMP)
 	$(PY) -m chainproxy.launch --config $(CONFIG) --inspect $(if $(findstring demo,$(CONFIG)),--simulate,) $(LAUNCH_SETS)
 
-test: $(STAMP) js-deps browser-deps
+test: $(STAMP) js-deps browser-deps asi-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(ASI_VENV) data .pytest_cache .ruff_cache
 
 # Proxy benchmarks against bare mitmdump, a direct call and nginx, plus the
 # statistics, memory and addon benchmarks (docs/BENCHMARKS.md). ~9 min; QUICK=1 < 2 min.
@@ -106,6 +106,22 @@ test-clients: $(STAMP) js-deps
 
 demo-chopsticks: $(STAMP) js-deps
 	$(PY) -m tests.clients.chopsticks_stack
+
+# --- async-substrate-interface (the bittensor SDK's WebSocket client) in a venv of its
+# own: its cyscale installs a `scalecodec` that would replace substrate-interface's.
+# Without it (no package index) its test is skipped, saying why.
+ASI_VENV := .venv-asi
+ASI_REQS := tests/clients/asi/requirements.txt
+
+.PHONY: asi-deps
+asi-deps: $(ASI_VENV)/.installed
+
+$(ASI_VENV)/.installed: $(ASI_REQS)
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found" >&2; exit 1; }
+	@if { test -x $(ASI_VENV)/bin/python || $(PYTHON312) -m venv $(ASI_VENV); } && \
+		$(ASI_VENV)/bin/python -m pip install -q -r $(ASI_REQS); then touch $@; \
+	else echo "async-substrate-interface not installed: its client test will be skipped" >&2; \
+		rm -rf $(ASI_VENV); fi
 
 # --- headless Chromium for the dashboard's browser test (Debian's package) ---
 # Installed when missing and we are root (CI, fresh machines); otherwise the
