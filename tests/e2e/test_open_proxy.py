@@ -142,3 +142,43 @@ def test_sidecar_internal_paths_are_refused(stack: Stack, path: str) -> None:
     reply = raw_request(_port(stack), f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     assert reply.startswith(b"HTTP/1.1 404")
     assert b'"jsonrpc":"2.0"' in reply
+
+
+def _upgrade(target: str, host: str) -> bytes:
+    return (
+        f"GET {target} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+
+
+def _head(port: int, data: bytes) -> bytes:
+    """The answer's head only (a 101 keeps the socket open)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        return buf
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["{canary}/rpc/v1/finney", "{canary}/secret", "/rpc/v1/nosuchnet", "/api/v1/anything"],
+)
+def test_websocket_handshake_never_reaches_another_host(
+    stack: Stack, canary: Canary, target: str
+) -> None:
+    """The one connection mitmproxy opens itself is a WebSocket's, and only to
+    the proxy's own sink, only for an RPC path of a configured network."""
+    host = f"127.0.0.1:{canary.port}"
+    reply = _head(_port(stack), _upgrade(target.format(canary=f"http://{host}"), host))
+    assert b"canary" not in reply
+    if target.endswith("/rpc/v1/finney"):
+        assert reply.startswith(b"HTTP/1.1 101")  # relayed to the sink, not the canary
+    else:
+        assert not reply.startswith(b"HTTP/1.1 101")
+    assert canary.hits == 0
