@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -107,15 +107,20 @@ class WebSocketRpc:
         self.sink = Sink()
         self._conns: dict[str, _Conn] = {}
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        # Synchronous for the plain POSTs that are nearly every request (no
+        # coroutine each); a handshake returns one, which mitmproxy awaits.
         rt = self.holder.runtime
         if flow.response or flow.error or not flow.live or rt is None:
-            return
+            return None
         if not is_upgrade(flow.request):
-            return
+            return None
         route = classify("POST", flow.request.path, rt.config.proxy.networks)
         if not isinstance(route, RpcRoute):
-            return  # the Gate answers it (404 for an unknown network)
+            return None  # the Gate answers it (404 for an unknown network)
+        return self._take_handshake(flow, route)
+
+    async def _take_handshake(self, flow: http.HTTPFlow, route: RpcRoute) -> None:
         port = await self.sink.start()
         flow.metadata[WS_KEY] = route.network
         flow.metadata["chainproxy.ws_headers"] = {

@@ -1,0 +1,203 @@
+"""addon/websocket.py, one unit at a time: which handshakes it takes, what it
+does with each message (client's dropped and answered, the sink's dropped,
+injected answers let through, history trimmed), and the message → POST
+translation. The pipeline stages here are stand-ins; the real pipeline over
+WebSocket is tested end to end in tests/e2e/test_websocket_e2e.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from mitmproxy import http
+from mitmproxy.flow import Flow
+from mitmproxy.test import taddons, tflow
+from mitmproxy.websocket import WebSocketMessage
+from wsproto.frame_protocol import Opcode
+
+from addon import websocket as ws
+from addon.respond import WS_CALL_KEY, WS_KEY
+from addon.runtime import RuntimeHolder
+
+
+class EchoStage:
+    """Answers with what it was asked, and how."""
+
+    def __init__(self) -> None:
+        self.seen: list[http.HTTPFlow] = []
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        self.seen.append(flow)
+        doc = json.loads(flow.request.content or b"null")
+        flow.response = http.Response.make(
+            403,  # a status the WebSocket answer must not carry
+            json.dumps(
+                {
+                    "echo": doc,
+                    "path": flow.request.path,
+                    "method": flow.request.method,
+                    "xff": flow.request.headers.get("X-Forwarded-For"),
+                    "ws": flow.metadata.get(WS_CALL_KEY),
+                }
+            ).encode(),
+        )
+
+
+class NeverCalled:
+    def request(self, flow: http.HTTPFlow) -> None:  # pragma: no cover - must not run
+        raise AssertionError("a stage after the answer ran")
+
+
+def test_is_upgrade() -> None:
+    f = tflow.twebsocketflow()
+    assert ws.is_upgrade(f.request)
+    f.request.headers["connection"] = "keep-alive, Upgrade"
+    assert ws.is_upgrade(f.request)
+    f.request.method = "POST"
+    assert not ws.is_upgrade(f.request)
+    plain = tflow.tflow()
+    assert not ws.is_upgrade(plain.request)
+
+
+def _rpc_flow() -> tuple[WebSocketRpc, http.HTTPFlow, EchoStage]:
+    stage = EchoStage()
+    addon = ws.WebSocketRpc(RuntimeHolder(), [stage, NeverCalled()])
+    flow = tflow.twebsocketflow(messages=False)
+    flow.metadata[WS_KEY] = "finney"
+    flow.metadata["chainproxy.ws_headers"] = {"X-Forwarded-For": "203.0.113.9"}
+    assert flow.websocket is not None
+    flow.websocket.timestamp_end = None  # still open
+    return addon, flow, stage
+
+
+WebSocketRpc = ws.WebSocketRpc
+
+
+def test_a_message_is_the_post_it_stands_for() -> None:
+    addon, flow, stage = _rpc_flow()
+
+    body = asyncio.run(addon.run_pipeline(flow, "finney", b'{"id": 7}'))
+
+    doc = json.loads(body)
+    assert doc == {
+        "echo": {"id": 7},
+        "path": "/rpc/v1/finney",
+        "method": "POST",
+        "xff": "203.0.113.9",
+        "ws": True,
+    }
+    (call,) = stage.seen
+    assert call.client_conn is flow.client_conn  # the same client: the same quota
+    assert call.live
+
+
+def test_messages_are_dropped_answered_and_trimmed() -> None:
+    addon, flow, _ = _rpc_flow()
+    injected: list[tuple[bool, bytes, bool]] = []
+
+    async def scenario() -> None:
+        with taddons.context() as tctx:
+
+            def inject(f: Flow, to_client: bool, message: bytes, is_text: bool = True) -> None:
+                injected.append((to_client, message, is_text))
+
+            tctx.master.commands.add("inject.websocket", inject)
+            addon.websocket_start(flow)
+            assert flow.websocket is not None
+            msgs = flow.websocket.messages
+            # history beyond KEEP_MESSAGES is trimmed
+            msgs.extend(
+                WebSocketMessage(Opcode.TEXT, False, b"old", injected=True)
+                for _ in range(ws.KEEP_MESSAGES + 20)
+            )
+            client = WebSocketMessage(Opcode.TEXT, True, b'{"id": 1}')
+            msgs.append(client)
+            await addon.websocket_message(flow)
+            assert client.dropped  # never relayed to the sink
+            assert len(msgs) == ws.KEEP_MESSAGES
+            sink = WebSocketMessage(Opcode.TEXT, False, b"from the sink")
+            msgs.append(sink)
+            await addon.websocket_message(flow)
+            assert sink.dropped
+            answer = WebSocketMessage(Opcode.TEXT, False, b"{}", injected=True)
+            msgs.append(answer)
+            await addon.websocket_message(flow)
+            assert not answer.dropped  # our own answers reach the client
+            conn = addon._conns[flow.id]
+            await asyncio.gather(*conn.tasks)
+            addon.websocket_end(flow)
+            assert flow.id not in addon._conns
+            assert flow.comment.endswith("1 message(s)")
+
+    asyncio.run(scenario())
+    ((to_client, message, is_text),) = injected
+    assert to_client and is_text
+    assert json.loads(message)["echo"] == {"id": 1}
+
+
+def test_flows_that_are_not_ours_are_left_alone() -> None:
+    addon, _, _ = _rpc_flow()
+    other = tflow.twebsocketflow()  # no WS_KEY: not a chainproxy RPC socket
+    addon.websocket_start(other)
+    asyncio.run(addon.websocket_message(other))
+    assert other.websocket is not None
+    assert not any(m.dropped for m in other.websocket.messages)
+
+
+@pytest.mark.parametrize("n", [ws.MAX_IN_FLIGHT])
+def test_in_flight_calls_are_bounded(n: int) -> None:
+    """Past MAX_IN_FLIGHT unanswered calls, the hook waits (mitmproxy stops
+    reading that socket) until one is answered."""
+    gate = asyncio.Event()
+
+    class Slow:
+        async def request(self, flow: http.HTTPFlow) -> None:
+            await gate.wait()
+            flow.response = http.Response.make(200, b"{}")
+
+    addon = ws.WebSocketRpc(RuntimeHolder(), [Slow()])
+    flow = tflow.twebsocketflow(messages=False)
+    flow.metadata[WS_KEY] = "finney"
+
+    async def scenario() -> bool:
+        with taddons.context() as tctx:
+
+            def inject(f: Flow, to_client: bool, message: bytes, is_text: bool = True) -> None:
+                pass
+
+            tctx.master.commands.add("inject.websocket", inject)
+            addon.websocket_start(flow)
+            assert flow.websocket is not None
+            for _ in range(n):
+                flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, b"{}"))
+                await addon.websocket_message(flow)
+            flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, b"{}"))
+            blocked = asyncio.create_task(addon.websocket_message(flow))
+            await asyncio.sleep(0.05)
+            was_blocked = not blocked.done()
+            gate.set()
+            await asyncio.wait_for(blocked, 5)
+            await asyncio.gather(*addon._conns[flow.id].tasks)
+            return was_blocked
+
+    assert asyncio.run(scenario())
+
+
+def test_sink_accepts_a_websocket_and_stays_silent() -> None:
+    import aiohttp
+
+    async def scenario() -> Any:
+        sink = ws.Sink()
+        port = await sink.start()
+        assert await sink.start() == port  # started once
+        async with aiohttp.ClientSession() as s:
+            async with s.ws_connect(f"http://127.0.0.1:{port}/rpc/v1/finney") as conn:
+                await conn.send_str("hello")
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(conn.receive(), 0.3)
+        sink.close()
+        await asyncio.sleep(0.1)
+
+    asyncio.run(scenario())
