@@ -152,3 +152,38 @@ async def test_client_going_away_mid_call_leaves_the_proxy_serving(stack: Stack)
     assert ok["id"] == 2 and "result" in ok
     r = await post(stack.rpc_url(), call("system_health"))
     assert r.status == 200
+
+
+async def test_websocket_calls_are_counted_in_usage_and_served_from_the_cache(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Usage records and the edge cache are the HTTP pipeline's: a call over
+    WebSocket counts once, a refusal not at all, a block-pinned read repeated is
+    a cache hit."""
+    from tests.e2e.conftest import build_stack
+    from tests.e2e.harness import http_json
+
+    s = build_stack(
+        tmp_path_factory.mktemp("ws-usage"),
+        ("alpha", "beta"),
+        top={"probe": {"interval_s": 1, "head_interval_s": 0.5, "timeout_s": 1}},
+        usage={"flush_s": 0.5},
+    )
+    try:
+        block = s.nodes[0].rpc("chain_getBlockHash", [3])["result"]
+        async with connect(s) as ws:
+            for i in range(4):  # the same block 4 times: 1 miss, 3 hits
+                got = await ask(ws, call("chain_getHeader", [block], id_=i))
+                assert got["result"]["number"] == "0x3", got
+            refused = await ask(ws, call("author_submitExtrinsic", ["0x00"], id_=9))
+            assert refused["error"]["code"] == -32601
+        doc: dict[str, Any] = {}
+        for _ in range(60):
+            doc = http_json(f"{s.proxy_url}/api/v1/usage")
+            if doc["requests"] >= 4:
+                break
+            await asyncio.sleep(0.3)
+        assert doc["requests"] == 4, doc  # the refusal is not a proxied call
+        assert doc["cache_hits"]["count"] == 3, doc
+    finally:
+        s.stop()
