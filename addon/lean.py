@@ -86,45 +86,60 @@ def _at_default(options: Any, name: str) -> bool:
     return options.default(name) == getattr(options, name)
 
 
+_addon_log = logging.getLogger("mitmproxy.addonmanager")  # where safecall() reports
+
+
+def _report(exc: BaseException) -> None:
+    """mitmproxy's "Addon error" report of a failing handler (``safecall()``): the
+    same message, the traceback trimmed to the handler's frames."""
+    tb = exc.__traceback__
+    t = tb
+    while t is not None:  # drop this dispatcher's frames, as safecall() drops invoke_addon's
+        if t.tb_frame.f_code.co_name == "_trigger_event" and t.tb_next is not None:
+            tb = t.tb_next
+        t = t.tb_next
+    _addon_log.error(f"Addon error: {exc}", exc_info=(type(exc), exc, tb))
+
+
+def _as_in_a_coroutine(exc: Exception) -> Exception:
+    """A sync handler ran inside mitmproxy's invoke_addon coroutine, where a
+    StopIteration becomes RuntimeError (PEP 479); keep the report the same."""
+    if isinstance(exc, StopIteration):
+        err = RuntimeError("coroutine raised StopIteration")
+        err.__cause__ = exc
+        err.__traceback__ = exc.__traceback__
+        return err
+    return exc
+
+
 async def _trigger_event(self: Any, event: Any) -> None:
     """``AddonManager.trigger_event`` with mitmproxy's semantics, less overhead.
 
-    Same order, same handlers, same error report and ``AddonHalt``; what changes
-    is the cost. mitmproxy enters a generator-based ``safecall()`` context, starts
-    an ``invoke_addon`` coroutine, walks a generator and rebuilds the hook's
-    argument list (``dataclasses.fields``) for every addon and every event; here
-    an addon without a handler costs one ``getattr``, the arguments are built
-    once per event, and ``safecall()`` is entered only on the error path (it
-    logs "Addon error: …" with the trimmed traceback exactly as before).
-    An addon with sub-addons (the script loader, which holds chainproxy's own
-    stages; mitmweb's) walks its tree with mitmproxy's ``_iter_hooks`` inside one
-    ``safecall()``, as ``invoke_addon`` does, only with the arguments built once.
-    Anything unusual (a handler attribute that is not callable, a ``getattr``
-    that raises) takes mitmproxy's own path, unchanged."""
+    Same order, same handlers, ``AddonHalt`` and ``OptionsError`` as there, a
+    failing handler reported as mitmproxy does ("Addon error: …" on the
+    ``mitmproxy.addonmanager`` logger, traceback trimmed to the handler); what
+    changes is the cost. mitmproxy enters a generator-based ``safecall()``
+    context, starts an ``invoke_addon`` coroutine, walks a generator and rebuilds
+    the hook's argument list (``dataclasses.fields``) for every addon and every
+    event; here an addon without a handler costs one ``getattr`` and the
+    arguments are built once per event. An addon with sub-addons (the script
+    loader, which holds chainproxy's own stages; mitmweb's) walks its tree with
+    mitmproxy's ``_iter_hooks`` (a failing handler ends its subtree, as in
+    ``invoke_addon``); so does a plain addon whose handler just gave it
+    sub-addons. Anything unusual (a handler attribute that is not callable, a
+    ``getattr`` or truth test that raises) takes mitmproxy's own path."""
     name = event.name
     args: list[Any] | None = None
     for addon in self.chain:
         try:
             plain = not hasattr(addon, "addons")
             func = getattr(addon, name, None) if plain else None
+            idle = plain and not func  # mitmproxy's own test: ``if func:``
         except Exception:
-            plain, func = False, None  # let mitmproxy's own path meet (and log) this
-        if plain and func is None:
-            continue  # mitmproxy would find nothing to call
-        if not plain:
-            # invoke_addon's loop (a failing handler ends its subtree, as there)
-            if args is None:
-                args = event.args()
-            try:
-                with safecall():
-                    for _, handler in self._iter_hooks(addon, event):
-                        res = handler(*args)
-                        if res is not None and inspect.isawaitable(res):
-                            await res
-            except exceptions.AddonHalt:
-                return
+            plain, func, idle = False, None, False  # mitmproxy's path meets (and logs) it
+        if idle:
             continue
-        if not callable(func):
+        if plain and not callable(func):
             try:
                 with safecall():
                     await self.invoke_addon(addon, event)
@@ -134,16 +149,28 @@ async def _trigger_event(self: Any, event: Any) -> None:
         if args is None:
             args = event.args()
         try:
-            res = func(*args)
-            if res is not None and inspect.isawaitable(res):
-                await res
+            if plain:
+                res = func(*args)  # type: ignore[misc]
+                if res is not None and inspect.isawaitable(res):
+                    await res
+                if not hasattr(addon, "addons"):
+                    continue
+                # the handler gave it sub-addons: mitmproxy's traverse() looks
+                # only now, so they see this very event
+                tree = addon.addons
+            else:
+                tree = [addon]
+            for sub in tree:
+                for _, handler in self._iter_hooks(sub, event):
+                    res = handler(*args)
+                    if res is not None and inspect.isawaitable(res):
+                        await res
         except exceptions.AddonHalt:
             return
         except exceptions.OptionsError:
             raise  # safecall() lets these through too
-        except Exception:
-            with safecall():
-                raise  # mitmproxy's own report ("Addon error: …"), then carry on
+        except Exception as e:
+            _report(_as_in_a_coroutine(e))
 
 
 def set_fast_dispatch(master: Any, on: bool) -> None:

@@ -22,12 +22,15 @@ reading from that client until one is answered.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 from mitmproxy import ctx, http
 
 from addon.jsonrpc import INTERNAL_ERROR, dumps, error_obj
@@ -42,11 +45,20 @@ KEEP_MESSAGES = 100  # messages kept on a flow for mitmweb (the rest would grow 
 
 
 def is_upgrade(request: http.Request) -> bool:
-    return (
+    """A well-formed WebSocket handshake (RFC 6455 4.1). Anything less is left
+    to the Gate, which answers a GET on an RPC path with the contract's 405."""
+    if not (
         request.method == "GET"
         and request.headers.get("upgrade", "").lower() == "websocket"
         and "upgrade" in request.headers.get("connection", "").lower()
-    )
+        and request.headers.get("sec-websocket-version", "").strip() == "13"
+    ):
+        return False
+    try:
+        key = base64.b64decode(request.headers.get("sec-websocket-key", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return len(key) == 16
 
 
 class Sink:
@@ -56,6 +68,7 @@ class Sink:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._lock = asyncio.Lock()
+        self._open: set[web.WebSocketResponse] = set()
 
     async def start(self) -> int:
         async with self._lock:
@@ -73,19 +86,66 @@ class Sink:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
         await ws.prepare(request)
-        async for msg in ws:  # nothing arrives (client messages are dropped)
-            if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
-                break
+        self._open.add(ws)
+        try:
+            async for msg in ws:  # nothing arrives (client messages are dropped)
+                if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
+                    break
+        finally:
+            self._open.discard(ws)
         return ws
 
     def close(self) -> None:
+        """Synchronous (mitmproxy's hot reload calls ``done`` so): the sockets it
+        holds are closed with 1012 "service restart" (their clients reconnect,
+        to the new sink) and the server stopped, in a task kept alive here."""
         runner, self._runner = self._runner, None
         if runner is None:
             return
+        sockets, self._open = list(self._open), set()
+
+        async def shutdown() -> None:
+            for ws in sockets:
+                with contextlib.suppress(Exception):
+                    await ws.close(code=WSCloseCode.SERVICE_RESTART, message=b"proxy reloading")
+            await runner.cleanup()
+
         try:
-            asyncio.get_running_loop().create_task(runner.cleanup())
+            task = asyncio.get_running_loop().create_task(shutdown())
         except RuntimeError:
-            pass  # no loop left: the process is exiting
+            return  # no loop left: the process is exiting
+        _CLOSING.add(task)
+        task.add_done_callback(_CLOSING.discard)
+
+
+_CLOSING: set[asyncio.Task[None]] = set()  # sinks being shut down (a reference each)
+
+
+def _client_transport(flow: http.HTTPFlow) -> asyncio.Transport | None:
+    """The client's asyncio transport, from mitmproxy's connection handler (None
+    where it is not one: another transport, another mitmproxy)."""
+    try:
+        proxyserver = ctx.master.addons.get("proxyserver")
+        handler = proxyserver.connections.get(flow.client_conn.id)
+        writer = handler.transports[handler.client].writer
+        transport = writer.transport
+    except (AttributeError, KeyError, TypeError):
+        return None
+    if hasattr(transport, "pause_reading") and hasattr(transport, "resume_reading"):
+        return transport
+    return None
+
+
+def _pause(transport: asyncio.Transport, flow: http.HTTPFlow) -> None:
+    transport.pause_reading()
+    # asyncio's StreamReader pauses and resumes the transport for its own
+    # buffer: had it paused it, its next read would resume what we paused.
+    # Take the pause over (it pauses again by itself if its buffer fills).
+    with contextlib.suppress(Exception):
+        handler = ctx.master.addons.get("proxyserver").connections.get(flow.client_conn.id)
+        reader = handler.transports[handler.client].reader
+        if isinstance(reader, asyncio.StreamReader) and getattr(reader, "_paused", False):
+            reader._paused = False  # type: ignore[attr-defined]
 
 
 class _Conn:
@@ -138,7 +198,13 @@ class WebSocketRpc:
 
     async def websocket_message(self, flow: http.HTTPFlow) -> None:
         conn = self._conns.get(flow.id)
-        if conn is None or flow.websocket is None:
+        if conn is None:
+            network = flow.metadata.get(WS_KEY)
+            if network is None:
+                return  # not an RPC socket of ours
+            # opened before a hot reload (another instance saw its start): adopt it
+            conn = self._conns[flow.id] = _Conn(network)
+        if flow.websocket is None:
             return
         messages = flow.websocket.messages
         msg = messages[-1]
@@ -149,7 +215,20 @@ class WebSocketRpc:
                 msg.drop()  # the sink never speaks; nothing of it reaches the client
             return
         msg.drop()  # answered by us, never relayed to the sink
-        await conn.slots.acquire()  # back-pressure: past MAX_IN_FLIGHT, stop reading
+        if conn.slots.locked():
+            # Back-pressure: the hook waiting pauses only mitmproxy's WebSocket
+            # layer; its connection handler would go on reading the socket and
+            # queue whatever arrives. Stop reading the client until a slot frees.
+            transport = _client_transport(flow)
+            if transport is not None:
+                _pause(transport, flow)
+            try:
+                await conn.slots.acquire()
+            finally:
+                if transport is not None and not transport.is_closing():
+                    transport.resume_reading()
+        else:
+            await conn.slots.acquire()
         conn.calls += 1
         task = asyncio.create_task(self._answer(flow, conn, msg.content))
         conn.tasks.add(task)

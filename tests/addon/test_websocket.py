@@ -52,9 +52,14 @@ class NeverCalled:
 
 def test_is_upgrade() -> None:
     f = tflow.twebsocketflow()
+    assert not ws.is_upgrade(f.request)  # tflow's key "1234" is not 16 bytes of base64
+    f.request.headers["sec-websocket-key"] = "dGhlIHNhbXBsZSBub25jZQ=="
     assert ws.is_upgrade(f.request)
     f.request.headers["connection"] = "keep-alive, Upgrade"
     assert ws.is_upgrade(f.request)
+    f.request.headers["sec-websocket-version"] = "8"
+    assert not ws.is_upgrade(f.request)
+    f.request.headers["sec-websocket-version"] = "13"
     f.request.method = "POST"
     assert not ws.is_upgrade(f.request)
     plain = tflow.tflow()
