@@ -121,31 +121,29 @@ class Sink:
 _CLOSING: set[asyncio.Task[None]] = set()  # sinks being shut down (a reference each)
 
 
-def _client_transport(flow: http.HTTPFlow) -> asyncio.Transport | None:
-    """The client's asyncio transport, from mitmproxy's connection handler (None
-    where it is not one: another transport, another mitmproxy)."""
+def _client_stream(flow: http.HTTPFlow) -> tuple[asyncio.Transport, Any] | None:
+    """The client's asyncio transport and stream reader, from mitmproxy's
+    connection handler (None where it is not one: another transport, another
+    mitmproxy)."""
     try:
         proxyserver = ctx.master.addons.get("proxyserver")
         handler = proxyserver.connections.get(flow.client_conn.id)
-        writer = handler.transports[handler.client].writer
-        transport = writer.transport
+        io = handler.transports[handler.client]
+        transport = io.writer.transport
     except (AttributeError, KeyError, TypeError):
         return None
     if hasattr(transport, "pause_reading") and hasattr(transport, "resume_reading"):
-        return transport
+        return transport, io.reader
     return None
 
 
-def _pause(transport: asyncio.Transport, flow: http.HTTPFlow) -> None:
+def _pause(transport: asyncio.Transport, reader: Any) -> None:
     transport.pause_reading()
     # asyncio's StreamReader pauses and resumes the transport for its own
     # buffer: had it paused it, its next read would resume what we paused.
     # Take the pause over (it pauses again by itself if its buffer fills).
-    with contextlib.suppress(Exception):
-        handler = ctx.master.addons.get("proxyserver").connections.get(flow.client_conn.id)
-        reader = handler.transports[handler.client].reader
-        if isinstance(reader, asyncio.StreamReader) and getattr(reader, "_paused", False):
-            reader._paused = False  # type: ignore[attr-defined]
+    if isinstance(reader, asyncio.StreamReader) and getattr(reader, "_paused", False):
+        reader._paused = False  # type: ignore[attr-defined]
 
 
 class _Conn:
@@ -219,9 +217,10 @@ class WebSocketRpc:
             # Back-pressure: the hook waiting pauses only mitmproxy's WebSocket
             # layer; its connection handler would go on reading the socket and
             # queue whatever arrives. Stop reading the client until a slot frees.
-            transport = _client_transport(flow)
-            if transport is not None:
-                _pause(transport, flow)
+            stream = _client_stream(flow)
+            transport = stream[0] if stream is not None else None
+            if stream is not None:
+                _pause(*stream)
             try:
                 await conn.slots.acquire()
             finally:
