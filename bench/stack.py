@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from chainproxy.simnode.command import simnode_argv
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
@@ -207,27 +209,15 @@ class Stack:
         self, name: str, *, epoch: float, port: int | None = None, wait: bool = True
     ) -> Node:
         port = port or free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "chainproxy.simnode",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--name",
-            name,
-            "--seed",
-            "finney",
-            "--epoch",
-            f"{epoch:.3f}",
-            "--block-time",
-            "12",
-            "--start-height",
-            "4000000",
-            "--genesis",
-            FINNEY_GENESIS,
-        ]
+        argv = simnode_argv(
+            port,
+            name=name,
+            seed="finney",
+            epoch=epoch,
+            block_time=12,
+            start_height=4_000_000,
+            genesis=FINNEY_GENESIS,
+        )
         proc = self.spawn(f"node-{name}", argv)
         node = Node(proc, f"http://127.0.0.1:{port}", name, argv)
         if wait:

@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from chainproxy.config import Config, ConfigError, load_config
+from chainproxy.simnode.command import simnode_argv
 
 _PR_SET_PDEATHSIG = 1
 REPO = Path(__file__).resolve().parent.parent
@@ -88,30 +89,16 @@ def _simulated_nodes(config: Config) -> list[list[str]]:
         parts = urlsplit(e.url)
         if e.kind != "node-rpc" or parts.hostname not in ("127.0.0.1", "localhost"):
             continue
-        genesis = config.networks[e.network].genesis
-        argv = [
-            sys.executable,
-            "-m",
-            "chainproxy.simnode",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(parts.port or 80),
-            "--name",
-            f"{e.provider}-{e.network}",
-            "--seed",
-            e.network,
-            "--epoch",
-            f"{epoch:.3f}",
-            "--block-time",
-            "12",
-            "--start-height",
-            "4000000",
-        ]
-        if genesis:
-            argv += ["--genesis", genesis]
-        if e.archive:
-            argv.append("--archive")
+        argv = simnode_argv(
+            parts.port or 80,
+            name=f"{e.provider}-{e.network}",
+            seed=e.network,
+            epoch=epoch,
+            block_time=12,
+            start_height=4_000_000,
+            genesis=config.networks[e.network].genesis,
+            archive=e.archive,
+        )
         argvs.append(argv)
     return argvs
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from chainproxy.simnode.command import simnode_argv
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
@@ -136,29 +138,16 @@ class Stack:
         start_height: int = 5000,
     ) -> Node:
         port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "chainproxy.simnode",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--name",
-            name,
-            "--seed",
-            seed,
-            "--epoch",
-            f"{epoch:.3f}",
-            "--block-time",
-            str(block_time),
-            "--start-height",
-            str(start_height),
-            "--genesis",
-            genesis,
-        ]
-        if archive:
-            argv.append("--archive")
+        argv = simnode_argv(
+            port,
+            name=name,
+            seed=seed,
+            epoch=epoch,
+            block_time=block_time,
+            start_height=start_height,
+            genesis=genesis,
+            archive=archive,
+        )
         proc = spawn(f"node-{name}", argv, self.tmp)
         self.procs.append(proc)
         node = Node(proc, f"http://127.0.0.1:{port}", name)
