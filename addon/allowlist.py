@@ -1,7 +1,7 @@
 """Why a method is refused, in words a client developer can act on (pure).
 
 The allowlist itself is a set of exact names from the config
-(``chainproxy.allowlist_default`` unless the config names its own).
+(``common.allowlist_default`` unless the config names its own).
 """
 
 from __future__ import annotations

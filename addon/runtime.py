@@ -19,7 +19,7 @@ from addon.pinning import BlockIndex
 from addon.ratelimit import RateLimiter
 from addon.upstreams import TIER_UNPROBED, Upstream, UpstreamPool
 from addon.usage import Spool, UsageAggregator
-from chainproxy.config import Config
+from common.config import Config
 
 
 @dataclass(slots=True)

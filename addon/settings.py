@@ -21,7 +21,7 @@ from addon.forward import new_session
 from addon.runtime import Runtime, RuntimeHolder
 from addon.snapshot import SnapshotRefresher
 from addon.usage import UsageShipper
-from chainproxy.config import ConfigError, load_config
+from common.config import ConfigError, load_config
 
 log = logging.getLogger("chainproxy")
 

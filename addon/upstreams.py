@@ -22,7 +22,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from chainproxy.config import Endpoint
+from common.config import Endpoint
 
 log = logging.getLogger("chainproxy.upstreams")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import diskcache
 
-from chainproxy import latency_hist
+from common import latency_hist
 
 log = logging.getLogger("chainproxy.usage")
 

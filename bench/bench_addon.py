@@ -31,7 +31,7 @@ from addon.cache_store import DiskCacheStore
 from addon.pipeline import build_addons
 from addon.runtime import Runtime
 from addon.settings import Settings
-from chainproxy.config import parse_config
+from common.config import parse_config
 
 UPSTREAM = "http://127.0.0.1:9"
 HEADER = {

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from addon.ratelimit import RateLimiter, client_identity
-from chainproxy.config import RateLimitConfig
+from common.config import RateLimitConfig
 
 
 def rss_kb() -> int:

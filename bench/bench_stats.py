@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chainproxy.config import parse_config
-from chainproxy.latency_hist import bucket_of
+from common.config import parse_config
+from common.latency_hist import bucket_of
 from sidecar.stats import WINDOW_S, parse_batch, summarize
 from sidecar.usage_store import UsageStore
 

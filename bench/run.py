@@ -4,7 +4,7 @@ call and nginx, on 127.0.0.1, plus the statistics, memory and addon benchmarks.
     python bench/run.py [--quick] [--only 1,2,lean] [--json PATH]
 
 Starts its own upstreams (``bench/trivial_upstream.py``: a fast JSON-RPC server
-over a frozen simulated chain; three ``chainproxy.simnode`` nodes for the fault
+over a frozen simulated chain; three ``simnode`` nodes for the fault
 scenarios), the sidecar, chainproxy (mitmdump + addon; also in lean mode), bare
 ``mitmdump --mode reverse`` with no addon, and nginx (one worker) where it is
 installed; drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a

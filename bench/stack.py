@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from chainproxy.simnode.command import simnode_argv
+from simnode.command import simnode_argv
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -102,7 +102,7 @@ def post_raw(url: str, body: bytes, timeout: float = 10.0) -> tuple[int, dict[st
 
 @dataclass
 class Node:
-    """A simulated node (``python -m chainproxy.simnode``)."""
+    """A simulated node (``python -m simnode``)."""
 
     proc: Proc
     url: str

@@ -4,7 +4,7 @@
 
 Raw asyncio HTTP/1.1 (keep-alive, no framework) in front of the simulator's
 method table over a *frozen* chain: every answer is computed once through
-``chainproxy.simnode`` (so the sidecar's probes see a healthy, synced finney
+``simnode`` (so the sidecar's probes see a healthy, synced finney
 node and block hashes/headers are real-looking) and then served from a dict
 keyed by (method, params). A request costs a JSON parse, a dict lookup and a
 write (~20-40 µs), so the proxy in front of it is what gets measured.
@@ -26,8 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chainproxy.simnode.chain import FINNEY_GENESIS, Chain, ChainConfig
-from chainproxy.simnode.rpc import Dispatcher, RpcError
+from simnode.chain import FINNEY_GENESIS, Chain, ChainConfig
+from simnode.rpc import Dispatcher, RpcError
 
 START_HEIGHT = 4_000_000
 _DUMPS = json.JSONEncoder(separators=(",", ":")).encode

@@ -23,8 +23,8 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from chainproxy.config import Config, ConfigError, load_config
-from chainproxy.simnode.command import simnode_argv
+from common.config import Config, ConfigError, load_config
+from simnode.command import simnode_argv
 
 _PR_SET_PDEATHSIG = 1
 REPO = Path(__file__).resolve().parent.parent

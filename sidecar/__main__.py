@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from chainproxy.config import ConfigError, load_config
+from common.config import ConfigError, load_config
 from sidecar.app import create_app
 
 

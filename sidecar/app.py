@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
-from chainproxy.config import Config, Endpoint
+from common.config import Config, Endpoint
 from sidecar.model import ProbeKind, ProbeResult
 from sidecar.prober import ProbeFn, Prober
 from sidecar.registry_api import REGISTRY_KEY, setup_registry

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
-from chainproxy.config import Endpoint
+from common.config import Endpoint
 from sidecar.health import Health, Transition
 from sidecar.model import ProbeResult
 

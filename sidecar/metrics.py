@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from chainproxy.config import Config
+from common.config import Config
 from sidecar.prober import Prober
 from sidecar.routing import chain_heads, route
 

@@ -16,7 +16,7 @@ import copy
 import functools
 from typing import Any
 
-from chainproxy.config import KINDS
+from common.config import KINDS
 
 Schema = dict[str, Any]
 

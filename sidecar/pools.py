@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chainproxy.config import Config, Endpoint
+from common.config import Config, Endpoint
 from sidecar.health import Health
 
 HealthMap = Mapping[str, Health]

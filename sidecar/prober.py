@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 
-from chainproxy.config import Endpoint, ProbeConfig
+from common.config import Endpoint, ProbeConfig
 from sidecar.health import Health, Transition, apply
 from sidecar.model import TIMEOUT, WRONG_CHAIN, ProbeKind, ProbeResult
 from sidecar.store import Store

@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from chainproxy.config import Config, Endpoint
+from common.config import Config, Endpoint
 from sidecar.health import Health, Transition
 from sidecar.incident_store import IncidentStore
 from sidecar.incidents import IncidentTracker

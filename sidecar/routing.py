@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from chainproxy.config import Endpoint
+from common.config import Endpoint
 from sidecar.health import Health
 
 NODE_KINDS = ("node-rpc", "node-wss")

@@ -3,7 +3,7 @@
 The addon pre-aggregates its calls into per-minute rollups keyed by
 ``(minute, network, endpoint or None, method)`` (``minute = floor(unix_time / 60)``,
 ``endpoint`` None = answered from the cache) with counts, a latency sum and a
-mergeable latency histogram (``chainproxy.latency_hist``), and posts them in
+mergeable latency histogram (``common.latency_hist``), and posts them in
 batches with an idempotency ``batch_id``. ``parse_batch`` validates a batch
 strictly and all-or-nothing; the store (``sidecar.usage_store``) merges the
 rollups; ``summarize`` turns the 7-day window totals into the public
@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chainproxy.config import Endpoint
-from chainproxy.latency_hist import Hist, merge_into, quantile
+from common.config import Endpoint
+from common.latency_hist import Hist, merge_into, quantile
 
 WINDOW_S = 604_800
 FRESH_S = 600

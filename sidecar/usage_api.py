@@ -32,7 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
-from chainproxy.config import Config
+from common.config import Config
 from sidecar.stats import BatchError, parse_batch, summarize
 from sidecar.usage_store import IngestResult, StoreUnavailable, UsageStore
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chainproxy.latency_hist import Hist
+from common.latency_hist import Hist
 from sidecar.stats import WINDOW_S, Batch, Counts, WindowTotals, window_start_minute
 
 log = logging.getLogger("chainproxy.sidecar.usage")

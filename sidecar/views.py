@@ -33,8 +33,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from chainproxy.config import KINDS, Config, Endpoint
-from chainproxy.endpoint_id import redact_url
+from common.config import KINDS, Config, Endpoint
+from common.endpoint_id import redact_url
 from sidecar.health import Health
 from sidecar.incidents import Incident, format_duration
 from sidecar.pools import (
@@ -217,7 +217,7 @@ def heatmap(config: Config, health: HealthMap) -> dict[str, Any]:
     bucket 4 when at least half are down); ``bucket`` from the rounded
     ``p50_ms`` (exactly 150 → 2, 400 → 3, 1000 → 4); both null when none of
     the cell's endpoints is probed yet. Providers sorted by name; kinds in
-    the order of ``chainproxy.config.KINDS``."""
+    the order of ``common.config.KINDS``."""
     cells: dict[str, dict[str, list[Health]]] = {}
     for e in config.endpoints:
         cells.setdefault(e.provider, {}).setdefault(e.kind, []).append(health_of(health, e))

@@ -11,7 +11,7 @@ import time
 
 import aiohttp
 
-from chainproxy.config import Endpoint
+from common.config import Endpoint
 from sidecar.model import UNKNOWN, ProbeKind, ProbeResult
 from sidecar.probes.artifact import probe_artifact
 from sidecar.probes.base import Clock, Observation, run_probe

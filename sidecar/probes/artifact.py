@@ -6,7 +6,7 @@ import time
 
 import aiohttp
 
-from chainproxy.config import Endpoint
+from common.config import Endpoint
 from sidecar.model import BAD_RESPONSE, LIVE, ProbeKind, ProbeResult
 from sidecar.probes.base import Clock, Observation, elapsed_ms, run_probe
 from sidecar.probes.classify import ProbeFailure, classify_status

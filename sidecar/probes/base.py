@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from chainproxy.config import Endpoint
+from common.config import Endpoint
 from sidecar.model import TIMEOUT, UNKNOWN, ProbeKind, ProbeResult
 from sidecar.probes.classify import classify_exception, describe_exception, safe_detail
 

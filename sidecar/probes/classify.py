@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiohttp
 
-from chainproxy.endpoint_id import REDACTED, redact_url
+from common.endpoint_id import REDACTED, redact_url
 from sidecar.model import (
     ABORTED,
     BAD_RESPONSE,

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from chainproxy.config import Endpoint
+from common.config import Endpoint
 from sidecar.model import (
     BAD_RESPONSE,
     LIVE,

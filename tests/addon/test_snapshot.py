@@ -25,7 +25,7 @@ from addon.upstreams import (
     Upstream,
     UpstreamPool,
 )
-from chainproxy.config import Config, parse_config
+from common.config import Config, parse_config
 
 # --- apply_snapshot -----------------------------------------------------------------------
 

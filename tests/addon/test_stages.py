@@ -14,7 +14,7 @@ from addon.pipeline import build_addons
 from addon.respond import CTX_KEY, META_KEY
 from addon.runtime import Runtime, RuntimeHolder
 from addon.stages import SIDECAR_PATH_KEY, Allowlist, Forwarder, Gate, Guard, RateLimit
-from chainproxy.config import parse_config
+from common.config import parse_config
 
 A = "http://a.example:9944"
 B = "http://b.example:9944"

@@ -18,7 +18,7 @@ from addon.upstreams import (
     Upstream,
     UpstreamPool,
 )
-from chainproxy.config import parse_config
+from common.config import parse_config
 
 
 class FakeClock:

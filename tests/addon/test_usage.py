@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from addon.usage import Spool, UsageAggregator, UsageShipper, new_batch
-from chainproxy import latency_hist
+from common import latency_hist
 
 
 class Clock:

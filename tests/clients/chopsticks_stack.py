@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from chainproxy.endpoint_id import endpoint_id
+from common.endpoint_id import endpoint_id
 from tests.e2e.harness import REPO, Proc, Stack, free_port
 
 JS_DIR = REPO / "tests" / "clients" / "js"

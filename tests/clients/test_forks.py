@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from addon.header_hash import header_hash
-from chainproxy.endpoint_id import endpoint_id
+from common.endpoint_id import endpoint_id
 from tests.clients.chopsticks_stack import (
     Chopsticks,
     proxy_config,

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from chainproxy.simnode.command import simnode_argv
+from simnode.command import simnode_argv
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from chainproxy.endpoint_id import endpoint_id
+from common.endpoint_id import endpoint_id
 from tests.e2e.conftest import build_stack, call, next_client_ip, post
 from tests.e2e.harness import Stack
 

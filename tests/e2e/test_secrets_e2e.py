@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chainproxy.endpoint_id import endpoint_id
+from common.endpoint_id import endpoint_id
 from tests.e2e.conftest import PROXY_DEFAULTS, call, post
 from tests.e2e.harness import Stack, free_port, http_json
 

@@ -114,6 +114,6 @@ def test_bad_config_stops_the_sidecar(tmp_path: Path, doc: object, key: str) -> 
 
 def test_good_config_is_accepted_by_the_sidecar_parser(tmp_path: Path) -> None:
     # Guard against the BAD cases failing for an unrelated reason.
-    from chainproxy.config import load_config
+    from common.config import load_config
 
     assert load_config(_write(tmp_path, GOOD)).endpoints[0].provider == "p"

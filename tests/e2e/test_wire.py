@@ -212,7 +212,7 @@ async def test_failed_batch_puts_errors_inside_a_200(stack: Stack) -> None:
 
 
 def _endpoints(stack: Stack) -> list[dict[str, str]]:
-    from chainproxy.endpoint_id import endpoint_id
+    from common.endpoint_id import endpoint_id
 
     return [{"id": endpoint_id(n.url)} for n in stack.nodes]
 

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from chainproxy.config import Config, Endpoint, parse_config
+from common.config import Config, Endpoint, parse_config
 from sidecar.app import PROBER_KEY, create_app
 from sidecar.model import ProbeResult
 

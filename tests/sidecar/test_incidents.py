@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chainproxy.config import Config, Endpoint, ProbeConfig, parse_config
+from common.config import Config, Endpoint, ProbeConfig, parse_config
 from sidecar.health import Health
 from sidecar.incident_store import IncidentStore
 from sidecar.incidents import DOWN_AFTER_S, Incident, IncidentTracker, format_duration

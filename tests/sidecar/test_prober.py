@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from chainproxy.config import Config, Endpoint, ProbeConfig, parse_config
+from common.config import Config, Endpoint, ProbeConfig, parse_config
 from sidecar.health import Health
 from sidecar.model import DEAD, LIVE, TIMEOUT, ProbeKind, ProbeResult
 from sidecar.prober import Prober

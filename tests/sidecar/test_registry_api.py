@@ -17,7 +17,7 @@ from aiohttp import web
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate as validate_spec
 
-from chainproxy.config import Config, Endpoint, parse_config
+from common.config import Config, Endpoint, parse_config
 from sidecar.app import PROBER_KEY, create_app
 from sidecar.incident_store import IncidentStore
 from sidecar.model import ProbeResult

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chainproxy.config import Config, Endpoint, parse_config
+from common.config import Config, Endpoint, parse_config
 from sidecar.health import Health
 from sidecar.routing import chain_heads, route, snapshot
 

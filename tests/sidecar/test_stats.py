@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chainproxy import latency_hist
-from chainproxy.config import Endpoint
+from common import latency_hist
+from common.config import Endpoint
 from sidecar.stats import (
     MAX_ROLLUPS,
     WINDOW_S,

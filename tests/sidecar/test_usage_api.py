@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chainproxy.config import Config, parse_config
+from common.config import Config, parse_config
 from sidecar import usage_api
 from sidecar.app import create_app
 from sidecar.stats import WINDOW_S, iso, window_start_minute

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chainproxy.config import Config, parse_config
+from common.config import Config, parse_config
 from sidecar.health import Health
 from sidecar.incidents import Incident
 from sidecar.pools import endpoint_pools, proxy_pools, registry_totals

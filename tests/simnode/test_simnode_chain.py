@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chainproxy.simnode.chain import (
+from simnode.chain import (
     FINNEY_GENESIS,
     PRUNING_DEPTH,
     ZERO_HASH,
     Chain,
     ChainConfig,
 )
-from chainproxy.simnode.rpc import Dispatcher, RpcError, parse
+from simnode.rpc import Dispatcher, RpcError, parse
 
 HASH = re.compile(r"0x[0-9a-f]{64}")
 EPOCH = 1_000_000.0

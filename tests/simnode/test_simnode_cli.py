@@ -1,4 +1,4 @@
-"""The ``python -m chainproxy.simnode`` command, run as a real subprocess."""
+"""The ``python -m simnode`` command, run as a real subprocess."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ async def simnode_process(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "chainproxy.simnode",
+        "simnode",
         "--port",
         "0",
         *args,

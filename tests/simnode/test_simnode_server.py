@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from chainproxy.simnode import FINNEY_GENESIS, SimNode
+from simnode import FINNEY_GENESIS, SimNode
 
 EPOCH = 1_000_000.0
 
@@ -361,7 +361,7 @@ async def test_counters_and_reset(node: SimNode, session: aiohttp.ClientSession)
 
 async def test_header_is_cheap(node: SimNode) -> None:
     # CPU cost of answering chain_getHeader, without the socket
-    from chainproxy.simnode.rpc import parse
+    from simnode.rpc import parse
 
     body = json.dumps(req("chain_getHeader")).encode()
     n = 2000

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from chainproxy.simnode import FINNEY_GENESIS, SimNode
+from simnode import FINNEY_GENESIS, SimNode
 
 EPOCH = 1_000_000.0
 

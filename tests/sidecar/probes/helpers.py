@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from chainproxy.config import Endpoint, parse_config
+from common.config import Endpoint, parse_config
 
 FIXED_NOW = 1_700_000_000.0
 SECRETS = ("SECRET123", "hunter2pw", "alice-user")

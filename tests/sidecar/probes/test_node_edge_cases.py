@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from chainproxy.config import FINNEY_GENESIS, Endpoint
+from common.config import FINNEY_GENESIS, Endpoint
 from sidecar.model import BAD_RESPONSE, LIVE, RATE_LIMITED, SYNCING, TIMEOUT, ProbeResult
 from sidecar.probes import probe
 from sidecar.probes.node import SYSTEM_NUMBER_KEY

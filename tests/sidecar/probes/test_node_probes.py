@@ -10,8 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from chainproxy.config import FINNEY_GENESIS, Endpoint
-from chainproxy.simnode import SimNode
+from common.config import FINNEY_GENESIS, Endpoint
 from sidecar.model import (
     ABORTED,
     BAD_RESPONSE,
@@ -23,6 +22,7 @@ from sidecar.model import (
     ProbeResult,
 )
 from sidecar.probes import probe, probe_node_rpc, probe_node_wss
+from simnode import SimNode
 from tests.sidecar.probes.helpers import (
     FIXED_NOW,
     assert_no_secret,

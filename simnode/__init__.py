@@ -7,7 +7,7 @@ Library use::
         node.set_faults(latency_ms=200, lag=3)
         node.state()["calls"]
 
-Command: ``python -m chainproxy.simnode --port 9944 --name sim-a`` (see ``--help``).
+Command: ``python -m simnode --port 9944 --name sim-a`` (see ``--help``).
 
 Faults and counters are also controllable over HTTP: ``POST /_sim/control`` (JSON
 object of fault keys, see :class:`Faults`), ``POST /_sim/reset``, ``GET /_sim/state``.

@@ -21,7 +21,7 @@ def simnode_argv(
     argv = [
         sys.executable,
         "-m",
-        "chainproxy.simnode",
+        "simnode",
         "--host",
         host,
         "--port",

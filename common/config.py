@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from chainproxy.allowlist_default import DEFAULT_ALLOWLIST
-from chainproxy.endpoint_id import endpoint_id, redact_url
+from common.allowlist_default import DEFAULT_ALLOWLIST
+from common.endpoint_id import endpoint_id, redact_url
 
 KINDS = ("node-rpc", "node-wss", "data-artifact", "sse")
 _KIND_SCHEMES = {

@@ -1,4 +1,4 @@
-"""``python -m chainproxy.simnode``: run one simulated node until SIGINT/SIGTERM."""
+"""``python -m simnode``: run one simulated node until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .server import SimNode
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m chainproxy.simnode",
+        prog="python -m simnode",
         description="Simulated Substrate (subtensor) JSON-RPC node over HTTP.",
     )
     p.add_argument("--host", default="127.0.0.1")

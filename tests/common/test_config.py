@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from chainproxy.allowlist_default import DEFAULT_ALLOWLIST
-from chainproxy.config import (
+from common.allowlist_default import DEFAULT_ALLOWLIST
+from common.config import (
     FINNEY_GENESIS,
     TEST_GENESIS,
     Config,
@@ -23,7 +23,7 @@ from chainproxy.config import (
     load_config,
     parse_config,
 )
-from chainproxy.endpoint_id import endpoint_id, redact_url
+from common.endpoint_id import endpoint_id, redact_url
 
 REPO = Path(__file__).resolve().parents[2]
 ID_RE = re.compile(r"^endpoint-srf-[0-9a-f]{16}$")
@@ -563,7 +563,7 @@ def test_same_host_two_api_keys_is_a_duplicate() -> None:
 
 
 def test_bare_query_key_that_looks_like_a_secret_is_redacted() -> None:
-    from chainproxy.endpoint_id import endpoint_id, redact_url
+    from common.endpoint_id import endpoint_id, redact_url
 
     url = "https://rpc.example.com/ws?0123abcd4567ef89aa11bb22cc33dd44"
     assert "0123abcd4567ef89" not in redact_url(url)
