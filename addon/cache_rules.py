@@ -21,11 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from addon.failover import block_numbers
 from addon.jsonrpc import Call
 
 KEY_VERSION = "v1"
-_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
 _HEX = re.compile(r"^0x[0-9a-fA-F]*$")
 _HASH_PINNED = {"chain_getBlock": 0, "chain_getHeader": 0}
 _KEY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
@@ -62,17 +60,14 @@ def plan(
     params = call.params
     if not isinstance(params, list):
         return None
-    if call.method == "chain_getBlockHash":
-        heights = block_numbers(params)
+    heights = call.facts.heights  # chain_getBlockHash(n…)
+    if heights is not None:
         if not heights or finalized is None or max(heights) > finalized:
             return None
         keys = tuple(f"{KEY_VERSION}|{network}|blockhash|{n}" for n in heights)
-        return Plan(keys, is_list=isinstance(params[0], list))
+        return Plan(keys, is_list=call.facts.height_list)
     idx = _hash_index(call.method, extra)
-    if idx is None or idx >= len(params):
-        return None
-    pinned = params[idx]
-    if not isinstance(pinned, str) or not _HASH.match(pinned):
+    if idx is None or call.facts.hash_at(idx) is None:
         return None
     canon = _KEY_ENCODER.encode(_canonical(params))
     return Plan((f"{KEY_VERSION}|{network}|{call.method}|{canon}",))

@@ -1,64 +1,53 @@
-"""The ``Cache`` stage: answer block-pinned reads from the edge cache, with the
-caller's own id; what is left goes upstream. Upstream answers are stored by
-``store_answers`` (called by the Forwarder)."""
+"""Cache steps: ``cache_lookup`` answers block-pinned reads from the edge
+cache with the caller's own id and keeps each cacheable call's plan;
+``cache_store`` stores what the upstream answered under those plans."""
 
 from __future__ import annotations
 
 from mitmproxy import http
 
 from addon.cache_rules import answer_from, entries_to_store, plan
+from addon.context import RpcContext
 from addon.jsonrpc import Call
-from addon.respond import CTX_KEY, RpcContext
-from addon.runtime import Runtime, RuntimeHolder
+from addon.runtime import Runtime
 
 
-def _plan(rt: Runtime, network: str, call: Call):  # type: ignore[no-untyped-def]
-    return plan(
-        network, call, extra=rt.config.proxy.cache.methods, finalized=rt.finalized.get(network)
-    )
+def cache_lookup(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+    if rt.cache is None:
+        return
+    assert rpc.parsed is not None
+    extra = rt.config.proxy.cache.methods
+    finalized = rt.finalized.get(rpc.network)
+    for i in rpc.pending():
+        call = rpc.parsed.items[i]
+        if not isinstance(call, Call):
+            continue
+        p = plan(rpc.network, call, extra=extra, finalized=finalized)
+        if p is None:
+            continue
+        rpc.plans[i] = p
+        values = []
+        for key in p.keys:
+            value = rt.cache.get(key)
+            if value is None:
+                break
+            values.append(value)
+        else:
+            rpc.answers[i] = {"jsonrpc": "2.0", "id": call.id, "result": answer_from(p, values)}
+            rpc.hits.add(i)
+    if rpc.hits and not rpc.pending():
+        rpc.cache = "HIT"
 
 
-class Cache:
-    def __init__(self, holder: RuntimeHolder) -> None:
-        self.holder = holder
-
-    def request(self, flow: http.HTTPFlow) -> None:
-        rpc: RpcContext | None = flow.metadata.get(CTX_KEY)
-        rt = self.holder.runtime
-        if flow.response or flow.error or not flow.live or rpc is None or rpc.parsed is None:
-            return
-        if rt is None or rt.cache is None:
-            return
-        for i in rpc.pending():
-            call = rpc.parsed.items[i]
-            if not isinstance(call, Call):
-                continue
-            p = _plan(rt, rpc.network, call)
-            if p is None:
-                continue
-            values = []
-            for key in p.keys:
-                value = rt.cache.get(key)
-                if value is None:
-                    break
-                values.append(value)
-            else:
-                rpc.answers[i] = {"jsonrpc": "2.0", "id": call.id, "result": answer_from(p, values)}
-                rpc.hits.add(i)
-        if rpc.hits and not rpc.pending():
-            rpc.cache = "HIT"
-
-
-def store_answers(rt: Runtime, rpc: RpcContext) -> None:
-    """Cache what the upstream answers allow (results only: never errors or null)."""
-    if rt.cache is None or rpc.parsed is None:
+def cache_store(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+    """Cache what the upstream answers allow (results only: never errors or null).
+    A soft result is only the best of poor answers (e.g. another block than the
+    hash asked for): never cached."""
+    if rt.cache is None or rpc.result is None or rpc.result.kind != "ok":
         return
     for i in rpc.forwarded:
-        call, answer = rpc.parsed.items[i], rpc.answers[i]
-        if not isinstance(call, Call) or answer is None or "result" not in answer:
-            continue
-        p = _plan(rt, rpc.network, call)
-        if p is None:
+        p, answer = rpc.plans.get(i), rpc.answers[i]
+        if p is None or answer is None or "result" not in answer:
             continue
         for key, value in entries_to_store(p, answer["result"]):
             rt.cache.set(key, value)

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,7 +23,6 @@ from addon.jsonrpc import Call, loads
 
 Verdict = Literal["ok", "soft", "hard"]
 
-_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
 _HASH_PINNED_NULLABLE = frozenset({"chain_getBlock", "chain_getHeader"})
 
 
@@ -34,41 +32,6 @@ class Assessment:
     reason: str = ""
     answers: tuple[dict[str, Any], ...] | None = None  # one per call sent, in order
     prefer_archive: bool = False
-
-
-def block_numbers(params: Any) -> list[int] | None:
-    """The heights asked for by ``chain_getBlockHash`` params, or None when the
-    call asks for the best block (no params) or the params are not heights."""
-    if isinstance(params, dict) or not params:
-        return None
-    arg = params[0]
-    values = arg if isinstance(arg, list) else [arg]
-    out = []
-    for v in values:
-        n = parse_height(v)
-        if n is None:
-            return None
-        out.append(n)
-    return out
-
-
-def parse_height(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v if v >= 0 else None
-    if isinstance(v, str):
-        try:
-            n = int(v, 16) if v[:2].lower() == "0x" else int(v)
-        except ValueError:
-            return None
-        return n if n >= 0 else None
-    return None
-
-
-def _pinned_hash(call: Call) -> bool:
-    p = call.params
-    return isinstance(p, list) and len(p) >= 1 and isinstance(p[0], str) and bool(_HASH.match(p[0]))
 
 
 def judge_answer(call: Call, answer: dict[str, Any], tip: int | None) -> tuple[Verdict, str]:
@@ -87,24 +50,19 @@ def judge_answer(call: Call, answer: dict[str, Any], tip: int | None) -> tuple[V
             return "hard", "rate-limited"
         return "ok", ""
     result = answer.get("result")
+    heights = call.facts.heights  # chain_getBlockHash(n…)
+    pinned = call.facts.hash_at(0) if call.method in _HASH_PINNED_NULLABLE else None
     if result is None:
-        if call.method == "chain_getBlockHash" and tip is not None:
-            heights = block_numbers(call.params)
-            if heights and any(n <= tip for n in heights):
-                return "soft", "null-lagging"
-        if call.method in _HASH_PINNED_NULLABLE and _pinned_hash(call):
+        if heights and tip is not None and any(n <= tip for n in heights):
+            return "soft", "null-lagging"
+        if pinned is not None:
             return "soft", "null-pinned"
-    elif (
-        call.method in _HASH_PINNED_NULLABLE
-        and _pinned_hash(call)
-        and is_other_genesis(call.method, call.params[0], result)
-    ):
+    elif pinned is not None and is_other_genesis(call.method, pinned, result):
         # chopsticks answers a block hash it does not know (another fork's) with
         # its genesis block instead of null. A block #0 that does not hash to the
         # hash asked for is not that block: like null, try an upstream that knows it.
         return "soft", "wrong-block"
-    elif isinstance(result, list) and call.method == "chain_getBlockHash" and tip is not None:
-        heights = block_numbers(call.params) or []
+    elif isinstance(result, list) and heights and tip is not None:
         if any(r is None and n <= tip for r, n in zip(result, heights, strict=False)):
             return "soft", "null-lagging"
     return "ok", ""

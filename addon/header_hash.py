@@ -19,7 +19,8 @@ import hashlib
 import re
 from typing import Any
 
-_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
+from addon.blocks import answered_header, is_block_hash, parse_height
+
 _HEX = re.compile(r"^0x(?:[0-9a-fA-F]{2})*$")
 
 
@@ -35,24 +36,16 @@ def compact(n: int) -> bytes:
     return bytes([((len(raw) - 4) << 2) | 3]) + raw
 
 
-def _number(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if value >= 0 else None
-    if isinstance(value, str) and re.fullmatch(r"0x[0-9a-fA-F]{1,16}", value):
-        return int(value, 16)
-    return None
-
-
 def header_hash(header: Any) -> str | None:
     """``0x…`` hash of a JSON header, or None when it is not a header we can encode
     (then nothing can be said about it)."""
     if not isinstance(header, dict):
         return None
     roots = [header.get(k) for k in ("parentHash", "stateRoot", "extrinsicsRoot")]
-    number = _number(header.get("number"))
+    number = parse_height(header.get("number"))
     digest = header.get("digest")
     logs = digest.get("logs") if isinstance(digest, dict) else None
-    if number is None or not all(isinstance(r, str) and _HASH.match(r) for r in roots):
+    if number is None or not all(is_block_hash(r) for r in roots):
         return None
     if not isinstance(logs, list) or not all(isinstance(x, str) and _HEX.match(x) for x in logs):
         return None
@@ -70,21 +63,13 @@ def header_hash(header: Any) -> str | None:
     return "0x" + hashlib.blake2b(encoded, digest_size=32).hexdigest()
 
 
-def answered_header(method: str, result: Any) -> Any:
-    """The header inside a ``chain_getHeader`` / ``chain_getBlock`` result."""
-    if method == "chain_getBlock":
-        block = result.get("block") if isinstance(result, dict) else None
-        return block.get("header") if isinstance(block, dict) else None
-    return result
-
-
 def is_other_genesis(method: str, requested: str, result: Any) -> bool:
     """True when the answer is a block #0 header that provably is not the block
     ``requested`` (its hash differs). Only block #0 is judged: that is what
     chopsticks answers for a hash it does not know, and hashing every header
     would wrongly reject the simulator's synthetic block hashes."""
     header = answered_header(method, result)
-    if not isinstance(header, dict) or _number(header.get("number")) != 0:
+    if not isinstance(header, dict) or parse_height(header.get("number")) != 0:
         return False
     got = header_hash(header)
     return got is not None and got != requested.lower()

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from addon.blocks import BlockFacts, block_facts
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -26,11 +28,17 @@ _MAX_METHOD_LEN = 256
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One valid call: ``id`` is echoed back exactly as the client sent it."""
+    """One valid call: ``id`` is echoed back exactly as the client sent it.
+    ``facts`` (heights asked, block-hash params) are read from the params once,
+    here, for every stage that needs them."""
 
     id: Any
     method: str
     params: list[Any] | dict[str, Any]
+    facts: BlockFacts = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "facts", block_facts(self.method, self.params))
 
 
 @dataclass(frozen=True, slots=True)

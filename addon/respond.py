@@ -8,22 +8,14 @@ developer in mitmweb sees at a glance where each call went.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from mitmproxy import http
-from mitmproxy.net.http import status_codes
 
-from addon.forward import Attempt
-from addon.jsonrpc import Parsed, Refusal, dumps, error_obj
-from addon.ratelimit import Decision
-
-CTX_KEY = "chainproxy.ctx"
-META_KEY = "chainproxy"
-WS_KEY = "chainproxy.websocket"  # on a WebSocket handshake flow: its network
-WS_CALL_KEY = "chainproxy.ws_call"  # on the internal flow of one WebSocket message
+from addon import mitm_internals
+from addon.context import META_KEY, RpcContext
+from addon.jsonrpc import Refusal, dumps, error_obj
 
 CORS_HEADERS = (
     ("Access-Control-Allow-Origin", "*"),
@@ -36,95 +28,9 @@ CORS_HEADERS = (
 )
 
 
-@dataclass(slots=True)
-class RpcContext:
-    """One RPC flow's state while it moves through the stages."""
-
-    network: str
-    started: float
-    parsed: Parsed | None = None
-    client: str = ""
-    answers: list[dict[str, Any] | None] = field(default_factory=list)  # per item
-    rate: Decision | None = None
-    attempts: tuple[Attempt, ...] = ()
-    upstream: str | None = None
-    provider: str | None = None
-    cache: str = "MISS"
-    hits: set[int] = field(default_factory=set)  # items answered from the cache
-    forwarded: list[int] = field(default_factory=list)  # items sent upstream
-
-    def pending(self) -> list[int]:
-        """Indexes of the items that still need an upstream answer."""
-        return [i for i, a in enumerate(self.answers) if a is None]
-
-
 _CORS_FIELDS = tuple((k.encode(), v.encode()) for k, v in CORS_HEADERS)
 _JSON_CT = (b"Content-Type", b"application/json")
-_REASONS: dict[int, bytes] = {}
-
-
-def _reason(status: int) -> bytes:
-    reason = _REASONS.get(status)
-    if reason is None:
-        reason = _REASONS[status] = status_codes.RESPONSES.get(status, "").encode()
-    return reason
-
-
-def _response_make(
-    status: int, body: bytes, fields: tuple[tuple[bytes, bytes], ...]
-) -> http.Response:
-    return http.Response.make(status, body, http.Headers(fields))
-
-
-def _response_direct(
-    status: int, body: bytes, fields: tuple[tuple[bytes, bytes], ...]
-) -> http.Response:
-    """What ``Response.make`` builds (same fields, same ``content-length``), without
-    its per-object type check (``MessageData.__post_init__``, ~50 µs: a third of
-    the addon's own CPU per request). The types are ours and fixed; the result is
-    compared with ``Response.make``'s once at import, see ``_pick_builder``."""
-    now = time.time()
-    data = object.__new__(http.ResponseData)
-    data.__dict__.update(
-        http_version=b"HTTP/1.1",
-        headers=http.Headers((*fields, (b"content-length", str(len(body)).encode()))),
-        content=body,
-        trailers=None,
-        timestamp_start=now,
-        timestamp_end=now,
-        status_code=status,
-        reason=_reason(status),
-    )
-    response = object.__new__(http.Response)
-    response.data = data
-    return response
-
-
-def _pick_builder():  # type: ignore[no-untyped-def]
-    """The direct builder if it yields exactly what ``Response.make`` does on this
-    mitmproxy version, else ``Response.make`` itself."""
-    try:
-        fields = (_JSON_CT, (b"X-Cache", b"MISS"), *_CORS_FIELDS)
-        for status, body in ((200, b'{"a":1}'), (429, b""), (599, b"x")):
-            made, direct = (
-                _response_make(status, body, fields),
-                _response_direct(status, body, fields),
-            )
-            if vars(made).keys() != vars(direct).keys() or type(made.data) is not type(direct.data):
-                return _response_make
-            if vars(made.data).keys() != vars(direct.data).keys():
-                return _response_make
-            a, b = made.get_state(), direct.get_state()
-            for state in (a, b):
-                state.pop("timestamp_start"), state.pop("timestamp_end")
-            if a != b:
-                return _response_make
-    except Exception:
-        return _response_make
-    return _response_direct
-
-
-_build_response = _pick_builder()
+_build_response = mitm_internals.response_builder()
 
 
 def json_response(status: int, doc: Any, headers: Iterable[tuple[str, str]] = ()) -> http.Response:
@@ -172,7 +78,6 @@ def finish(
     if rpc is not None and rpc.rate is not None:
         _add_headers(response, rpc.rate.headers())
     flow.response = response
-    flow.metadata.pop(CTX_KEY, None)
     if rpc is None:
         return
     methods = [c.method for c in rpc.parsed.calls] if rpc.parsed else []

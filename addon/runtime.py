@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from addon.blocks import BlockIndex
 from addon.cache_store import CacheStore, DiskCacheStore
 from addon.forward import AiohttpTransport, Budget, Transport
-from addon.pinning import BlockIndex
 from addon.ratelimit import RateLimiter
+from addon.sidecar_client import SidecarClient
 from addon.upstreams import TIER_UNPROBED, Upstream, UpstreamPool
 from addon.usage import Spool, UsageAggregator
 from common.config import Config
@@ -29,6 +30,7 @@ class Runtime:
     pools: dict[str, UpstreamPool]
     budget: Budget
     clock: Callable[[], float]
+    sidecar: SidecarClient
     transport: Transport | None = None  # set when the event loop runs
     session: aiohttp.ClientSession | None = None
     tips: dict[str, int] = field(default_factory=dict)  # from the sidecar's snapshot
@@ -65,6 +67,7 @@ class Runtime:
                 deadline_s=p.failover.deadline_s,
             ),
             clock=clock,
+            sidecar=SidecarClient(config.sidecar, passthrough_timeout_s=p.sidecar_timeout_s),
         )
 
     def inherit(self, old: Runtime) -> None:
@@ -124,8 +127,13 @@ class Runtime:
             else:
                 store[network] = value
 
+    def detach_session(self) -> aiohttp.ClientSession | None:
+        session, self.session, self.transport = self.session, None, None
+        self.sidecar.session = None
+        return session
+
     def attach_session(self, session: aiohttp.ClientSession) -> None:
-        self.session = session
+        self.session = self.sidecar.session = session
         self.transport = AiohttpTransport(
             session, max_response_bytes=self.config.proxy.max_response_bytes
         )

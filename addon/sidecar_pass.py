@@ -1,21 +1,20 @@
 """Non-RPC paths (dashboard, public API) are passed to the sidecar by the addon
-itself, over the shared session: mitmproxy never opens a connection of its own,
-so no Host header or absolute-form URL can point the proxy elsewhere, and a
-sidecar that is down gets a JSON 502 instead of mitmproxy's HTML page."""
+itself, through the sidecar client (``addon/sidecar_client.py``): mitmproxy
+never opens a connection of its own, so no Host header or absolute-form URL
+can point the proxy elsewhere, and a sidecar that is down gets a JSON 502
+instead of mitmproxy's HTML page."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import aiohttp
 from mitmproxy import http
-from yarl import URL
 
+from addon.context import SIDECAR_PATH_KEY
 from addon.forward import new_session
 from addon.respond import json_response, make_headers
 from addon.runtime import RuntimeHolder
-from addon.stages import SIDECAR_PATH_KEY
 
 log = logging.getLogger("chainproxy")
 
@@ -39,7 +38,6 @@ _RESPONSE_HEADERS = (
     "allow",
     "vary",
 )
-_MAX_BODY = 16 * 1_048_576
 
 
 class SidecarPassthrough:
@@ -53,27 +51,15 @@ class SidecarPassthrough:
             return
         if rt.session is None:
             rt.attach_session(new_session())
-        assert rt.session is not None
         req = flow.request
         headers = {k: v for k, v in req.headers.items() if k.lower() in _REQUEST_HEADERS}
-        peer = flow.client_conn.peername[0] if flow.client_conn.peername else ""
-        headers["X-Forwarded-For"] = peer
-        # encoded=True: yarl must not decode the path we checked a second time.
-        url = URL(rt.config.sidecar.url + path, encoded=True)
+        headers["X-Forwarded-For"] = (
+            flow.client_conn.peername[0] if flow.client_conn.peername else ""
+        )
         try:
-            async with asyncio.timeout(rt.config.proxy.sidecar_timeout_s):
-                async with rt.session.request(
-                    req.method,
-                    url,
-                    data=req.raw_content or None,
-                    headers=headers,
-                    allow_redirects=False,
-                ) as resp:
-                    body = await resp.content.read(_MAX_BODY)
-                    out = [
-                        (k, v) for k, v in resp.headers.items() if k.lower() in _RESPONSE_HEADERS
-                    ]
-                    flow.response = http.Response.make(resp.status, body, make_headers(out))
+            status, body, answer_headers = await rt.sidecar.passthrough(
+                req.method, path, req.raw_content or None, headers
+            )
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             log.warning("sidecar unreachable for %s %s: %s", req.method, path, type(e).__name__)
             flow.response = json_response(
@@ -86,3 +72,6 @@ class SidecarPassthrough:
                     }
                 },
             )
+            return
+        out = [(k, v) for k, v in answer_headers if k.lower() in _RESPONSE_HEADERS]
+        flow.response = http.Response.make(status, body, make_headers(out))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from addon.runtime import RuntimeHolder
+from addon.sidecar_client import SidecarError
 from addon.upstreams import TIER_UNPROBED, UpstreamPool
 
 log = logging.getLogger("chainproxy.snapshot")
@@ -70,7 +71,8 @@ def _opt_int(v: Any) -> int | None:
 
 
 class SnapshotRefresher:
-    """Background task: GET /api/v1/internal/routes/<network> for each network."""
+    """Background task (an addon: started in ``running``, cancelled in ``done``):
+    GET /api/v1/internal/routes/<network> for each network."""
 
     def __init__(
         self,
@@ -84,20 +86,26 @@ class SnapshotRefresher:
         self._sleep = sleep
         self.failures = 0
         self.applied = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def running(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.run())
+
+    def done(self) -> None:  # synchronous: mitmproxy's hot reload calls it so
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
 
     async def refresh_once(self) -> None:
         rt = self.holder.runtime
         if rt is None or rt.session is None:
             raise SnapshotError("not configured yet")
-        sidecar = rt.config.sidecar
-        headers = {"Authorization": f"Bearer {sidecar.token}"} if sidecar.token else {}
         for network, pool in rt.pools.items():
-            url = f"{sidecar.url}/api/v1/internal/routes/{network}"
-            async with asyncio.timeout(5):
-                async with rt.session.get(url, headers=headers) as resp:
-                    if resp.status != 200:
-                        raise SnapshotError(f"{url} answered HTTP {resp.status}")
-                    doc = await resp.json(content_type=None)
+            try:
+                doc = await rt.sidecar.routes(network)
+            except SidecarError as e:
+                raise SnapshotError(str(e)) from None
             tip, finalized = apply_snapshot(pool, doc)
             rt.set_heads(network, tip, finalized)
         self.applied += 1

@@ -3,8 +3,8 @@ for the clients that speak nothing else (the bittensor SDK,
 async-substrate-interface, substrate-interface with a ``ws://`` URL).
 
 Every message a client sends is one JSON-RPC body (a call or a batch) and goes
-through exactly the HTTP pipeline (Gate → Allowlist → RateLimit → Cache →
-Forwarder, as a POST to the same path from the same client): same allowlist,
+through exactly the HTTP pipeline (``addon/pipeline.py``, as a POST to the
+same path from the same client): same allowlist,
 same per-client quota (each call counts), same cache, upstream choice,
 failover and usage records. The answer body is sent back as one text message;
 the HTTP status a POST would have had is not, the JSON-RPC error inside says
@@ -25,17 +25,18 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import inspect
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 from mitmproxy import ctx, http
+from mitmproxy.utils.asyncio_utils import create_task
 
+from addon import mitm_internals
+from addon.context import WS_CALL_KEY, WS_HEADERS_KEY, WS_KEY
 from addon.jsonrpc import INTERNAL_ERROR, dumps, error_obj
 from addon.paths import RpcRoute, classify
-from addon.respond import WS_CALL_KEY, WS_KEY
 from addon.runtime import RuntimeHolder
 
 log = logging.getLogger("chainproxy")
@@ -111,39 +112,10 @@ class Sink:
             await runner.cleanup()
 
         try:
-            task = asyncio.get_running_loop().create_task(shutdown())
+            # mitmproxy keeps a reference to the task until it ends
+            create_task(shutdown(), name="chainproxy: close WebSocket sink", keep_ref=True)
         except RuntimeError:
             return  # no loop left: the process is exiting
-        _CLOSING.add(task)
-        task.add_done_callback(_CLOSING.discard)
-
-
-_CLOSING: set[asyncio.Task[None]] = set()  # sinks being shut down (a reference each)
-
-
-def _client_stream(flow: http.HTTPFlow) -> tuple[asyncio.Transport, Any] | None:
-    """The client's asyncio transport and stream reader, from mitmproxy's
-    connection handler (None where it is not one: another transport, another
-    mitmproxy)."""
-    try:
-        proxyserver = ctx.master.addons.get("proxyserver")
-        handler = proxyserver.connections.get(flow.client_conn.id)
-        io = handler.transports[handler.client]
-        transport = io.writer.transport
-    except (AttributeError, KeyError, TypeError):
-        return None
-    if hasattr(transport, "pause_reading") and hasattr(transport, "resume_reading"):
-        return transport, io.reader
-    return None
-
-
-def _pause(transport: asyncio.Transport, reader: Any) -> None:
-    transport.pause_reading()
-    # asyncio's StreamReader pauses and resumes the transport for its own
-    # buffer: had it paused it, its next read would resume what we paused.
-    # Take the pause over (it pauses again by itself if its buffer fills).
-    if isinstance(reader, asyncio.StreamReader) and getattr(reader, "_paused", False):
-        reader._paused = False  # type: ignore[attr-defined]
 
 
 class _Conn:
@@ -159,9 +131,9 @@ class _Conn:
 class WebSocketRpc:
     """Before the Gate: takes WebSocket handshakes on RPC paths; answers messages."""
 
-    def __init__(self, holder: RuntimeHolder, stages: Sequence[Any]) -> None:
+    def __init__(self, holder: RuntimeHolder, pipeline: Any) -> None:
         self.holder = holder
-        self.stages = list(stages)  # the HTTP pipeline, run on each message
+        self.pipeline = pipeline  # the RPC pipeline (addon/pipeline.py), run on each message
         self.sink = Sink()
         self._conns: dict[str, _Conn] = {}
 
@@ -181,7 +153,7 @@ class WebSocketRpc:
     async def _take_handshake(self, flow: http.HTTPFlow, route: RpcRoute) -> None:
         port = await self.sink.start()
         flow.metadata[WS_KEY] = route.network
-        flow.metadata["chainproxy.ws_headers"] = {
+        flow.metadata[WS_HEADERS_KEY] = {
             "X-Forwarded-For": flow.request.headers.get("X-Forwarded-For", ""),
         }
         flow.request.scheme = "http"
@@ -217,10 +189,10 @@ class WebSocketRpc:
             # Back-pressure: the hook waiting pauses only mitmproxy's WebSocket
             # layer; its connection handler would go on reading the socket and
             # queue whatever arrives. Stop reading the client until a slot frees.
-            stream = _client_stream(flow)
+            stream = mitm_internals.client_stream(ctx.master, flow)
             transport = stream[0] if stream is not None else None
             if stream is not None:
-                _pause(*stream)
+                mitm_internals.pause_reading(*stream)
             try:
                 await conn.slots.acquire()
             finally:
@@ -258,7 +230,7 @@ class WebSocketRpc:
         """The body a POST of ``content`` from this client would have been answered with."""
         call = http.HTTPFlow(flow.client_conn, flow.server_conn, live=True)
         headers = [(b"Content-Type", b"application/json")]
-        xff = flow.metadata.get("chainproxy.ws_headers", {}).get("X-Forwarded-For")
+        xff = flow.metadata.get(WS_HEADERS_KEY, {}).get("X-Forwarded-For")
         if xff:
             headers.append((b"X-Forwarded-For", xff.encode()))
         call.request = http.Request.make(
@@ -268,12 +240,9 @@ class WebSocketRpc:
             http.Headers(headers),
         )
         call.metadata[WS_CALL_KEY] = True
-        for stage in self.stages:
-            if call.response is not None:
-                break
-            res = stage.request(call)
-            if inspect.isawaitable(res):
-                await res
+        pending = self.pipeline.request(call)
+        if pending is not None:
+            await pending
         if call.response is None:
             return dumps(error_obj(None, INTERNAL_ERROR, "internal proxy error"))
         return call.response.raw_content or b""

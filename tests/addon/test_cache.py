@@ -11,10 +11,8 @@ from typing import Any
 import pytest
 
 from addon.cache_rules import answer_from, entries_to_store, plan
-from addon.cache_stage import Cache
 from addon.cache_store import DiskCacheStore, MemoryStore
 from addon.jsonrpc import Call
-from addon.stages import Allowlist, Forwarder, Gate, Guard, RateLimit
 from tests.addon.test_stages import body, call, make, rpc_flow, run
 
 H = "0x" + "ab" * 32
@@ -127,9 +125,7 @@ def test_corrupt_entry_is_a_miss(tmp_path: Path) -> None:
 def cached_stages(**proxy: Any) -> tuple[list[Any], Any, Any]:
     stages, fake, rt = make(**proxy)
     rt.cache = MemoryStore()
-    g, a, r, f, guard = stages
-    holder = g.holder
-    return [g, a, r, Cache(holder), f, guard], fake, rt
+    return stages, fake, rt
 
 
 async def test_second_read_is_a_hit_with_the_callers_id_and_no_upstream_call() -> None:
@@ -218,9 +214,17 @@ async def test_usage_records_hits_and_misses() -> None:
     assert hit_row["endpoint"] is None and hit_row["method"] == "chain_getBlock"
 
 
-def test_stage_classes_are_in_pipeline_order() -> None:
-    from addon.pipeline import build_addons
+def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() -> None:
+    from addon.pipeline import STEPS
 
-    names = [type(a).__name__ for a in build_addons()]
-    order = [Gate, Allowlist, RateLimit, Cache, Forwarder, Guard]
-    assert [n for n in names if n in {c.__name__ for c in order}] == [c.__name__ for c in order]
+    names = [s.__name__ for s in STEPS]
+    assert names == [
+        "allowlist",
+        "rate_limit",
+        "cache_lookup",
+        "forward_pending",
+        "learn",
+        "cache_store",
+        "record",
+        "respond",
+    ]

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.failover import assess, block_numbers, parse_height
+from addon.blocks import block_numbers, parse_height
+from addon.failover import assess
 from addon.jsonrpc import Call
 
 HASH = "0x" + "ab" * 32

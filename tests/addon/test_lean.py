@@ -17,7 +17,7 @@ from mitmproxy.addonmanager import AddonManager
 from mitmproxy.proxy.layers.http import HttpRequestHook
 from mitmproxy.test import taddons, tflow
 
-from addon import lean
+from addon import lean, mitm_internals
 
 
 class Recorder:
@@ -133,12 +133,12 @@ def _run(
 ) -> tuple[list[tuple[str, str, int]], list[str]]:
     log: list[tuple[str, str, tuple[Any, ...]]] = []
     manager.chain = [k(log, f"{k.__name__}{i}") for i, k in enumerate(kinds)]
-    lean.set_fast_dispatch(manager.master, fast)
+    mitm_internals.set_fast_dispatch(manager.master, fast)
     flow = tflow.tflow()
     caplog.clear()
     with caplog.at_level(logging.ERROR):
         manager.master.event_loop.run_until_complete(manager.trigger_event(HttpRequestHook(flow)))
-    lean.set_fast_dispatch(manager.master, False)
+    mitm_internals.set_fast_dispatch(manager.master, False)
     # which addon saw which event, with the very flow object
     seen = [(name, ev, sum(a is flow for a in args)) for name, ev, args in log]
     # object addresses differ between the two chains
@@ -182,29 +182,29 @@ def test_options_error_propagates(manager: AddonManager) -> None:
             raise exceptions.OptionsError("bad option")
 
     manager.chain = [Bad()]
-    lean.set_fast_dispatch(manager.master, True)
+    mitm_internals.set_fast_dispatch(manager.master, True)
     try:
         with pytest.raises(exceptions.OptionsError):
             manager.master.event_loop.run_until_complete(
                 manager.trigger_event(HttpRequestHook(tflow.tflow()))
             )
     finally:
-        lean.set_fast_dispatch(manager.master, False)
+        mitm_internals.set_fast_dispatch(manager.master, False)
 
 
 def test_set_fast_dispatch_installs_and_removes(manager: AddonManager) -> None:
     original = type(manager).trigger_event
-    lean.set_fast_dispatch(manager.master, True)
-    assert manager.trigger_event.__func__ is lean._trigger_event  # type: ignore[attr-defined]
-    lean.set_fast_dispatch(manager.master, True)  # idempotent
-    lean.set_fast_dispatch(manager.master, False)
+    mitm_internals.set_fast_dispatch(manager.master, True)
+    assert manager.trigger_event.__func__ is mitm_internals._trigger_event  # type: ignore[attr-defined]
+    mitm_internals.set_fast_dispatch(manager.master, True)  # idempotent
+    mitm_internals.set_fast_dispatch(manager.master, False)
     assert manager.trigger_event.__func__ is original  # type: ignore[attr-defined]
-    lean.set_fast_dispatch(manager.master, False)  # idempotent
+    mitm_internals.set_fast_dispatch(manager.master, False)  # idempotent
 
 
 def test_unknown_manager_is_left_alone() -> None:
     master = types.SimpleNamespace(addons=types.SimpleNamespace())
-    lean.set_fast_dispatch(master, True)
+    mitm_internals.set_fast_dispatch(master, True)
     assert not hasattr(master.addons, "trigger_event")
 
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from addon.blocks import PRUNING_WINDOW, BlockIndex
 from addon.jsonrpc import Call
-from addon.pinning import PRUNING_WINDOW, BlockIndex, hints
+from addon.pinning import hints
 from addon.upstreams import TIER_LAGGING, TIER_SYNCED, TIER_UNHEALTHY, Upstream, UpstreamPool
 
 

@@ -18,7 +18,7 @@ from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from addon import websocket as ws
-from addon.respond import WS_CALL_KEY, WS_KEY
+from addon.context import WS_CALL_KEY, WS_KEY
 from addon.runtime import RuntimeHolder
 
 
@@ -45,11 +45,6 @@ class EchoStage:
         )
 
 
-class NeverCalled:
-    def request(self, flow: http.HTTPFlow) -> None:  # pragma: no cover - must not run
-        raise AssertionError("a stage after the answer ran")
-
-
 def test_is_upgrade() -> None:
     f = tflow.twebsocketflow()
     assert not ws.is_upgrade(f.request)  # tflow's key "1234" is not 16 bytes of base64
@@ -68,7 +63,7 @@ def test_is_upgrade() -> None:
 
 def _rpc_flow() -> tuple[WebSocketRpc, http.HTTPFlow, EchoStage]:
     stage = EchoStage()
-    addon = ws.WebSocketRpc(RuntimeHolder(), [stage, NeverCalled()])
+    addon = ws.WebSocketRpc(RuntimeHolder(), stage)
     flow = tflow.twebsocketflow(messages=False)
     flow.metadata[WS_KEY] = "finney"
     flow.metadata["chainproxy.ws_headers"] = {"X-Forwarded-For": "203.0.113.9"}
@@ -162,7 +157,7 @@ def test_in_flight_calls_are_bounded(n: int) -> None:
             await gate.wait()
             flow.response = http.Response.make(200, b"{}")
 
-    addon = ws.WebSocketRpc(RuntimeHolder(), [Slow()])
+    addon = ws.WebSocketRpc(RuntimeHolder(), Slow())
     flow = tflow.twebsocketflow(messages=False)
     flow.metadata[WS_KEY] = "finney"
 

@@ -1,4 +1,4 @@
-"""Review tests for JSON-RPC over WebSocket, end to end (real mitmdump + addon,
+"""JSON-RPC over WebSocket edge cases, end to end (real mitmdump + addon,
 simulated nodes, the sidecar; everything on 127.0.0.1, every wait bounded).
 
 Tests whose comment starts "Was:" reproduce a defect an independent review

@@ -1,0 +1,59 @@
+"""Admission steps: the read-only allowlist and the per-client quota."""
+
+from __future__ import annotations
+
+from mitmproxy import http
+
+from addon.allowlist import refusal_reason
+from addon.context import RpcContext
+from addon.jsonrpc import LIMIT_EXCEEDED, METHOD_NOT_FOUND, Call, error_obj
+from addon.respond import finish, json_response
+from addon.runtime import Runtime
+
+
+def allowlist(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+    """Refuse methods that are not on the read-only allowlist (403 / per item)."""
+    assert rpc.parsed is not None
+    allow = rt.config.proxy.allowlist
+    for i, item in enumerate(rpc.parsed.items):
+        if isinstance(item, Call) and item.method not in allow:
+            rpc.answers[i] = error_obj(
+                item.id,
+                METHOD_NOT_FOUND,
+                f"method not allowed: {item.method[:64]}",
+                {
+                    "policy": "allowlist",
+                    "reason": refusal_reason(item.method, websocket=rpc.websocket),
+                },
+            )
+    if not rpc.parsed.is_batch and rpc.answers[0] is not None:
+        finish(flow, json_response(403, rpc.answers[0]), rpc, now=rt.clock(), outcome="refused")
+
+
+def rate_limit(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+    """Per-client quota; every call of a batch counts, a batch is taken whole or refused."""
+    cost = len(rpc.pending())
+    if cost == 0:
+        return
+    decision = rt.limiter.check(rpc.client, cost)
+    rpc.rate = decision
+    if decision.allowed:
+        return
+    call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
+    body = error_obj(
+        call_id,
+        LIMIT_EXCEEDED,
+        f"rate limit exceeded: {decision.policy.replace(';w=', ' requests per ')}s",
+        {
+            "policy": decision.policy,
+            "reason": (
+                f"this batch has {cost} calls, more than the whole quota of "
+                f"{decision.limit}: split it"
+                if cost > decision.limit
+                else f"client {rpc.client} is over its quota"
+                + (f" (this batch needs {cost})" if cost > 1 else "")
+            ),
+            "retry_after": decision.retry_after,
+        },
+    )
+    finish(flow, json_response(429, body), rpc, now=rt.clock(), outcome="refused")

@@ -1,0 +1,122 @@
+"""The steps after admission and the cache: forward what is still unanswered
+(with failover), learn block heights from the answers, record usage, answer."""
+
+from __future__ import annotations
+
+import logging
+
+from mitmproxy import http
+
+from addon.context import RpcContext
+from addon.forward import ForwardResult, forward, new_session
+from addon.jsonrpc import INTERNAL_ERROR, Call, error_obj
+from addon.pinning import hints
+from addon.respond import finish, json_response
+from addon.runtime import Runtime
+
+log = logging.getLogger("chainproxy")
+
+
+async def forward_pending(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+    assert rpc.parsed is not None
+    pending = rpc.pending()
+    rpc.forwarded = pending
+    if not pending:
+        return  # all from the cache
+    if rt.transport is None:
+        rt.attach_session(new_session())
+    assert rt.transport is not None
+    calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
+    tip = rt.tips.get(rpc.network)
+    hint = hints(calls, tip=tip, index=rt.blocks)
+    result = await forward(
+        calls,
+        is_batch=rpc.parsed.is_batch,
+        pool=rt.pools[rpc.network],
+        transport=rt.transport,
+        budget=rt.budget,
+        clock=rt.clock,
+        tip=tip,
+        min_block=hint.min_block,
+        prefer_archive=hint.prefer_archive,
+    )
+    rpc.result = result
+    rpc.attempts = result.attempts
+    if result.upstream is not None:
+        rpc.upstream, rpc.provider = result.upstream.id, result.upstream.provider
+    _fill(rpc, pending, result, rt)
+
+
+def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtime) -> None:
+    """Put the upstream answers (or the failure) into the pending slots; on a
+    failure, the HTTP status a single call gets."""
+    assert rpc.parsed is not None
+    if result.answers is not None:
+        for i, answer in zip(pending, result.answers, strict=True):
+            rpc.answers[i] = {**answer, "jsonrpc": "2.0", "id": rpc.parsed.items[i].id}
+        return
+    attempts = [a.as_dict() for a in result.attempts]
+    if result.kind == "no-upstream":
+        status, message = 503, f"no upstream available for network {rpc.network}"
+    elif result.kind == "deadline":
+        status = 504
+        message = f"deadline of {rt.budget.deadline_s:g}s passed before an upstream answered"
+    else:
+        status = 502
+        message = f"all {len(attempts)} upstream attempt(s) failed"
+    log.warning("%s %s: %s %s", rpc.network, status, message, attempts)
+    for i in pending:
+        rpc.answers[i] = error_obj(
+            rpc.parsed.items[i].id, INTERNAL_ERROR, message, {"attempts": attempts}
+        )
+    rpc.error_status = status
+
+
+def learn(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+    """Heights of block hashes, from the upstream's results (for archive routing)."""
+    if rpc.result is None or rpc.result.answers is None:
+        return
+    assert rpc.parsed is not None
+    for i in rpc.forwarded:
+        item, answer = rpc.parsed.items[i], rpc.answers[i]
+        if isinstance(item, Call) and answer is not None and "result" in answer:
+            rt.blocks.learn(item, answer["result"])
+
+
+def record(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+    """One usage record per call that was answered from the cache or upstream
+    (refusals are not proxied calls). A call counts as an error when its answer
+    is a JSON-RPC error, the proxy's or the upstream's."""
+    if rpc.parsed is None:
+        return
+    latency_ms = (rt.clock() - rpc.started) * 1000
+    failover = len(rpc.attempts) > 1
+    endpoint = rpc.upstream or (rpc.attempts[-1].endpoint if rpc.attempts else None)
+    for i in (*rpc.hits, *rpc.forwarded):
+        item, answer = rpc.parsed.items[i], rpc.answers[i]
+        if not isinstance(item, Call) or answer is None:
+            continue
+        hit = i in rpc.hits
+        rt.usage.record(
+            network=rpc.network,
+            method=item.method,
+            endpoint=None if hit else endpoint,
+            latency_ms=latency_ms,
+            error="error" in answer,
+            failover=failover and not hit,
+            cache_hit=hit,
+        )
+
+
+def respond(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+    assert rpc.parsed is not None
+    if rpc.error_status is not None and not rpc.parsed.is_batch:
+        response = json_response(rpc.error_status, rpc.answers[0])
+        finish(flow, response, rpc, now=rt.clock(), outcome="error")
+        return
+    headers = [("X-Cache", rpc.cache)]
+    if rpc.upstream:
+        headers.append(("X-Chainproxy-Upstream", rpc.upstream))
+        headers.append(("X-Chainproxy-Attempts", str(len(rpc.attempts))))
+    doc = rpc.answers if rpc.parsed.is_batch else rpc.answers[0]
+    finish(flow, json_response(200, doc, headers), rpc, now=rt.clock(), outcome="ok")

@@ -1,0 +1,34 @@
+"""The usage shipper's life as an addon: started when mitmproxy runs, and at a
+graceful stop or reload the records not yet sent are drained into the on-disk
+spool synchronously (delivered after the restart)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from addon.runtime import RuntimeHolder
+from addon.usage import UsageShipper
+
+
+class UsageShipping:
+    def __init__(self, holder: RuntimeHolder) -> None:
+        self.holder = holder
+        self.shipper: UsageShipper | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def running(self) -> None:
+        rt = self.holder.runtime
+        if self._task is not None or rt is None or rt.spool is None:
+            return
+        self.shipper = UsageShipper(
+            rt.usage, rt.spool, rt.sidecar.post_usage, flush_s=rt.config.proxy.usage.flush_s
+        )
+        self._task = asyncio.get_running_loop().create_task(self.shipper.run())
+
+    def done(self) -> None:  # synchronous: mitmproxy's hot reload calls it so
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self.shipper is not None:
+            self.shipper.spool_pending()
+            self.shipper = None
