@@ -16,10 +16,11 @@ import aiohttp
 from aiohttp import web
 
 from common.config import Config, Endpoint
+from sidecar.jsonfmt import iso
 from sidecar.model import ProbeKind, ProbeResult
 from sidecar.prober import ProbeFn, Prober
 from sidecar.registry_api import REGISTRY_KEY, setup_registry
-from sidecar.routing import chain_heads, iso, route, snapshot
+from sidecar.routing import chain_heads, route, snapshot
 from sidecar.store import Store
 from sidecar.usage_api import setup_usage
 

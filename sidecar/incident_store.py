@@ -1,8 +1,8 @@
 """SQLite persistence for incidents: table ``incidents`` in ``data_dir/sidecar.sqlite3``.
 
 The same file as the probe store (``sidecar.store``), its own connection and
-table, WAL mode, so incidents and the health they follow are restored
-together. Rows are upserted by id; bounds are applied by ``IncidentTracker``
+table, opened by ``sidecar.db`` (WAL), so incidents and the health they follow
+are restored together. Rows are upserted by id; bounds are applied by ``IncidentTracker``
 (which deletes what it prunes). A damaged row is skipped with a log line.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import math
-import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
+from sidecar.db import open_db
 from sidecar.incidents import Incident
 
 log = logging.getLogger("chainproxy.sidecar.incident_store")
@@ -32,13 +32,8 @@ CREATE INDEX IF NOT EXISTS incidents_endpoint ON incidents (endpoint_id, started
 
 class IncidentStore:
     def __init__(self, path: Path, *, busy_timeout_ms: int = 2000) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        self._db.executescript(_SCHEMA)
+        self._db = open_db(path, _SCHEMA, busy_timeout_ms=busy_timeout_ms)
 
     def close(self) -> None:
         self._db.close()

@@ -7,6 +7,9 @@ from typing import Literal
 
 ProbeKind = Literal["full", "head"]
 
+# Kinds that are chain nodes: they report block heights and get head tracking.
+NODE_KINDS = ("node-rpc", "node-wss")
+
 LIVE = "live"
 UNKNOWN = "unknown"
 # Failure classifications a probe may report (free text is allowed for rarer

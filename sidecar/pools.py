@@ -23,9 +23,10 @@ from typing import Any
 
 from common.config import Config, Endpoint
 from sidecar.health import Health
+from sidecar.jsonfmt import pct
+from sidecar.model import NODE_KINDS
 
 HealthMap = Mapping[str, Health]
-NODE_KINDS = ("node-rpc", "node-wss")
 _NO_HEALTH = Health()
 
 
@@ -112,10 +113,6 @@ def endpoint_pools(config: Config, health: HealthMap) -> list[dict[str, Any]]:
         }
         for p in pools(config, health)
     ]
-
-
-def pct(count: int, total: int) -> float:
-    return round(count / total * 100, 2) if total else 0.0
 
 
 def registry_totals(config: Config, health: HealthMap) -> dict[str, Any]:

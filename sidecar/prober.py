@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from common.config import Endpoint, ProbeConfig
 from sidecar.health import Health, Transition, apply
-from sidecar.model import TIMEOUT, WRONG_CHAIN, ProbeKind, ProbeResult
+from sidecar.model import NODE_KINDS, TIMEOUT, WRONG_CHAIN, ProbeKind, ProbeResult
 from sidecar.store import Store
 
 log = logging.getLogger("chainproxy.sidecar.prober")
@@ -36,7 +36,6 @@ _GRACE_S = 1.0  # beyond the probe timeout before the scheduler gives up on a pr
 PROBE_ERROR = "probe-error"
 _FULL_ONLY_FAILURES = frozenset({WRONG_CHAIN})
 _RECENT = 20  # probes kept in memory per endpoint for the API
-NODE_KINDS = ("node-rpc", "node-wss")
 
 
 @dataclass(order=True, slots=True)

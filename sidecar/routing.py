@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from common.config import Endpoint
 from sidecar.health import Health
-
-NODE_KINDS = ("node-rpc", "node-wss")
+from sidecar.jsonfmt import iso
+from sidecar.model import NODE_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +32,6 @@ class Route:
     tier: int
     status: str  # OK / Degraded / Unknown
     classification: str  # live, unknown, or the last failure reason
-
-
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def chain_heads(

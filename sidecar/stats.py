@@ -43,11 +43,11 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from common.config import Endpoint
 from common.latency_hist import Hist, merge_into, quantile
+from sidecar.jsonfmt import iso, pct
 
 WINDOW_S = 604_800
 FRESH_S = 600
@@ -378,17 +378,6 @@ def endpoint_labels(infos: Iterable[EndpointInfo]) -> dict[str, str]:
         taken.add(label)
         out[eid] = label
     return out
-
-
-def pct(count: float, total: float) -> float:
-    """``count / total`` in percent, 2 decimals; 0 for an empty total."""
-    return round(count / total * 100, 2) if total else 0.0
-
-
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def freshness(updated: float | None, now: float, fresh_s: float = FRESH_S) -> str:

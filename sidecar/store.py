@@ -1,9 +1,10 @@
 """SQLite persistence for probe history and per-endpoint health.
 
-One file in ``data_dir``; WAL mode so readers never wait for the prober.
-Probe history is bounded (age and rows per endpoint); health is one row per
-endpoint, so a restart resumes with the statuses it had. Errors (locked or
-full disk) are logged and counted, never raised into the probe loop.
+One file in ``data_dir``, opened by ``sidecar.db`` (WAL: readers never wait
+for the prober). Probe history is bounded (age and rows per endpoint); health
+is one row per endpoint, so a restart resumes with the statuses it had.
+Errors (locked or full disk) are logged and counted, never raised into the
+probe loop.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from sidecar.db import open_db
 from sidecar.health import Health
 from sidecar.model import ProbeResult
 
@@ -51,17 +53,12 @@ class Store:
         retention_s: float = 7 * 86400,
         max_probes_per_endpoint: int = 2000,
     ) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.retention_s = retention_s
         self.max_per_endpoint = max_probes_per_endpoint
         self.errors = 0
         self._writes = 0
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=2000")
-        self._db.executescript(_SCHEMA)
+        self._db = open_db(path, _SCHEMA)
 
     def close(self) -> None:
         self._db.close()

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from common.latency_hist import Hist
+from sidecar.db import open_db
 from sidecar.stats import WINDOW_S, Batch, Counts, WindowTotals, window_start_minute
 
 log = logging.getLogger("chainproxy.sidecar.usage")
@@ -235,13 +236,8 @@ class UsageStore:
         self._start = 0
         db: sqlite3.Connection | None = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA cache_size=-16384")  # 16 MiB: the hot B-tree pages
-            db.executescript(_SCHEMA)
+            # 16 MiB of page cache: the hot B-tree pages of a week of rollups.
+            db = open_db(path, _SCHEMA, busy_timeout_ms=busy_timeout_ms, cache_kib=16384)
             db.create_function("hist_merge", 2, _hist_merge, deterministic=True)
             row = db.execute("SELECT value FROM usage_meta WHERE key = 'updated'").fetchone()
         except (sqlite3.Error, OSError) as e:

@@ -37,8 +37,9 @@ from common.config import KINDS, Config, Endpoint
 from common.endpoint_id import redact_url
 from sidecar.health import Health
 from sidecar.incidents import Incident, format_duration
+from sidecar.jsonfmt import iso
+from sidecar.model import NODE_KINDS
 from sidecar.pools import (
-    NODE_KINDS,
     HealthMap,
     archive_capable,
     endpoint_pools,
@@ -46,7 +47,6 @@ from sidecar.pools import (
     proxy_pools,
     registry_totals,
 )
-from sidecar.routing import iso
 
 __all__ = [
     "PageError",

@@ -20,9 +20,9 @@ from openapi_spec_validator import validate as validate_spec
 from common.config import Config, Endpoint, parse_config
 from sidecar.app import PROBER_KEY, create_app
 from sidecar.incident_store import IncidentStore
+from sidecar.jsonfmt import iso
 from sidecar.model import ProbeResult
 from sidecar.openapi import openapi_document
-from sidecar.routing import iso
 from tests.sidecar.test_stats import wire_rollup
 
 T0 = 1_800_000_000.0

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from common import latency_hist
 from common.config import Endpoint
+from sidecar.jsonfmt import iso
 from sidecar.stats import (
     MAX_ROLLUPS,
     WINDOW_S,
@@ -24,9 +25,7 @@ from sidecar.stats import (
     WindowTotals,
     endpoint_labels,
     freshness,
-    iso,
     parse_batch,
-    pct,
     summarize,
     totals_of,
     window_start_minute,
@@ -198,7 +197,7 @@ def test_a_small_clock_skew_is_tolerated() -> None:
     assert parse_batch(doc, NETWORKS, NOW).rollups[0].minute == MINUTE + 30
 
 
-# --- labels, percentages, window -----------------------------------------------------------
+# --- labels, window -----------------------------------------------------------------------
 
 
 def test_labels_use_network_or_archive_role() -> None:
@@ -239,20 +238,6 @@ def test_labels_stay_unique_when_a_provider_name_mimics_a_suffix() -> None:
     assert len(set(labels.values())) == 3
 
 
-@pytest.mark.parametrize(
-    ("count", "total", "expected"),
-    [(0, 0, 0.0), (5, 0, 0.0), (1, 3, 33.33), (2, 3, 66.67), (3, 3, 100.0), (1, 8, 12.5)],
-)
-def test_pct(count: int, total: int, expected: float) -> None:
-    assert pct(count, total) == expected
-
-
-@given(st.integers(0, 10**9), st.integers(1, 10**9))
-def test_pct_is_a_number_between_0_and_100(count: int, extra: int) -> None:
-    p = pct(count, count + extra)
-    assert isinstance(p, float) and 0 <= p <= 100
-
-
 def test_window_start_minute_and_cut_off() -> None:
     assert window_start_minute(NOW) == MINUTE - WINDOW_S // 60
     assert window_start_minute(NOW + 59) == MINUTE - WINDOW_S // 60
@@ -282,9 +267,7 @@ def test_window_totals_subtract_and_copy() -> None:
     assert copy.counts[("finney", EP_A)].requests == 5  # the copy is independent
 
 
-def test_iso_and_freshness() -> None:
-    assert iso(None) is None
-    assert iso(NOW) == "2025-11-21T04:40:00Z"
+def test_freshness() -> None:
     assert freshness(None, NOW) == "unknown"
     assert freshness(NOW - 600, NOW) == "fresh"
     assert freshness(NOW - 601, NOW) == "unknown"

@@ -15,7 +15,8 @@ import pytest
 from common.config import Config, parse_config
 from sidecar import usage_api
 from sidecar.app import create_app
-from sidecar.stats import WINDOW_S, iso, window_start_minute
+from sidecar.jsonfmt import iso
+from sidecar.stats import WINDOW_S, window_start_minute
 from sidecar.usage_api import USAGE_KEY
 from tests.sidecar.test_app import fake_factory
 from tests.sidecar.test_stats import wire_rollup
