@@ -1,7 +1,10 @@
-"""The sidecar's aiohttp application: wiring only (routes, state, cleanup).
+"""The sidecar's aiohttp application: middlewares, state, lifecycles and wiring.
 
-Domain code (health, routing, store, prober, probes) has no aiohttp imports
-beyond the probe transport; handlers parse input, call it, return JSON.
+``create_app`` builds the state (``sidecar.keys``), adds the URL table
+(``sidecar.routes``) and two ``cleanup_ctx`` lifecycles: the probing one
+(probe store, HTTP session, Prober, incidents) and the usage store's. Each
+sets up before its ``yield`` and tears down after, so a failed start still
+cleans up. Handlers and domain code live elsewhere.
 """
 
 from __future__ import annotations
@@ -16,28 +19,32 @@ import aiohttp
 from aiohttp import web
 
 from common.config import Config, Endpoint
-from sidecar.jsonfmt import iso
+from sidecar.db import SIDECAR_DB
+from sidecar.json_errors import json_error
+from sidecar.keys import (
+    CLOCK_KEY,
+    CONFIG_KEY,
+    METRICS_KEY,
+    PROBER_KEY,
+    REGISTRY_KEY,
+    STARTED_KEY,
+    STORE_KEY,
+    USAGE_KEY,
+)
+from sidecar.metrics import SidecarCollector, collector_registry
 from sidecar.model import ProbeKind, ProbeResult
 from sidecar.prober import ProbeFn, Prober
-from sidecar.registry_api import REGISTRY_KEY, setup_registry
-from sidecar.routing import chain_heads, route, snapshot
+from sidecar.probes import probe
+from sidecar.registry import RegistryService
+from sidecar.routes import ROUTES
 from sidecar.store import Store
-from sidecar.usage_api import setup_usage
-
-CONFIG_KEY = web.AppKey("config", Config)
-STARTED_KEY = web.AppKey("started", float)
-PROBER_KEY = web.AppKey("prober", Prober)
-STORE_KEY = web.AppKey("store", Store)
-CLOCK_KEY = web.AppKey("clock", Callable[[], float])
+from sidecar.usage_service import UsageService
+from sidecar.usage_store import StoreUnavailable
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ProbeFactory = Callable[[aiohttp.ClientSession, Config], ProbeFn]
 
 INTERNAL = "/api/v1/internal/"
-
-
-def json_error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"code": status, "message": message}}, status=status)
 
 
 @web.middleware
@@ -65,94 +72,7 @@ async def internal_token(request: web.Request, handler: Handler) -> web.StreamRe
     return await handler(request)
 
 
-async def healthz(request: web.Request) -> web.Response:
-    config = request.app[CONFIG_KEY]
-    prober = request.app.get(PROBER_KEY)
-    return web.json_response(
-        {
-            "status": "ok",
-            "uptime_s": round(time.monotonic() - request.app[STARTED_KEY], 1),
-            "networks": list(config.proxy.networks),
-            "endpoints": len(config.endpoints),
-            "probes_run": prober.probes_run if prober else 0,
-        }
-    )
-
-
-async def internal_routes(request: web.Request) -> web.Response:
-    config = request.app[CONFIG_KEY]
-    network = request.match_info["network"]
-    if network not in config.networks:
-        return json_error(404, f"unknown network {network!r}")
-    prober = request.app[PROBER_KEY]
-    doc = snapshot(
-        network,
-        config.endpoints,
-        prober.health,
-        max_lag=config.networks[network].max_lag_blocks,
-        now=request.app[CLOCK_KEY](),
-    )
-    return web.json_response(doc)
-
-
-async def endpoint_detail(request: web.Request) -> web.Response:
-    config = request.app[CONFIG_KEY]
-    endpoint = config.endpoint_by_id(request.match_info["id"])
-    if endpoint is None:
-        return json_error(404, "unknown endpoint id")
-    prober = request.app[PROBER_KEY]
-    h = prober.health_of(endpoint.id)
-    nodes = [e for e in config.endpoints if e.network == endpoint.network]
-    tip, finalized = chain_heads(nodes, prober.health)
-    r = route(endpoint, h, tip, config.networks[endpoint.network].max_lag_blocks)
-    probes = list(reversed(prober.recent.get(endpoint.id, ())))  # newest first
-    return web.json_response(
-        {
-            "id": endpoint.id,
-            "url": endpoint.safe_url,
-            "provider": endpoint.provider,
-            "kind": endpoint.kind,
-            "network": endpoint.network,
-            "subnet": f"{endpoint.subnet:03d}",
-            "archive": r.archive,
-            "region": endpoint.region,
-            "notes": endpoint.notes,
-            "status": h.status,
-            "classification": h.classification,
-            "probed": h.probed,
-            "latency_ms": r.latency_ms,
-            "score": r.score,
-            "heights": {
-                "best": h.best,
-                "finalized": h.finalized,
-                "tip": tip,
-                "network_finalized": finalized,
-                "lag": r.lag,
-                "synced": r.synced,
-            },
-            "last_probe_at": iso(h.last_probe_at),
-            "last_ok_at": iso(h.last_ok_at),
-            "probes": [
-                {
-                    "at": iso(p.at),
-                    "kind": p.kind,
-                    "classification": p.classification,
-                    "latency_ms": p.latency_ms,
-                    "best": p.best,
-                    "finalized": p.finalized,
-                    "archive": p.archive,
-                    "detail": p.detail,
-                }
-                for p in probes
-            ],
-            "incidents": request.app[REGISTRY_KEY].endpoint_incidents(endpoint.id),
-        }
-    )
-
-
 def _default_probe_factory(session: aiohttp.ClientSession, config: Config) -> ProbeFn:
-    from sidecar.probes import probe
-
     async def run(endpoint: Endpoint, kind: ProbeKind) -> ProbeResult:
         return await probe(
             endpoint,
@@ -166,29 +86,31 @@ def _default_probe_factory(session: aiohttp.ClientSession, config: Config) -> Pr
     return run
 
 
-def create_app(
-    config: Config,
-    *,
-    probe_factory: ProbeFactory | None = None,
-    clock: Callable[[], float] = time.time,
-    probing: bool = True,
-) -> web.Application:
-    app = web.Application(middlewares=[errors_as_json, internal_token])
-    app[CONFIG_KEY] = config
-    app[STARTED_KEY] = time.monotonic()
-    app[CLOCK_KEY] = clock
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background loop and wait until it has stopped."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _probing(
+    config: Config, probe_factory: ProbeFactory, clock: Callable[[], float], probing: bool
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The probing lifecycle: probe store, session, Prober (its loop only when
+    ``probing``) and the registry's incidents attached to it."""
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        store = Store(config.data_dir / "sidecar.sqlite3")
+        store = Store(config.data_dir / SIDECAR_DB)
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=64, limit_per_host=4),
             headers={"User-Agent": "chainproxy-sidecar/0.1"},
         )
-        factory = probe_factory or _default_probe_factory
         registry = app[REGISTRY_KEY]
         prober = Prober(
             config.endpoints,
-            factory(session, config),
+            probe_factory(session, config),
             config.probe,
             store,
             clock=clock,
@@ -201,25 +123,64 @@ def create_app(
         try:
             yield
         finally:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await _stop(task)
             prober.flush()
             registry.close()
             await session.close()
             store.close()
 
-    app.cleanup_ctx.append(lifecycle)
-    from sidecar.metrics import setup_metrics  # imports this module: import late
+    return lifecycle
 
-    setup_metrics(app, config)
-    from sidecar.dashboard import setup_dashboard
 
-    setup_dashboard(app)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/api/v1/internal/routes/{network}", internal_routes)
-    app.router.add_get("/api/v1/endpoints/{id}", endpoint_detail)
-    setup_usage(app, config, clock)
-    setup_registry(app, config, clock)
+async def _usage_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """The usage store: opened at start if it can be, kept current, closed."""
+    svc = app[USAGE_KEY]
+    try:
+        await asyncio.to_thread(svc.open)
+    except StoreUnavailable:
+        pass  # logged; each request retries (503 meanwhile), the rest of the app runs
+    task = asyncio.create_task(svc.maintain())
+    try:
+        yield
+    finally:
+        await _stop(task)
+        svc.close()
+
+
+def _metrics(app: web.Application, config: Config) -> SidecarCollector:
+    """The collector reads the prober and the services at scrape time: the
+    prober only exists once the app has started."""
+
+    def open_incidents() -> int | None:
+        reg = app.get(REGISTRY_KEY)
+        return None if reg is None else reg.open_incidents()
+
+    return SidecarCollector(
+        config,
+        prober=lambda: app.get(PROBER_KEY),
+        usage=lambda: app.get(USAGE_KEY),
+        open_incidents=open_incidents,
+    )
+
+
+def create_app(
+    config: Config,
+    *,
+    probe_factory: ProbeFactory | None = None,
+    clock: Callable[[], float] = time.time,
+    probing: bool = True,
+) -> web.Application:
+    app = web.Application(middlewares=[errors_as_json, internal_token])
+    app[CONFIG_KEY] = config
+    app[STARTED_KEY] = time.monotonic()
+    app[CLOCK_KEY] = clock
+    app[REGISTRY_KEY] = RegistryService(config, clock)
+    app[USAGE_KEY] = UsageService(config, clock)
+    app[METRICS_KEY] = collector_registry(_metrics(app, config))
+    # Started in this order, stopped in the reverse one.
+    app.cleanup_ctx.append(
+        _probing(config, probe_factory or _default_probe_factory, clock, probing)
+    )
+    app.cleanup_ctx.append(_usage_lifecycle)
+    app.add_routes(ROUTES)
     return app

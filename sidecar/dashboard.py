@@ -1,6 +1,7 @@
 """The dashboard at ``/``: one server-rendered HTML page (Jinja2), readable
 without JavaScript, refreshed by a meta tag. It calls the same view functions
-as the JSON API, so the page and ``/api/v1/…`` never disagree."""
+as the JSON API, so the page and ``/api/v1/…`` never disagree. (URL in
+``sidecar.routes``.)"""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from aiohttp import web
 
 from sidecar import views
 from sidecar.chart import hourly_chart
-from sidecar.registry_api import REGISTRY_KEY
-from sidecar.usage_api import USAGE_KEY
+from sidecar.keys import REGISTRY_KEY, USAGE_KEY
 
 log = logging.getLogger("chainproxy.sidecar.dashboard")
 
@@ -84,7 +84,3 @@ def _timeline_with_incidents(doc: dict[str, Any]) -> dict[str, Any]:
         "endpoints": [e for e in doc["endpoints"] if e["total"]],
         "hosts": [h for h in doc["hosts"] if h["total"]],
     }
-
-
-def setup_dashboard(app: web.Application) -> None:
-    app.router.add_get("/", dashboard)

@@ -3,7 +3,9 @@
 A custom collector reads the live state at scrape time (no metric objects to
 keep in sync, nothing global): endpoint status and probe latency, chain heads
 and lag, probes run, incidents, proxy usage counters (from the usage batches
-the addon delivers) and the depth of the addon's on-disk usage spool.
+the addon delivers) and the depth of the addon's on-disk usage spool. It is
+given callables rather than the app, so this module knows nothing of the
+app's keys (``sidecar.app`` wires it, ``sidecar.ops_api`` serves it).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import diskcache
-from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -21,6 +22,7 @@ from prometheus_client.registry import Collector
 from common.config import Config
 from sidecar.prober import Prober
 from sidecar.routing import chain_heads, route
+from sidecar.usage_service import UsageService
 
 log = logging.getLogger("chainproxy.sidecar.metrics")
 
@@ -33,7 +35,7 @@ class SidecarCollector(Collector):
         self,
         config: Config,
         prober: Callable[[], Prober | None],
-        usage: Callable[[], object | None],
+        usage: Callable[[], UsageService | None],
         open_incidents: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.config = config
@@ -128,8 +130,8 @@ class SidecarCollector(Collector):
         probes.add_metric([], prober.probes_run)
         yield from (up, status, latency, lag, best, fails, tip, fin, probes)
 
-    def _usage_metrics(self, usage: object) -> Iterator[Metric]:
-        counted: dict[str, list[int]] = getattr(usage, "counted", {})
+    def _usage_metrics(self, usage: UsageService) -> Iterator[Metric]:
+        counted = usage.counted
         names = ("requests", "errors", "failovers", "cache_hits")
         helps = (
             "Proxied calls",
@@ -149,43 +151,27 @@ class SidecarCollector(Collector):
         batches = CounterMetricFamily(
             "chainproxy_usage_batches", "Usage batches received", labels=["result"]
         )
-        for result in ("accepted", "duplicate", "rejected", "failed"):
-            batches.add_metric([result], getattr(usage, f"batches_{result}", 0))
+        for result, n in (
+            ("accepted", usage.batches_accepted),
+            ("duplicate", usage.batches_duplicate),
+            ("rejected", usage.batches_rejected),
+            ("failed", usage.batches_failed),
+        ):
+            batches.add_metric([result], n)
         yield batches
         errors = CounterMetricFamily("chainproxy_usage_store_errors", "Usage store errors")
-        errors.add_metric([], getattr(usage, "store_errors", 0))
+        errors.add_metric([], usage.store_errors)
         yield errors
 
 
-def metrics_handler(registry: CollectorRegistry) -> Callable[[web.Request], object]:
-    async def handler(_request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})
-
-    return handler
-
-
-def setup_metrics(app: web.Application, config: Config) -> SidecarCollector:
-    """Register ``GET /metrics``; the collector reads the app's prober and usage
-    service (created later, in the app's lifecycle) at scrape time."""
-    from sidecar.app import PROBER_KEY
-    from sidecar.registry_api import REGISTRY_KEY
-    from sidecar.usage_api import USAGE_KEY
-
-    def open_incidents() -> int | None:
-        reg = app.get(REGISTRY_KEY)
-        return None if reg is None else sum(1 for i in reg.incidents.incidents() if i.ongoing)
-
-    collector = SidecarCollector(
-        config,
-        prober=lambda: app.get(PROBER_KEY),
-        usage=lambda: app.get(USAGE_KEY),
-        open_incidents=open_incidents,
-    )
+def collector_registry(collector: Collector) -> CollectorRegistry:
+    """A registry of ``collector`` alone (nothing global: two apps in one process,
+    as in the tests, never share metrics)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    app[METRICS_KEY] = collector
-    app.router.add_get("/metrics", metrics_handler(registry))
-    return collector
+    return registry
 
 
-METRICS_KEY = web.AppKey("metrics", SidecarCollector)
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The scrape body (text format 0.0.4, ``CONTENT_TYPE``)."""
+    return generate_latest(registry)

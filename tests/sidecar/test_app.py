@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config, Endpoint, parse_config
-from sidecar.app import PROBER_KEY, create_app
+from sidecar.app import create_app
+from sidecar.keys import PROBER_KEY
 from sidecar.model import ProbeResult
 
 

@@ -18,9 +18,10 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate as validate_spec
 
 from common.config import Config, Endpoint, parse_config
-from sidecar.app import PROBER_KEY, create_app
+from sidecar.app import create_app
 from sidecar.incident_store import IncidentStore
 from sidecar.jsonfmt import iso
+from sidecar.keys import PROBER_KEY
 from sidecar.model import ProbeResult
 from sidecar.openapi import openapi_document
 from tests.sidecar.test_stats import wire_rollup

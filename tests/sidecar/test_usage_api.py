@@ -16,8 +16,8 @@ from common.config import Config, parse_config
 from sidecar import usage_api
 from sidecar.app import create_app
 from sidecar.jsonfmt import iso
+from sidecar.keys import USAGE_KEY
 from sidecar.stats import WINDOW_S, window_start_minute
-from sidecar.usage_api import USAGE_KEY
 from tests.sidecar.test_app import fake_factory
 from tests.sidecar.test_stats import wire_rollup
 
