@@ -2,13 +2,13 @@
 
 * ``POST /api/v1/internal/usage`` (bearer token, checked by the app's
   ``internal_token`` middleware): a batch of per-minute rollups (the wire form
-  is in ``sidecar.stats.parse_batch``). 200 ``{"accepted": true,
+  is in ``sidecar.stats.batch.parse_batch``). 200 ``{"accepted": true,
   "duplicate": false, "rollups": n}``; the same ``batch_id`` again → 200 with
   ``"duplicate": true`` and nothing counted twice. A bad batch → 400 naming
   the problem, a body over 16 MiB → 413 (both: do not retry), the database
   unavailable → 503 with ``Retry-After`` (retry later); nothing is ever
   partially stored.
-* ``GET /api/v1/usage[?network=finney]``: the summary of ``sidecar.stats``;
+* ``GET /api/v1/usage[?network=finney]``: the summary of ``sidecar.stats.summary``;
   an unknown network → 404.
 
 The work is ``UsageService``'s (``sidecar.usage_service``, ``app[USAGE_KEY]``).
@@ -20,7 +20,7 @@ from aiohttp import web
 
 from sidecar.json_errors import json_error
 from sidecar.keys import USAGE_KEY
-from sidecar.stats import BatchError
+from sidecar.stats.batch import BatchError
 from sidecar.usage_store import StoreUnavailable
 
 MAX_BODY_BYTES = 16 * 1_048_576

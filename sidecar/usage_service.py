@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config
-from sidecar.stats import BatchError, parse_batch, summarize
+from sidecar.stats.batch import BatchError, parse_batch
+from sidecar.stats.summary import summarize
 from sidecar.usage_store import IngestResult, StoreUnavailable, UsageStore
 
 log = logging.getLogger("chainproxy.sidecar.usage")

@@ -50,7 +50,8 @@ from typing import Any
 
 from common.latency_hist import Hist
 from sidecar.db import open_db
-from sidecar.stats import WINDOW_S, Batch, Counts, WindowTotals, window_start_minute
+from sidecar.stats.batch import Batch
+from sidecar.stats.window import WINDOW_S, Counts, WindowTotals, window_start_minute
 
 log = logging.getLogger("chainproxy.sidecar.usage")
 

@@ -24,7 +24,7 @@ from sidecar.jsonfmt import iso
 from sidecar.keys import PROBER_KEY
 from sidecar.model import ProbeResult
 from sidecar.openapi import openapi_document
-from tests.sidecar.test_stats import wire_rollup
+from tests.sidecar.stats.helpers import wire_rollup
 
 T0 = 1_800_000_000.0
 SECRET = "SECRET123"

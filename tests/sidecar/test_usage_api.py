@@ -17,9 +17,9 @@ from sidecar import usage_api
 from sidecar.app import create_app
 from sidecar.jsonfmt import iso
 from sidecar.keys import USAGE_KEY
-from sidecar.stats import WINDOW_S, window_start_minute
+from sidecar.stats.window import WINDOW_S, window_start_minute
+from tests.sidecar.stats.helpers import wire_rollup
 from tests.sidecar.test_app import fake_factory
-from tests.sidecar.test_stats import wire_rollup
 
 NOW = 1_763_700_000.0
 MINUTE = int(NOW // 60)

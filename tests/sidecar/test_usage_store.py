@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.stats import WINDOW_S, Batch, Rollup, WindowTotals, totals_of, window_start_minute
+from sidecar.stats.batch import Batch, Rollup
+from sidecar.stats.window import WINDOW_S, WindowTotals, totals_of, window_start_minute
 from sidecar.usage_store import StoreUnavailable, UsageStore, hist_json
 
 NOW = 1_763_700_000.0

@@ -1,0 +1,36 @@
+"""Usage statistics, the pure part: the addon's batches in, the public summary out.
+
+* ``sidecar.stats.batch``: the wire form of a batch of per-minute rollups,
+  validated all or nothing (``parse_batch``);
+* ``sidecar.stats.window``: the 7-day window and the totals over it
+  (``WindowTotals``);
+* ``sidecar.stats.summary``: the ``GET /api/v1/usage`` document from those
+  totals (``summarize``).
+
+The store that keeps the totals (``sidecar.usage_store``) and the service
+that runs it (``sidecar.usage_service``) do the I/O. Modules inside the
+sidecar import from the submodules; the names below are the package's face
+for code outside it (e.g. ``bench/bench_stats.py``).
+"""
+
+from sidecar.stats.batch import MAX_ROLLUPS, Batch, BatchError, Rollup, parse_batch, parse_rollup
+from sidecar.stats.summary import EndpointInfo, endpoint_labels, freshness, summarize
+from sidecar.stats.window import WINDOW_S, Counts, WindowTotals, totals_of, window_start_minute
+
+__all__ = [
+    "MAX_ROLLUPS",
+    "WINDOW_S",
+    "Batch",
+    "BatchError",
+    "Counts",
+    "EndpointInfo",
+    "Rollup",
+    "WindowTotals",
+    "endpoint_labels",
+    "freshness",
+    "parse_batch",
+    "parse_rollup",
+    "summarize",
+    "totals_of",
+    "window_start_minute",
+]
