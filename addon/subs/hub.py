@@ -1,0 +1,285 @@
+"""All shared subscriptions of the process and the upstream sockets under them.
+
+* One ``SharedSubscription`` per distinct (network, method, canonical params),
+  shared by every client subscription asking for it.
+* Upstream sockets (one per node endpoint, many subscriptions each) are
+  chosen by the same tiers and latency rule as HTTP calls, from the pool of
+  the network's ``node-wss`` endpoints: a lagging or unhealthy node is taken
+  only when nothing better is left.
+* A socket that closes, errors, or a head subscription that stalls (no
+  notification for ``stall_s`` while the probes see the chain advance) moves
+  its subscriptions to the next-best node; clients keep their ids and the
+  sequencer fills the gap.
+* A subscription with no subscriber left is unsubscribed upstream after
+  ``linger_s`` (a client that reconnects at once finds it still live).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from addon.subs.methods import SubKind, share_key
+from addon.subs.shared import SharedSubscription, Subscriber
+from addon.subs.upstream import UpstreamError, UpstreamSocket
+from addon.upstreams import TIER_LAGGING, Upstream, UpstreamPool
+
+log = logging.getLogger("chainproxy.subs")
+
+
+class NoUpstream(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class HubSettings:
+    linger_s: float = 30.0
+    stall_s: float = 36.0  # three block times
+    call_timeout_s: float = 10.0
+    establish_s: float = 15.0  # a first subscribe waits this long for a node
+    retry_max_s: float = 5.0
+
+
+class SubscriptionHub:
+    def __init__(
+        self,
+        pools: Mapping[str, UpstreamPool],
+        *,
+        session: Callable[[], aiohttp.ClientSession | None],
+        heads: Callable[[str], tuple[int | None, int | None]],
+        clock: Callable[[], float],
+        settings: HubSettings = HubSettings(),
+    ) -> None:
+        self.pools = pools
+        self._session = session
+        self._heads = heads  # network -> (tip, finalized) from the probes
+        self._clock = clock
+        self.settings = settings
+        self.shared: dict[str, SharedSubscription] = {}
+        self.by_id: dict[str, SharedSubscription] = {}  # client subscription id -> shared
+        self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
+        self._connecting: dict[str, asyncio.Task[UpstreamSocket]] = {}
+        self._watchdog: asyncio.Task[None] | None = None
+
+    # --- clients ----------------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        network: str,
+        kind: SubKind,
+        params: list[Any],
+        send: Callable[[bytes], None],
+        owner: object,
+    ) -> tuple[SharedSubscription, Subscriber]:
+        """A new client subscription (its id in ``Subscriber.sub_id``). Raises
+        ``NoUpstream`` when no node could take a new upstream subscription in
+        time. The caller answers the client, then calls ``shared.greet``."""
+        if network not in self.pools or not len(self.pools[network]):
+            raise NoUpstream(f"no node-wss endpoint configured for network {network}")
+        key = share_key(network, kind, params)
+        sh = self.shared.get(key)
+        if sh is None:
+            sh = SharedSubscription(
+                key,
+                network,
+                kind,
+                params,
+                clock=self._clock,
+                call_timeout_s=self.settings.call_timeout_s,
+            )
+            self.shared[key] = sh
+            sh.start()
+            self._move(sh, "new")
+        if sh.linger is not None:
+            sh.linger.cancel()
+            sh.linger = None
+        if not sh.live.is_set() and sh.delivered == 0:
+            # a new upstream subscription: answer only once a node took it
+            try:
+                async with asyncio.timeout(self.settings.establish_s):
+                    await sh.live.wait()
+            except TimeoutError:
+                if not sh.subscribers:
+                    await self._drop(sh)
+                raise NoUpstream(
+                    f"no node took the subscription within {self.settings.establish_s:g}s"
+                ) from None
+        sub = Subscriber(secrets.token_hex(8), send, owner)
+        sh.subscribers[sub.sub_id] = sub
+        self.by_id[sub.sub_id] = sh
+        self._ensure_watchdog()
+        return sh, sub
+
+    def unsubscribe(self, sub_id: str, owner: object) -> bool:
+        """True when ``owner`` held ``sub_id`` (it no longer does)."""
+        sh = self.by_id.get(sub_id)
+        if sh is None or sh.subscribers.get(sub_id) is None:
+            return False
+        if sh.subscribers[sub_id].owner is not owner:
+            return False
+        del sh.subscribers[sub_id]
+        del self.by_id[sub_id]
+        if not sh.subscribers:
+            loop = asyncio.get_running_loop()
+            sh.linger = loop.call_later(
+                self.settings.linger_s, lambda: loop.create_task(self._expire(sh))
+            )
+        return True
+
+    async def _expire(self, sh: SharedSubscription) -> None:
+        if not sh.subscribers and self.shared.get(sh.key) is sh:
+            await self._drop(sh)
+
+    async def _drop(self, sh: SharedSubscription) -> None:
+        self.shared.pop(sh.key, None)
+        await sh.stop(self._unsubscribe_upstream)
+
+    async def _unsubscribe_upstream(self, socket: UpstreamSocket, sub: str, method: str) -> None:
+        await socket.unsubscribe(method, sub)
+        if len(socket) == 0 and self.sockets.get(socket.endpoint_id) is socket:
+            del self.sockets[socket.endpoint_id]  # no subscription left on it
+            await socket.close()
+
+    # --- upstream ---------------------------------------------------------------------------
+
+    def _move(self, sh: SharedSubscription, reason: str) -> None:
+        """(Re)subscribe ``sh`` on the best node other than the one it leaves."""
+        if sh.mover is not None and not sh.mover.done():
+            return
+        left = sh.upstream
+        socket, sub = sh.detach()
+        if reason not in ("new", "socket-closed") and socket is not None and sub is not None:
+            asyncio.get_running_loop().create_task(
+                self._unsubscribe_upstream(socket, sub, sh.kind.unsubscribe)
+            )
+        if left is not None:
+            log.warning(
+                "%s %s: leaving %s (%s), resubscribing elsewhere",
+                sh.network,
+                sh.kind.subscribe,
+                left.id,
+                reason,
+            )
+        sh.mover = asyncio.get_running_loop().create_task(self._establish(sh, left))
+
+    async def _establish(self, sh: SharedSubscription, left: Upstream | None) -> None:
+        pool = self.pools[sh.network]
+        tried: set[str] = {left.id} if left is not None else set()
+        delay = 0.2
+        while self.shared.get(sh.key) is sh:
+            up = pool.choose(tried)
+            if up is None and tried:
+                tried = set()  # every node tried: start again after a pause
+                await asyncio.sleep(delay)
+                delay = min(self.settings.retry_max_s, delay * 2)
+                continue
+            if up is None:
+                await asyncio.sleep(delay)
+                continue
+            tried.add(up.id)
+            start = self._clock()
+            pool.started(up)
+            try:
+                socket = await self._socket(up)
+                await sh.attach(socket, up)
+            except UpstreamError as e:
+                pool.failed(up, (self._clock() - start) * 1000)
+                log.warning("%s %s on %s failed: %s", sh.network, sh.kind.subscribe, up.id, e)
+                continue
+            except BaseException:
+                pool.abandoned(up)
+                raise
+            pool.succeeded(up, (self._clock() - start) * 1000)
+            if left is not None:
+                sh.moves += 1
+            return
+
+    async def _socket(self, up: Upstream) -> UpstreamSocket:
+        socket = self.sockets.get(up.id)
+        if socket is not None and not socket.closed:
+            return socket
+        task = self._connecting.get(up.id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._connect(up))
+            self._connecting[up.id] = task
+            task.add_done_callback(lambda _t: self._connecting.pop(up.id, None))
+        return await asyncio.shield(task)
+
+    async def _connect(self, up: Upstream) -> UpstreamSocket:
+        session = self._session()
+        if session is None:
+            raise UpstreamError("no HTTP session yet")
+        socket = UpstreamSocket(up.id, up.url, on_close=self._socket_closed)
+        await socket.connect(session, self.settings.call_timeout_s)
+        self.sockets[up.id] = socket
+        return socket
+
+    def _socket_closed(self, socket: UpstreamSocket, reason: str) -> None:
+        if self.sockets.get(socket.endpoint_id) is socket:
+            del self.sockets[socket.endpoint_id]
+        if reason == "closed-by-proxy":
+            return
+        for sh in list(self.shared.values()):
+            if sh.socket is socket:
+                if sh.upstream is not None:
+                    self.pools[sh.network].failed(sh.upstream, 1000.0)
+                self._move(sh, f"socket {reason}")
+
+    # --- stalls and demotions ---------------------------------------------------------------
+
+    def _ensure_watchdog(self) -> None:
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        period = max(0.2, min(2.0, self.settings.stall_s / 4))
+        while self.shared:
+            await asyncio.sleep(period)
+            for sh in list(self.shared.values()):
+                reason = self.stale(sh)
+                if reason:
+                    if sh.upstream is not None:
+                        self.pools[sh.network].failed(sh.upstream, 1000.0)
+                    self._move(sh, reason)
+
+    def stale(self, sh: SharedSubscription) -> str:
+        """Why ``sh`` should leave its node now ("" when it should not)."""
+        if sh.upstream is None or sh.last_at is None or not sh.kind.heads:
+            return ""
+        pool = self.pools[sh.network]
+        now = self._clock()
+        tier = pool.effective_tier(sh.upstream, now)
+        if tier > TIER_LAGGING and any(
+            pool.effective_tier(u, now) <= TIER_LAGGING for u in pool.upstreams.values()
+        ):
+            return "node unhealthy"
+        if now - sh.last_at < self.settings.stall_s or sh.kind.kind == "all_heads":
+            return ""
+        tip, finalized = self._heads(sh.network)
+        seen = sh.sequencer.last if hasattr(sh.sequencer, "last") else None
+        chain = finalized if sh.kind.kind == "finalized_heads" else tip
+        if chain is not None and seen is not None and chain > seen:
+            return f"stalled: no head for {now - sh.last_at:.0f}s while the chain is at {chain}"
+        return ""
+
+    async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        for sh in list(self.shared.values()):
+            await self._drop(sh)
+        for socket in list(self.sockets.values()):
+            await socket.close()
+        self.sockets.clear()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "upstream_subscriptions": len(self.shared),
+            "client_subscriptions": len(self.by_id),
+            "upstream_sockets": len(self.sockets),
+        }
