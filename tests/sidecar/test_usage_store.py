@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from sidecar.stats.batch import Batch, Rollup
 from sidecar.stats.window import WINDOW_S, WindowTotals, totals_of, window_start_minute
-from sidecar.usage_store import StoreUnavailable, UsageStore, hist_json
+from sidecar.usage_rows import hist_json
+from sidecar.usage_store import StoreUnavailable, UsageStore
 
 NOW = 1_763_700_000.0
 MINUTE = int(NOW // 60)
