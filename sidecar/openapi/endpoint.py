@@ -3,71 +3,55 @@
 
 from __future__ import annotations
 
-from sidecar.openapi.schema import (
-    BOOL,
-    ENDPOINT_ID,
-    ENDPOINT_ID_PATTERN,
-    ISO,
-    KIND_ENUM,
-    STATUS_ENUM,
-    Schema,
-    arr,
-    enum,
-    get,
-    integer,
-    nullable,
-    obj,
-    param,
-    ref,
-    string,
-)
+from sidecar.openapi import schema as js
+from sidecar.openapi.schema import Schema
 
 
 def schemas() -> dict[str, Schema]:
-    heights = obj(
+    heights = js.obj(
         {
-            "best": integer(null=True),
-            "finalized": integer(null=True),
-            "tip": integer(null=True),
-            "network_finalized": integer(null=True),
-            "lag": integer(null=True),
-            "synced": BOOL,
+            "best": js.integer(null=True),
+            "finalized": js.integer(null=True),
+            "tip": js.integer(null=True),
+            "network_finalized": js.integer(null=True),
+            "lag": js.integer(null=True),
+            "synced": js.BOOL,
         }
     )
-    probe = obj(
+    probe = js.obj(
         {
-            "at": ISO,
-            "kind": enum("full", "head"),
-            "classification": string(),
-            "latency_ms": integer(null=True),
-            "best": integer(null=True),
-            "finalized": integer(null=True),
+            "at": js.ISO,
+            "kind": js.enum("full", "head"),
+            "classification": js.string(),
+            "latency_ms": js.integer(null=True),
+            "best": js.integer(null=True),
+            "finalized": js.integer(null=True),
             "archive": {"type": ["boolean", "null"]},
-            "detail": string(),
+            "detail": js.string(),
         }
     )
     return {
-        "EndpointDetail": obj(
+        "EndpointDetail": js.obj(
             {
-                "id": ENDPOINT_ID,
-                "url": string("the URL with any secret redacted"),
-                "provider": string(),
-                "kind": KIND_ENUM,
-                "network": string(),
-                "subnet": string(pattern=r"^[0-9]{3,}$"),
-                "archive": BOOL,
-                "region": string(),
-                "notes": string(),
-                "status": STATUS_ENUM,
-                "classification": string(),
-                "probed": BOOL,
-                "latency_ms": integer(null=True),
+                "id": js.ENDPOINT_ID,
+                "url": js.string("the URL with any secret redacted"),
+                "provider": js.string(),
+                "kind": js.KIND_ENUM,
+                "network": js.string(),
+                "subnet": js.string(pattern=r"^[0-9]{3,}$"),
+                "archive": js.BOOL,
+                "region": js.string(),
+                "notes": js.string(),
+                "status": js.STATUS_ENUM,
+                "classification": js.string(),
+                "probed": js.BOOL,
+                "latency_ms": js.integer(null=True),
                 "score": {"type": "number", "minimum": 0, "maximum": 1},
                 "heights": heights,
-                "last_probe_at": nullable(ISO, "string"),
-                "last_ok_at": nullable(ISO, "string"),
-                "probes": arr(probe),
-                "incidents": arr(ref("Incident")),
+                "last_probe_at": js.nullable(js.ISO, "string"),
+                "last_ok_at": js.nullable(js.ISO, "string"),
+                "probes": js.arr(probe),
+                "incidents": js.arr(js.ref("Incident")),
             },
             "One endpoint: registry fields, health, heights, last 20 probes, incidents.",
         ),
@@ -75,11 +59,11 @@ def schemas() -> dict[str, Schema]:
 
 
 def paths() -> dict[str, Schema]:
-    endpoint_id = param("path", "id", {"type": "string", "pattern": ENDPOINT_ID_PATTERN})
+    endpoint_id = js.param("path", "id", {"type": "string", "pattern": js.ENDPOINT_ID_PATTERN})
     return {
-        "/api/v1/endpoints/{id}": get(
+        "/api/v1/endpoints/{id}": js.get(
             "One endpoint",
-            ref("EndpointDetail"),
+            js.ref("EndpointDetail"),
             parameters=[endpoint_id],
             errors={"404": "unknown endpoint id"},
         ),

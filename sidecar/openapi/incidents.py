@@ -4,53 +4,44 @@ endpoint part."""
 
 from __future__ import annotations
 
-from sidecar.openapi.schema import (
-    ENDPOINT_ID,
-    ISO,
-    Schema,
-    arr,
-    enum,
-    get,
-    integer,
-    nullable,
-    obj,
-    ref,
-    string,
-)
+from sidecar.openapi import schema as js
+from sidecar.openapi.schema import Schema
 
 
 def schemas() -> dict[str, Schema]:
     return {
-        "Incident": obj(
+        "Incident": js.obj(
             {
-                "severity": enum("Degraded", "Down"),
-                "endpoint": ENDPOINT_ID,
-                "state": enum("ongoing", "resolved"),
-                "started": ISO,
-                "ended": nullable(ISO, "string"),
-                "duration": string("e.g. 2h 05m", pattern=r"^[0-9]+h [0-5][0-9]m$"),
-                "message": string("the failure classification, e.g. dead, timeout, http-503"),
+                "severity": js.enum("Degraded", "Down"),
+                "endpoint": js.ENDPOINT_ID,
+                "state": js.enum("ongoing", "resolved"),
+                "started": js.ISO,
+                "ended": js.nullable(js.ISO, "string"),
+                "duration": js.string("e.g. 2h 05m", pattern=r"^[0-9]+h [0-5][0-9]m$"),
+                "message": js.string("the failure classification, e.g. dead, timeout, http-503"),
             }
         ),
-        "Incidents": obj(
+        "Incidents": js.obj(
             {
-                "hosts": integer(desc="distinct hosts among the incidents listed"),
-                "incidents": arr(ref("Incident")),
+                "hosts": js.integer(desc="distinct hosts among the incidents listed"),
+                "incidents": js.arr(js.ref("Incident")),
             },
             "Ongoing incidents and those resolved in the last 7 days, newest first (<= 200).",
         ),
-        "IncidentTimeline": obj(
+        "IncidentTimeline": js.obj(
             {
-                "endpoints": arr(
-                    obj({"endpoint": ENDPOINT_ID, "ongoing": integer(), "total": integer()})
+                "endpoints": js.arr(
+                    js.obj(
+                        {"endpoint": js.ENDPOINT_ID, "ongoing": js.integer(), "total": js.integer()}
+                    )
                 ),
-                "hosts": arr(
-                    obj(
+                "hosts": js.arr(
+                    js.obj(
                         {
-                            "host": string(),
-                            "ongoing": integer(),
-                            "total": integer(),
-                            "links": arr(ENDPOINT_ID),
+                            "host": js.string(),
+                            "ongoing": js.integer(),
+                            "total": js.integer(),
+                            "links": js.arr(js.ENDPOINT_ID),
                         }
                     )
                 ),
@@ -62,6 +53,8 @@ def schemas() -> dict[str, Schema]:
 
 def paths() -> dict[str, Schema]:
     return {
-        "/api/v1/incidents": get("Incidents", ref("Incidents")),
-        "/api/v1/incidents/timeline": get("Incidents of the last 24 h", ref("IncidentTimeline")),
+        "/api/v1/incidents": js.get("Incidents", js.ref("Incidents")),
+        "/api/v1/incidents/timeline": js.get(
+            "Incidents of the last 24 h", js.ref("IncidentTimeline")
+        ),
     }

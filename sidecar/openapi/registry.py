@@ -4,108 +4,93 @@ latency heatmap (``sidecar.pools``, ``sidecar.views``)."""
 from __future__ import annotations
 
 from common.config import KINDS
-from sidecar.openapi.schema import (
-    BOOL,
-    ENDPOINT_ID,
-    KIND_ENUM,
-    PCT,
-    STATUS_ENUM,
-    Schema,
-    arr,
-    enum,
-    get,
-    integer,
-    nullable,
-    obj,
-    param,
-    ref,
-    string,
-)
+from sidecar.openapi import schema as js
+from sidecar.openapi.schema import Schema
 
 
 def schemas() -> dict[str, Schema]:
     return {
-        "RegistryTotals": obj(
+        "RegistryTotals": js.obj(
             {
-                "endpoints_tracked": integer(),
-                "rpc_pools": integer(desc="pools listed by /api/v1/pools/rpc"),
-                "rpc_pools_proxy_eligible": integer(),
-                "archive_capable": integer(),
-                "healthy_pct": {**PCT, "description": "healthy / probed * 100"},
-                "healthy": integer(),
-                "probed": integer(),
+                "endpoints_tracked": js.integer(),
+                "rpc_pools": js.integer(desc="pools listed by /api/v1/pools/rpc"),
+                "rpc_pools_proxy_eligible": js.integer(),
+                "archive_capable": js.integer(),
+                "healthy_pct": {**js.PCT, "description": "healthy / probed * 100"},
+                "healthy": js.integer(),
+                "probed": js.integer(),
             }
         ),
-        "RpcPool": obj(
+        "RpcPool": js.obj(
             {
-                "pool": string("<network>-rpc | <network>-wss | <network>-archive"),
-                "region": string("the members' common region, or empty"),
-                "members": integer(1),
-                "archive": BOOL,
-                "proxy_eligible": BOOL,
+                "pool": js.string("<network>-rpc | <network>-wss | <network>-archive"),
+                "region": js.string("the members' common region, or empty"),
+                "members": js.integer(1),
+                "archive": js.BOOL,
+                "proxy_eligible": js.BOOL,
             }
         ),
-        "EndpointPool": obj(
+        "EndpointPool": js.obj(
             {
-                "pool": string(),
-                "kind": enum("node-rpc", "node-wss", "archive"),
-                "eligible": integer(desc="healthy members"),
-                "total": integer(1),
+                "pool": js.string(),
+                "kind": js.enum("node-rpc", "node-wss", "archive"),
+                "eligible": js.integer(desc="healthy members"),
+                "total": js.integer(1),
                 "best_endpoint": {
-                    **nullable(ENDPOINT_ID, "string"),
+                    **js.nullable(js.ENDPOINT_ID, "string"),
                     "description": "the healthy member with the lowest latency; null when none",
                 },
             }
         ),
-        "RootEndpoints": obj(
+        "RootEndpoints": js.obj(
             {
-                "rows": arr(
-                    obj(
+                "rows": js.arr(
+                    js.obj(
                         {
-                            "id": ENDPOINT_ID,
-                            "provider": string(),
-                            "kind": enum("node-rpc", "node-wss"),
-                            "classification": string("live, unknown, or a failure reason"),
-                            "status": STATUS_ENUM,
-                            "archive": BOOL,
-                            "latency_ms": integer(null=True, desc="null when unprobed"),
+                            "id": js.ENDPOINT_ID,
+                            "provider": js.string(),
+                            "kind": js.enum("node-rpc", "node-wss"),
+                            "classification": js.string("live, unknown, or a failure reason"),
+                            "status": js.STATUS_ENUM,
+                            "archive": js.BOOL,
+                            "latency_ms": js.integer(null=True, desc="null when unprobed"),
                         }
                     )
                 ),
-                "summary": obj(
+                "summary": js.obj(
                     {
-                        "total": integer(),
-                        "archive_capable": integer(),
-                        "ok": integer(),
-                        "unknown": integer(),
+                        "total": js.integer(),
+                        "archive_capable": js.integer(),
+                        "ok": js.integer(),
+                        "unknown": js.integer(),
                     }
                 ),
             }
         ),
-        "CallableEndpoints": obj(
+        "CallableEndpoints": js.obj(
             {
-                "total": integer(),
-                "page": integer(1),
-                "pages": integer(1),
+                "total": js.integer(),
+                "page": js.integer(1),
+                "pages": js.integer(1),
                 "page_size": {"type": "integer", "const": 25},
-                "rows": arr(
-                    obj(
+                "rows": js.arr(
+                    js.obj(
                         {
-                            "id": ENDPOINT_ID,
-                            "subnet": string("zero-padded, 000 = root", pattern=r"^[0-9]{3,}$"),
-                            "kind": KIND_ENUM,
-                            "url": string("node-wss only (with port), else null", null=True),
-                            "provider": string(),
-                            "status": STATUS_ENUM,
-                            "latency_ms": integer(null=True, desc="null when status is Unknown"),
-                            "probed": BOOL,
+                            "id": js.ENDPOINT_ID,
+                            "subnet": js.string("zero-padded, 000 = root", pattern=r"^[0-9]{3,}$"),
+                            "kind": js.KIND_ENUM,
+                            "url": js.string("node-wss only (with port), else null", null=True),
+                            "provider": js.string(),
+                            "status": js.STATUS_ENUM,
+                            "latency_ms": js.integer(null=True, desc="null when status is Unknown"),
+                            "probed": js.BOOL,
                         }
                     )
                 ),
             },
             "Every endpoint, root first then by subnet number, 25 per page.",
         ),
-        "Heatmap": obj(
+        "Heatmap": js.obj(
             {
                 "buckets": {
                     "type": "array",
@@ -113,47 +98,47 @@ def schemas() -> dict[str, Schema]:
                     "const": [150, 400, 1000],
                     "description": "upper bucket edges, ms (exclusive); bucket 4 = slower or down",
                 },
-                "rows": arr(
-                    obj(
+                "rows": js.arr(
+                    js.obj(
                         {
-                            "provider": string(),
+                            "provider": js.string(),
                             "cells": {
                                 "type": "object",
                                 "propertyNames": {"enum": list(KINDS)},
-                                "additionalProperties": ref("HeatCell"),
+                                "additionalProperties": js.ref("HeatCell"),
                             },
                         }
                     )
                 ),
             }
         ),
-        "HeatCell": obj(
+        "HeatCell": js.obj(
             {
-                "p50_ms": integer(null=True, desc="null when down or not probed yet"),
+                "p50_ms": js.integer(null=True, desc="null when down or not probed yet"),
                 "bucket": {
                     "type": ["integer", "null"],
                     "minimum": 1,
                     "maximum": 4,
                     "description": "null only while none of the endpoints is probed",
                 },
-                "endpoints": integer(1),
+                "endpoints": js.integer(1),
             }
         ),
     }
 
 
 def paths() -> dict[str, Schema]:
-    page = param("query", "page", {"type": "integer", "minimum": 1, "default": 1})
+    page = js.param("query", "page", {"type": "integer", "minimum": 1, "default": 1})
     return {
-        "/api/v1/registry/totals": get("Registry totals", ref("RegistryTotals")),
-        "/api/v1/pools/rpc": get("Proxy pools", arr(ref("RpcPool"))),
-        "/api/v1/pools/endpoints": get("Endpoint pools", arr(ref("EndpointPool"))),
-        "/api/v1/endpoints/root": get("Root RPC/WSS endpoints", ref("RootEndpoints")),
-        "/api/v1/endpoints/callable": get(
+        "/api/v1/registry/totals": js.get("Registry totals", js.ref("RegistryTotals")),
+        "/api/v1/pools/rpc": js.get("Proxy pools", js.arr(js.ref("RpcPool"))),
+        "/api/v1/pools/endpoints": js.get("Endpoint pools", js.arr(js.ref("EndpointPool"))),
+        "/api/v1/endpoints/root": js.get("Root RPC/WSS endpoints", js.ref("RootEndpoints")),
+        "/api/v1/endpoints/callable": js.get(
             "Callable endpoints, paginated",
-            ref("CallableEndpoints"),
+            js.ref("CallableEndpoints"),
             parameters=[page],
             errors={"400": "page is not a positive integer", "404": "page past the end"},
         ),
-        "/api/v1/heatmap": get("Latency heatmap, provider x kind", ref("Heatmap")),
+        "/api/v1/heatmap": js.get("Latency heatmap, provider x kind", js.ref("Heatmap")),
     }

@@ -2,55 +2,41 @@
 
 from __future__ import annotations
 
-from sidecar.openapi.schema import (
-    COUNT_PCT,
-    ENDPOINT_ID,
-    ISO,
-    PCT,
-    Schema,
-    arr,
-    enum,
-    get,
-    integer,
-    nullable,
-    obj,
-    param,
-    ref,
-    string,
-)
+from sidecar.openapi import schema as js
+from sidecar.openapi.schema import Schema
 
 
 def schemas() -> dict[str, Schema]:
-    row = obj(
+    row = js.obj(
         {
-            "endpoint": string("label <provider>-<network or archive>-rpc[-n]"),
-            "id": ENDPOINT_ID,
-            "provider": string(),
-            "requests": integer(),
-            "share_pct": PCT,
-            "errors_pct": PCT,
-            "avg_latency_ms": integer(),
+            "endpoint": js.string("label <provider>-<network or archive>-rpc[-n]"),
+            "id": js.ENDPOINT_ID,
+            "provider": js.string(),
+            "requests": js.integer(),
+            "share_pct": js.PCT,
+            "errors_pct": js.PCT,
+            "avg_latency_ms": js.integer(),
         }
     )
     return {
-        "Usage": obj(
+        "Usage": js.obj(
             {
-                "window_s": integer(1, desc="604800: the last 7 days"),
-                "requests": integer(),
-                "p50_ms": integer(null=True, desc="null without requests"),
-                "p95_ms": integer(null=True),
-                "success": COUNT_PCT,
-                "errors": COUNT_PCT,
-                "failover": COUNT_PCT,
-                "cache_hits": COUNT_PCT,
+                "window_s": js.integer(1, desc="604800: the last 7 days"),
+                "requests": js.integer(),
+                "p50_ms": js.integer(null=True, desc="null without requests"),
+                "p95_ms": js.integer(null=True),
+                "success": js.COUNT_PCT,
+                "errors": js.COUNT_PCT,
+                "failover": js.COUNT_PCT,
+                "cache_hits": js.COUNT_PCT,
                 "by_network": {
                     "type": "object",
-                    "additionalProperties": integer(),
+                    "additionalProperties": js.integer(),
                     "description": "requests per configured network",
                 },
-                "endpoints": arr(row),
-                "updated": nullable(ISO, "string"),
-                "freshness": enum("fresh", "unknown"),
+                "endpoints": js.arr(row),
+                "updated": js.nullable(js.ISO, "string"),
+                "freshness": js.enum("fresh", "unknown"),
             },
             "Proxy usage over the last 7 days; endpoints by requests, descending.",
         ),
@@ -58,16 +44,16 @@ def schemas() -> dict[str, Schema]:
 
 
 def paths() -> dict[str, Schema]:
-    network = param(
+    network = js.param(
         "query",
         "network",
         {"type": "string"},
         "one of the configured networks; absent: all",
     )
     return {
-        "/api/v1/usage": get(
+        "/api/v1/usage": js.get(
             "7-day proxy usage summary",
-            ref("Usage"),
+            js.ref("Usage"),
             parameters=[network],
             errors={"404": "unknown network", "503": "statistics store unavailable"},
         ),
