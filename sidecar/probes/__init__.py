@@ -43,6 +43,10 @@ __all__ = [
     "safe_detail",
 ]
 
+# The probe of each endpoint kind; node probes also check the chain's genesis.
+_NODE_PROBES = {"node-rpc": probe_node_rpc, "node-wss": probe_node_wss}
+_HTTP_PROBES = {"data-artifact": probe_artifact, "sse": probe_sse}
+
 
 async def probe(
     endpoint: Endpoint,
@@ -56,26 +60,16 @@ async def probe(
     """Probe ``endpoint`` by its kind. For data-artifact and sse endpoints a "head"
     probe is the full probe (the result keeps the requested ``kind``); ``genesis``
     only matters to node endpoints' full probes."""
-    match endpoint.kind:
-        case "node-rpc":
-            return await probe_node_rpc(
-                endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock, genesis=genesis
-            )
-        case "node-wss":
-            return await probe_node_wss(
-                endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock, genesis=genesis
-            )
-        case "data-artifact":
-            return await probe_artifact(
-                endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock
-            )
-        case "sse":
-            return await probe_sse(endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock)
-        case other:
-            return ProbeResult(
-                endpoint_id=endpoint.id,
-                at=clock(),
-                kind=kind,
-                classification=UNKNOWN,
-                detail=safe_detail(f"no probe for endpoint kind {other}", endpoint.url),
-            )
+    if (node_probe := _NODE_PROBES.get(endpoint.kind)) is not None:
+        return await node_probe(
+            endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock, genesis=genesis
+        )
+    if (http_probe := _HTTP_PROBES.get(endpoint.kind)) is not None:
+        return await http_probe(endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock)
+    return ProbeResult(
+        endpoint_id=endpoint.id,
+        at=clock(),
+        kind=kind,
+        classification=UNKNOWN,
+        detail=safe_detail(f"no probe for endpoint kind {endpoint.kind}", endpoint.url),
+    )

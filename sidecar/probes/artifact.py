@@ -9,7 +9,7 @@ import aiohttp
 from common.config import Endpoint
 from sidecar.model import BAD_RESPONSE, LIVE, ProbeKind, ProbeResult
 from sidecar.probes.base import Clock, Observation, elapsed_ms, run_probe
-from sidecar.probes.classify import ProbeFailure, classify_status
+from sidecar.probes.classify import ProbeFailure, raise_for_status
 
 # Enough to see the body flow (and catch a cut-off); artifacts can be gigabytes.
 ARTIFACT_READ_LIMIT = 1_048_576
@@ -35,9 +35,7 @@ async def probe_artifact(
         async with session.get(endpoint.url, allow_redirects=False, headers=headers) as resp:
             obs.latency_ms = elapsed_ms(started)
             status = resp.status
-            cls = classify_status(status)
-            if cls != LIVE:
-                raise ProbeFailure(cls, f"HTTP {status}")
+            raise_for_status(status)
             if not 200 <= status < 400:
                 raise ProbeFailure(BAD_RESPONSE, f"HTTP {status}")
             if status >= 300:

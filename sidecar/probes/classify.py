@@ -49,6 +49,13 @@ def classify_status(status: int) -> str:
     return LIVE
 
 
+def raise_for_status(status: int) -> None:
+    """A 429 or 4xx/5xx answer is the probe's verdict: raise it (``HTTP <status>``)."""
+    cls = classify_status(status)
+    if cls != LIVE:
+        raise ProbeFailure(cls, f"HTTP {status}")
+
+
 def is_rate_limit_message(text: str) -> bool:
     return bool(_RATE_LIMIT_TEXT.search(text))
 

@@ -10,7 +10,7 @@ import aiohttp
 from common.config import Endpoint
 from sidecar.model import BAD_RESPONSE, LIVE, ProbeKind, ProbeResult
 from sidecar.probes.base import Clock, Observation, elapsed_ms, run_probe
-from sidecar.probes.classify import ProbeFailure, classify_status
+from sidecar.probes.classify import ProbeFailure, raise_for_status
 
 # Bytes read before giving up on seeing an event (comments/keep-alives only).
 SSE_READ_LIMIT = 1_048_576
@@ -92,9 +92,7 @@ async def probe_sse(
         async with session.get(endpoint.url, headers=headers) as resp:
             obs.latency_ms = elapsed_ms(started)
             status = resp.status
-            cls = classify_status(status)
-            if cls != LIVE:
-                raise ProbeFailure(cls, f"HTTP {status}")
+            raise_for_status(status)
             if status != 200:
                 raise ProbeFailure(BAD_RESPONSE, f"HTTP {status}, expected 200")
             if resp.content_type != "text/event-stream":
