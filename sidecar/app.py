@@ -13,10 +13,11 @@ import asyncio
 import contextlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from common.config import Config, Endpoint
 from sidecar.db import SIDECAR_DB
@@ -41,7 +42,6 @@ from sidecar.store import Store
 from sidecar.usage_service import UsageService
 from sidecar.usage_store import StoreUnavailable
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ProbeFactory = Callable[[aiohttp.ClientSession, Config], ProbeFn]
 
 INTERNAL = "/api/v1/internal/"

@@ -10,10 +10,11 @@ names the view each path serves.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from common.config import Config
 from sidecar.endpoint_view import endpoint_detail
@@ -24,7 +25,6 @@ from sidecar.pools import HealthMap
 from sidecar.routing import snapshot
 from sidecar.views import PageError, callable_endpoints, parse_page
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HealthView = Callable[[Config, HealthMap], Any]
 IncidentView = Callable[[Config, Sequence[Incident], float], Any]
 

@@ -3,9 +3,9 @@
 Every function takes the config, the Prober's health map (endpoint id →
 ``Health``; a missing id is "not probed yet") and, for incidents, the
 incidents (``IncidentTracker.incidents()``) and ``now`` (unix time), and
-returns the JSON-ready document of one ``/api/v1/…`` path
-(``sidecar.registry_api`` serves them; the dashboard renders the same dicts).
-No I/O, no aiohttp. This module re-exports the pool views of ``sidecar.pools``.
+returns the JSON-ready document of one ``/api/v1/…`` path (``sidecar.routes``
+maps each path to its view; the dashboard renders the same dicts). No I/O,
+no aiohttp. This module re-exports the pool views of ``sidecar.pools``.
 
 | function | document |
 |---|---|
