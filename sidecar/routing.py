@@ -87,15 +87,21 @@ def snapshot(
     now: float,
 ) -> dict[str, Any]:
     """The document served at ``/api/v1/internal/routes/<network>``: node-rpc
-    upstreams of the network, best first."""
+    upstreams of the network, best first (``upstreams``, for calls), and the
+    node-wss ones the same way (``ws_upstreams``, for subscriptions)."""
     nodes = [e for e in endpoints if e.network == network and e.kind in NODE_KINDS]
     tip, finalized = chain_heads(nodes, health)
-    routes = [route(e, health.get(e.id), tip, max_lag) for e in nodes if e.kind == "node-rpc"]
-    routes.sort(key=lambda r: (r.tier, r.latency_ms if r.latency_ms is not None else 1e9, r.id))
+
+    def ranked(kind: str) -> list[dict[str, Any]]:
+        routes = [route(e, health.get(e.id), tip, max_lag) for e in nodes if e.kind == kind]
+        routes.sort(key=lambda r: (r.tier, r.latency_ms if r.latency_ms is not None else 1e9, r.id))
+        return [asdict(r) for r in routes]
+
     return {
         "network": network,
         "tip": tip,
         "finalized": finalized,
         "generated_at": iso(now),
-        "upstreams": [asdict(r) for r in routes],
+        "upstreams": ranked("node-rpc"),
+        "ws_upstreams": ranked("node-wss"),
     }
