@@ -17,19 +17,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.latency_hist import Hist
+from sidecar.stats.checks import MAX_COUNT, BatchError
+from sidecar.stats.checks import show as _show
+from sidecar.stats.proxy_metrics import ProxyMetrics, parse_metrics
+
+__all__ = [
+    "MAX_COUNT",
+    "MAX_ROLLUPS",
+    "Batch",
+    "BatchError",
+    "Rollup",
+    "parse_batch",
+    "parse_rollup",
+]
 
 MAX_ROLLUPS = 10_000
 FUTURE_TOLERANCE_S = 3600  # a rollup further ahead of the sidecar's clock is refused
-MAX_COUNT = 10**12  # per rollup field; keeps every SQLite sum far from 2**63
 MAX_METHOD_LEN = 128
 MAX_HIST_BUCKETS = 2000
 
 _BATCH_ID = re.compile(r"[0-9a-fA-F]{32}")
 _ENDPOINT_ID = re.compile(r"endpoint-srf-[0-9a-f]{16}")
-
-
-class BatchError(ValueError):
-    """A batch that must be refused whole; ``str()`` names what is wrong."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +64,7 @@ class Batch:
     batch_id: str  # lowercase hex
     sent_at: float
     rollups: tuple[Rollup, ...]
+    metrics: ProxyMetrics | None = None  # the live-metrics section (common.metrics_wire)
 
     @property
     def records(self) -> int:
@@ -77,11 +86,6 @@ def _num(value: Any, where: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise BatchError(f"{where} must be a finite number >= 0, got {value}")
     return float(value)
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _hist(value: Any, where: Callable[[], str]) -> Hist:
@@ -200,7 +204,10 @@ def parse_batch(
     ``latency_hist.to_wire`` of the calls' latencies and holds exactly
     ``requests`` of them; at most ``max_rollups`` rollups. Unknown keys are
     ignored (the addon may add fields later); ``BatchError`` names the first
-    problem.
+    problem. The optional ``metrics`` section (live counters and gauges for
+    ``/metrics``, ``common.metrics_wire``) is checked by
+    ``sidecar.stats.proxy_metrics.parse_metrics``; a batch with no rollups and
+    a metrics section is a proxy's heartbeat.
     """
     if not isinstance(doc, dict):
         raise BatchError("the body must be a JSON object")
@@ -221,4 +228,10 @@ def parse_batch(
         _parse_rollup(r, lambda i=i: f"rollups[{i}]", nets, max_minute)
         for i, r in enumerate(rollups)
     )
-    return Batch(batch_id=batch_id.lower(), sent_at=sent_at, rollups=parsed)
+    metrics = doc.get("metrics")
+    return Batch(
+        batch_id=batch_id.lower(),
+        sent_at=sent_at,
+        rollups=parsed,
+        metrics=None if metrics is None else parse_metrics(metrics, nets),
+    )
