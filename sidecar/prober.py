@@ -36,6 +36,7 @@ _GRACE_S = 1.0  # beyond the probe timeout before the scheduler gives up on a pr
 PROBE_ERROR = "probe-error"
 _FULL_ONLY_FAILURES = frozenset({WRONG_CHAIN})
 _RECENT = 20  # probes kept in memory per endpoint for the API
+_MAX_RESULT_SERIES = 10_000
 
 
 @dataclass(order=True, slots=True)
@@ -86,6 +87,9 @@ class Prober:
         self._on_transition = on_transition
         self._sticky: dict[str, str] = {}  # full-probe failures head probes cannot see
         self.probes_run = 0
+        # (endpoint id, probe kind, classification) -> probes, for /metrics; bounded
+        # (_MAX_RESULT_SERIES) though classifications such as "http-404" are free text.
+        self.results: dict[tuple[str, str, str], int] = {}
         self.changed = asyncio.Event()  # set whenever health changes (tests, API)
 
     def health_of(self, endpoint_id: str) -> Health:
@@ -171,6 +175,7 @@ class Prober:
             recover_threshold=self.config.recover_threshold,
         )
         self.health[endpoint.id] = new
+        self._count(result)
         self.recent.setdefault(endpoint.id, deque(maxlen=_RECENT)).append(result)
         self._pending.append(result)
         self._dirty.add(endpoint.id)
@@ -187,6 +192,15 @@ class Prober:
                 self._on_transition(endpoint, new, transition, result)
         self.changed.set()
         return transition
+
+    def _count(self, result: ProbeResult) -> None:
+        """Count the result as the endpoint's health took it (after a head probe
+        inherited the last full probe's verdict): what the dashboard shows."""
+        key = (result.endpoint_id, result.kind, result.classification)
+        if key in self.results:
+            self.results[key] += 1
+        elif len(self.results) < _MAX_RESULT_SERIES:
+            self.results[key] = 1
 
     def _carry_full_verdict(self, endpoint_id: str, result: ProbeResult) -> ProbeResult:
         """Head probes do not check the genesis: until a full probe says otherwise,

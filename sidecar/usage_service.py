@@ -4,7 +4,8 @@
 reopened at most every 30 s after a failure, a corrupt file moved aside. The
 handlers (``sidecar.usage_api``) hand it the batches' bodies; the dashboard
 and ``/metrics`` read ``await summary(network)``, ``await hourly(network)``
-and its counters. Database work runs in a thread so a large batch does not
+and its counters; the batches' live metrics go to ``proxy_metrics``
+(``sidecar.proxy_counters``). Database work runs in a thread so a large batch does not
 stall the loop; the store keeps the window's totals in memory, so a summary
 costs ~1 ms.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config
+from sidecar.proxy_counters import ProxyCounters
 from sidecar.stats.batch import BatchError, parse_batch
 from sidecar.stats.summary import summarize
 from sidecar.usage_store import IngestResult, StoreUnavailable, UsageStore
@@ -57,12 +59,19 @@ class UsageService:
         # Cumulative since start, per network: requests, errors, failovers, cache hits
         # (monotonic counters for /metrics; the API's numbers are the 7-day window).
         self.counted: dict[str, list[int]] = {}
+        # The proxies' live metrics (the batches' optional ``metrics`` section).
+        self.proxy_metrics = ProxyCounters(clock)
         self._open_failed_at: float | None = None
         self._open_lock = threading.Lock()
 
     @property
     def store_errors(self) -> int:
         return self.store.errors if self.store else 0
+
+    @property
+    def updated(self) -> float | None:
+        """When the store last took a batch (None: never, or the store is not open)."""
+        return self.store.updated if self.store else None
 
     def open(self) -> UsageStore:
         """The store, opened on first use; after a failure, retried at most every 30 s."""
@@ -149,6 +158,8 @@ class UsageService:
                 c[1] += r.errors
                 c[2] += r.failovers
                 c[3] += r.cache_hits
+            if batch.metrics is not None:  # after the store's batch-id check: counted once
+                self.proxy_metrics.add(batch.metrics, batch.sent_at)
         return result
 
     async def summary(self, network: str | None = None) -> dict[str, Any]:

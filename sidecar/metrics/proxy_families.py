@@ -1,0 +1,154 @@
+"""Metric families of the proxies (pure: the usage service's counters in,
+families out): the live metrics of the batches' ``metrics`` section
+(``common.metrics_wire``, accumulated in ``sidecar.proxy_counters``), the
+per-network counts of the usage rollups, batch intake and the statistics'
+``updated`` time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from common.metrics_wire import EXTRA_COUNTERS
+from sidecar.proxy_counters import Counters, GaugeTotals
+from sidecar.usage_service import UsageService
+
+_EXTRA_HELP = {
+    "chainproxy_coalesced_total": "Calls answered by sharing an identical call already in flight",
+    "chainproxy_hedged_total": "Hedged (second, parallel) upstream attempts",
+    "chainproxy_redis_fallbacks_total": "Times Redis was down or slow and a local store served",
+    "chainproxy_subscription_moves_total": "Upstream subscriptions moved to another node",
+}
+
+
+def live_counter_families(c: Counters) -> Iterator[Metric]:
+    """The contract counters of DESIGN §12, as the proxies reported them."""
+    requests = CounterMetricFamily(
+        "chainproxy_requests",
+        "Calls by network, method (off-allowlist methods: other) and outcome"
+        " (ok, cache_hit, error, refused, rate_limited)",
+        labels=["network", "method", "outcome"],
+    )
+    for key, n in sorted(c.requests.items()):
+        requests.add_metric(list(key), n)
+    duration = HistogramMetricFamily(
+        "chainproxy_request_duration_seconds",
+        "Time from the call's arrival to its answer, by network",
+        labels=["network"],
+    )
+    for net, h in sorted(c.duration.items()):
+        duration.add_metric([net], h.cumulative(), h.sum)
+    attempts = CounterMetricFamily(
+        "chainproxy_upstream_attempts",
+        "Attempts at upstream endpoints by result (ok, timeout, connect-error, http-5xx,"
+        " bad-body, soft:<reason>, ...)",
+        labels=["endpoint", "result"],
+    )
+    for key, n in sorted(c.attempts.items()):
+        attempts.add_metric(list(key), n)
+    failovers = CounterMetricFamily(
+        "chainproxy_failovers", "Calls that failed over to another upstream", labels=["network"]
+    )
+    for net, n in sorted(c.failovers.items()):
+        failovers.add_metric([net], n)
+    yield from (requests, duration, attempts, failovers)
+    for name in EXTRA_COUNTERS:
+        # Label names are the proxy's choice (common.metrics_wire), so samples are
+        # added one by one rather than through a family with fixed label names.
+        family = Metric(name.removesuffix("_total"), _EXTRA_HELP[name], "counter")
+        for labels, n in sorted(c.extra.get(name, {}).items()):
+            family.add_sample(name, dict(labels), n)
+        yield family
+    dropped = CounterMetricFamily(
+        "chainproxy_proxy_metrics_dropped",
+        "Rows of the proxies' metrics dropped because a metric reached its cap of label sets",
+        labels=["metric"],
+    )
+    for metric, n in sorted(c.dropped.items()):
+        dropped.add_metric([metric], n)
+    yield dropped
+
+
+def _gauge(name: str, help_: str, value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, help_)
+    g.add_metric([], value)
+    return g
+
+
+def live_gauge_families(g: GaugeTotals) -> Iterator[Metric]:
+    yield _gauge(
+        "chainproxy_proxies_reporting",
+        "Proxy processes whose last usage batch or heartbeat arrived within 120 s",
+        g.proxies,
+    )
+    yield _gauge(
+        "chainproxy_websocket_connections",
+        "Open client WebSocket connections, summed over the reporting proxies",
+        g.ws_connections,
+    )
+    yield _gauge(
+        "chainproxy_spool_batches",
+        "Usage batches waiting in the proxies' on-disk spools (per machine), summed",
+        g.spool_batches,
+    )
+    for name, help_, by_method in (
+        ("chainproxy_client_subscriptions", "Client subscriptions", g.client_subscriptions),
+        (
+            "chainproxy_upstream_subscriptions",
+            "Subscriptions held at upstream nodes (shared by the clients)",
+            g.upstream_subscriptions,
+        ),
+    ):
+        family = GaugeMetricFamily(name, f"{help_} by method, summed", labels=["method"])
+        for method, n in sorted(by_method.items()):
+            family.add_metric([method], n)
+        yield family
+
+
+def usage_families(usage: UsageService, networks: Sequence[str]) -> Iterator[Metric]:
+    """The rollups' per-network counts, batch intake and the statistics' freshness."""
+    counted = usage.counted
+    names = ("requests", "errors", "failovers", "cache_hits")
+    helps = (
+        "Proxied calls",
+        "Calls answered with an error",
+        "Calls that failed over",
+        "Calls answered from the edge cache",
+    )
+    for i, (name, help_) in enumerate(zip(names, helps, strict=True)):
+        c = CounterMetricFamily(
+            f"chainproxy_proxy_{name}",
+            f"{help_} (from the addon's usage batches, since sidecar start)",
+            labels=["network"],
+        )
+        for net in networks:
+            c.add_metric([net], counted.get(net, [0, 0, 0, 0])[i])
+        yield c
+    batches = CounterMetricFamily(
+        "chainproxy_usage_batches", "Usage batches received", labels=["result"]
+    )
+    for result, n in (
+        ("accepted", usage.batches_accepted),
+        ("duplicate", usage.batches_duplicate),
+        ("rejected", usage.batches_rejected),
+        ("failed", usage.batches_failed),
+    ):
+        batches.add_metric([result], n)
+    yield batches
+    errors = CounterMetricFamily("chainproxy_usage_store_errors", "Usage store errors")
+    errors.add_metric([], usage.store_errors)
+    yield errors
+    yield _gauge(
+        "chainproxy_stats_updated_timestamp_seconds",
+        "Unix time the usage statistics last took a batch (a heartbeat counts); 0: never"
+        " (the API's freshness is unknown past 600 s)",
+        usage.updated or 0.0,
+    )
+    yield from live_counter_families(usage.proxy_metrics.counters())
+    yield from live_gauge_families(usage.proxy_metrics.gauges())
