@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.load import run_load
 from bench.stack import BIN, REPO, Stack, http_json
 from bench.trivial_upstream import START_HEIGHT
+from chainproxy.commands import add_set_option
 
 # Buckets for "where did the time go", first match wins, tested against each
 # frame of a stack from the leaf up (so a stage's own JSON parsing counts as
@@ -91,14 +92,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--lean", action="store_true", help="chainproxy in lean mode")
     ap.add_argument("--bare", action="store_true", help="bare mitmdump instead of chainproxy")
-    ap.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a mitmproxy option for chainproxy, e.g. chainproxy_fast_dispatch=false",
-    )
+    add_set_option(ap, "chainproxy_fast_dispatch=false")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out")
     args = ap.parse_args()
     pyspy = shutil.which("py-spy") or str(BIN / "py-spy")

@@ -51,6 +51,7 @@ from bench.stack import (
     post_raw,
 )
 from bench.trivial_upstream import START_HEIGHT
+from chainproxy.supervisor import wait_http, wait_port
 
 CPUS = frozenset(os.sched_getaffinity(0))  # before this runner pins itself
 RPC_PATH = "/rpc/v1/finney"
@@ -299,9 +300,9 @@ class Bench:
             started.append((key, name, proc, url))
         bare, bare_url = st.start_bare_mitmdump("bare", self.trivial, cpus=cpus, wait=False)
         for key, name, proc, url in started:
-            st.wait_http(f"{url}/rpc/", proc)
+            wait_http(f"{url}/rpc/", proc)
             self.targets[key] = Target(name, url, [proc.pid])
-        st.wait_port(int(bare_url.rsplit(":", 1)[1]), bare)
+        wait_port(int(bare_url.rsplit(":", 1)[1]), bare)
         self.targets["bare"] = Target(BARE, bare_url, [bare.pid])
         if self.nginx and self.p.extras:
             port = self.trivial.rsplit(":", 1)[1]
@@ -569,7 +570,7 @@ class Bench:
         epoch = time.time() - 3600
         self.nodes = [st.start_node(f"sim-{c}", epoch=epoch, wait=False) for c in "abc"]
         for n in self.nodes:
-            st.wait_http(f"{n.url}/_sim/state", n.proc)
+            wait_http(f"{n.url}/_sim/state", n.proc)
         self.config_b, self.sidecar_b = st.write_config(
             "sim",
             [n.url for n in self.nodes],

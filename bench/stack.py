@@ -1,21 +1,15 @@
 """Processes for the proxy benchmarks, all on 127.0.0.1 with free ports: the
 trivial upstream, simulated nodes, the sidecar, chainproxy (mitmdump with the
 addon), bare mitmdump, nginx. Every child runs in its own session, gets SIGTERM
-from the kernel if the runner dies (PR_SET_PDEATHSIG), and is stopped with its
-process group by ``Stack.stop``."""
+from the kernel if the runner dies, and is stopped with its process group by
+``Stack.stop`` (``chainproxy.supervisor``)."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -24,71 +18,22 @@ from typing import Any
 
 import yaml
 
+from chainproxy.commands import proxy_argv, reverse_proxy_argv, sidecar_argv
+from chainproxy.supervisor import Child, Supervisor, free_port, wait_http, wait_port
+from common.config import FINNEY_GENESIS
 from simnode.command import simnode_argv
+from simnode.remote import RemoteNode
+from simnode.remote import http_json as http_json
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
 NGINX_STREAM_MODULE = Path("/usr/lib/nginx/modules/ngx_stream_module.so")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def nginx_path() -> str | None:
     return shutil.which("nginx") or next(
         (p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None
     )
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, sig)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(5)
-
-    def rss_kb(self) -> int:
-        """Resident set size of the process (not its children), in KiB."""
-        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
-
-
-def http_json(url: str, doc: Any | None = None, timeout: float = 10.0) -> Any:
-    data = None if doc is None else json.dumps(doc).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
 
 
 def post_raw(url: str, body: bytes, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
@@ -101,30 +46,20 @@ def post_raw(url: str, body: bytes, timeout: float = 10.0) -> tuple[int, dict[st
 
 
 @dataclass
-class Node:
+class Node(RemoteNode):
     """A simulated node (``python -m simnode``)."""
 
-    proc: Proc
-    url: str
-    name: str
+    proc: Child
     argv: list[str]
-
-    def control(self, **faults: Any) -> Any:
-        return http_json(f"{self.url}/_sim/control", faults)
-
-    def reset(self) -> Any:
-        return http_json(f"{self.url}/_sim/reset", {})
-
-    def state(self) -> Any:
-        return http_json(f"{self.url}/_sim/state")
 
 
 @dataclass
 class Stack:
-    tmp: Path
-    procs: list[Proc] = field(default_factory=list)
+    tmp: Path  # the processes' logs and configs
+    sup: Supervisor = field(init=False)
 
-    # --- generic ---------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        self.sup = Supervisor(logdir=self.tmp, cwd=REPO)
 
     def spawn(
         self,
@@ -132,60 +67,13 @@ class Stack:
         argv: list[str],
         cpus: set[int] | None = None,
         env: dict[str, str] | None = None,
-    ) -> Proc:
+    ) -> Child:
         """Start ``argv``; ``cpus``: pin it (and every thread it starts) to these cores;
         ``env``: variables to add to the environment."""
-        log = self.tmp / f"{name}.log"
-
-        def setup() -> None:
-            _die_with_parent()
-            if cpus:
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(0, cpus)
-
-        with log.open("wb") as fh:
-            popen = subprocess.Popen(
-                argv,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=REPO,
-                start_new_session=True,
-                preexec_fn=setup,
-                env={**os.environ, **env} if env else None,
-            )
-        proc = Proc(name, popen, log)
-        self.procs.append(proc)
-        return proc
-
-    def wait_http(self, url: str, proc: Proc, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not proc.alive():
-                raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=1):
-                    return
-            except urllib.error.HTTPError:
-                return  # it answered
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"{proc.name}: {url} not answering after {timeout}s")
-
-    def wait_port(self, port: int, proc: Proc, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not proc.alive():
-                raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"{proc.name}: port {port} not open after {timeout}s")
+        return self.sup.start(name, argv, cpus=cpus, env=env)
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
-        self.procs.clear()
+        self.sup.stop_all()
 
     # --- upstreams -------------------------------------------------------------------
 
@@ -202,7 +90,7 @@ class Stack:
                 str(int(seconds)),
             ],
         )
-        self.wait_port(port, proc)
+        wait_port(port, proc)
         return f"http://127.0.0.1:{port}"
 
     def start_node(
@@ -219,20 +107,18 @@ class Stack:
             genesis=FINNEY_GENESIS,
         )
         proc = self.spawn(f"node-{name}", argv)
-        node = Node(proc, f"http://127.0.0.1:{port}", name, argv)
+        node = Node(url=f"http://127.0.0.1:{port}", name=name, proc=proc, argv=argv)
         if wait:
-            self.wait_http(f"{node.url}/_sim/state", proc)
+            wait_http(f"{node.url}/_sim/state", proc)
         return node
 
     def restart_node(self, node: Node) -> Node:
         """A new process on the same port (after the old one was killed)."""
         node.proc.stop(signal.SIGKILL)
-        with contextlib.suppress(ValueError):
-            self.procs.remove(node.proc)
-        name = node.proc.name
-        proc = self.spawn(name, node.argv)
-        fresh = Node(proc, node.url, node.name, node.argv)
-        self.wait_http(f"{fresh.url}/_sim/state", proc)
+        self.sup.forget(node.proc)
+        proc = self.spawn(node.proc.name, node.argv)
+        fresh = Node(url=node.url, name=node.name, proc=proc, argv=node.argv)
+        wait_http(f"{fresh.url}/_sim/state", proc)
         return fresh
 
     # --- chainproxy ------------------------------------------------------------------
@@ -276,9 +162,9 @@ class Stack:
         path.write_text(yaml.safe_dump(config))
         return path, sidecar_url
 
-    def start_sidecar(self, name: str, config: Path, url: str) -> Proc:
-        proc = self.spawn(name, [sys.executable, "-m", "sidecar", "--config", str(config)])
-        self.wait_http(f"{url}/healthz", proc)
+    def start_sidecar(self, name: str, config: Path, url: str) -> Child:
+        proc = self.spawn(name, sidecar_argv(config))
+        wait_http(f"{url}/healthz", proc)
         return proc
 
     def start_chainproxy(
@@ -291,59 +177,43 @@ class Stack:
         cpus: set[int] | None = None,
         wait: bool = True,
         tree: Path | None = None,
-    ) -> tuple[Proc, str]:
+    ) -> tuple[Child, str]:
         """mitmdump with the addon; ``wait=False``: return at once, call
         ``wait_http(url + "/rpc/", proc)`` before using it. ``tree``: another
         checkout of the project (e.g. an older commit) whose addon to run."""
         port = free_port()
-        argv = [
-            str(BIN / "mitmdump"),
-            "-q",
-            "-s",
-            str((tree or REPO) / "addon" / "rpcproxy.py"),
-            "--mode",
-            f"reverse:{sidecar_url}",
-            "--listen-host",
-            "127.0.0.1",
-            "--listen-port",
-            str(port),
-            "--set",
-            f"chainproxy_config={config}",
-        ]
-        for s in sets:
-            argv += ["--set", s]
+        argv = proxy_argv(
+            BIN / "mitmdump",
+            config,
+            sidecar_url,
+            port=port,
+            sets=sets,
+            quiet=True,
+            tree=tree or REPO,
+        )
         # the tree's packages before the installed (editable) ones
         env = {"PYTHONPATH": str(tree)} if tree else None
         proc = self.spawn(name, argv, cpus, env)
         url = f"http://127.0.0.1:{port}"
         if wait:
-            self.wait_http(f"{url}/rpc/", proc)
+            wait_http(f"{url}/rpc/", proc)
         return proc, url
 
     def start_bare_mitmdump(
         self, name: str, target: str, *, cpus: set[int] | None = None, wait: bool = True
-    ) -> tuple[Proc, str]:
+    ) -> tuple[Child, str]:
         port = free_port()
-        argv = [
-            str(BIN / "mitmdump"),
-            "-q",
-            "--mode",
-            f"reverse:{target}",
-            "--listen-host",
-            "127.0.0.1",
-            "--listen-port",
-            str(port),
-        ]
+        argv = reverse_proxy_argv(BIN / "mitmdump", target, port=port, quiet=True)
         proc = self.spawn(name, argv, cpus)
         if wait:
-            self.wait_port(port, proc)
+            wait_port(port, proc)
         return proc, f"http://127.0.0.1:{port}"
 
     # --- nginx -----------------------------------------------------------------------
 
     def start_nginx(
         self, name: str, *, http: str = "", stream: str = "", cpus: set[int] | None = None
-    ) -> tuple[Proc, int]:
+    ) -> tuple[Child, int]:
         """nginx with one worker, in the foreground; ``http``/``stream`` are the
         bodies of those blocks, with ``{port}`` for the listen port."""
         exe = nginx_path()
@@ -377,5 +247,5 @@ class Stack:
         path = prefix / "nginx.conf"
         path.write_text("\n".join(conf) + "\n")
         proc = self.spawn(name, [exe, "-p", str(prefix), "-c", str(path)], cpus)
-        self.wait_port(port, proc)
+        wait_port(port, proc)
         return proc, port

@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -48,8 +46,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from chainproxy.supervisor import Child, StopRequest, wait_until
 from common.endpoint_id import endpoint_id
-from tests.e2e.harness import REPO, Proc, Stack, free_port
+from tests.e2e.harness import REPO, Stack, free_port, spawn
 
 JS_DIR = REPO / "tests" / "clients" / "js"
 NODE_MODULES = JS_DIR / "node_modules"
@@ -115,29 +114,6 @@ def extract_genesis(dest: Path) -> Path:
 # --- processes ------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    # Linux: the child gets SIGTERM when its parent dies, even by SIGKILL.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-
-
-def spawn(name: str, argv: list[str], logdir: Path) -> Proc:
-    """Like the e2e harness's spawn (own session, output to a log), and the child
-    dies with us."""
-    log = logdir / f"{name}.log"
-    with log.open("wb") as fh:
-        popen = subprocess.Popen(
-            argv,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=REPO,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-    return Proc(name, popen, log)
-
-
 def rpc(url: str, method: str, params: Any = None, timeout: float = 30.0) -> Any:
     """One JSON-RPC call straight to ``url`` (not through the proxy): the result."""
     doc = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}
@@ -155,7 +131,7 @@ def rpc(url: str, method: str, params: Any = None, timeout: float = 30.0) -> Any
 class Chopsticks:
     """One chopsticks node (one chain)."""
 
-    proc: Proc
+    proc: Child
     port: int
 
     @property
@@ -166,16 +142,14 @@ class Chopsticks:
         return rpc(self.url, method, params)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.proc.alive():
-                raise RuntimeError(f"chopsticks exited:\n{self.proc.output()[-3000:]}")
+        def answers() -> bool:
             try:
                 self.rpc("chain_getHeader")
-                return
             except (OSError, ValueError):
-                time.sleep(0.25)
-        raise RuntimeError(f"chopsticks not answering after {timeout}s:\n{self.proc.output()}")
+                return False
+            return True
+
+        wait_until(answers, self.proc, f"{self.url} not answering", timeout, poll_s=0.25)
 
     def new_blocks(self, count: int = 1) -> int:
         """Build ``count`` blocks (``dev_newBlock``); the new best height."""
@@ -216,7 +190,7 @@ class Front:
     logdir: Path
     delay_ms: float = 0.0
     port: int = field(default_factory=free_port)
-    proc: Proc | None = None
+    proc: Child | None = None
 
     @property
     def url(self) -> str:
@@ -238,12 +212,9 @@ class Front:
             "--delay-ms",
             str(self.delay_ms),
         ]
-        self.proc = spawn(self.name, argv, self.logdir)
-        deadline = time.monotonic() + 15
-        while "forwarding" not in self.proc.output():
-            if not self.proc.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} did not start:\n{self.proc.output()}")
-            time.sleep(0.05)
+        proc = self.proc = spawn(self.name, argv, self.logdir)
+        # it says so once it listens
+        wait_until(lambda: "forwarding" in proc.output(), proc, "not forwarding", 15)
         return self
 
     def stop(self) -> None:
@@ -452,14 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = (REPO / args.dir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    stopping = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = StopRequest()
     chain: ChainStack | None = None
     try:
         ensure_js_deps()
@@ -484,17 +448,19 @@ def main(argv: list[str] | None = None) -> int:
             + "Ctrl-C stops everything.\n",
             flush=True,
         )
+        node = chain.node
         next_block = time.monotonic() + args.block_time
-        while not stopping:
-            for proc in chain.stack.procs:
-                if not proc.alive():
-                    print(f"demo-chopsticks: {proc.name} exited; stopping", file=sys.stderr)
-                    return 1
+
+        def make_blocks() -> None:
+            nonlocal next_block
             if args.block_time > 0 and time.monotonic() >= next_block:
                 with contextlib.suppress(OSError, RuntimeError, urllib.error.URLError):
-                    print(f"block #{chain.node.new_blocks(1)}", flush=True)
+                    print(f"block #{node.new_blocks(1)}", flush=True)
                 next_block = time.monotonic() + args.block_time
-            time.sleep(0.2)
+
+        if (dead := chain.stack.sup.run_until_stopped(stop, make_blocks)) is not None:
+            print(f"demo-chopsticks: {dead.name} exited; stopping", file=sys.stderr)
+            return 1
         return 0
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         print(f"demo-chopsticks: {e}", file=sys.stderr)

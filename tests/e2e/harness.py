@@ -1,120 +1,45 @@
 """Real processes on 127.0.0.1 for end-to-end tests: simulated nodes, the
-sidecar and mitmdump with the addon. Every process runs in its own session
-and is killed with its group, even when a test fails."""
+sidecar and mitmdump with the addon. Every process runs in its own session,
+dies with the test run (``chainproxy.supervisor``) and is killed with its
+group, even when a test fails."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from chainproxy.commands import proxy_argv, sidecar_argv
+from chainproxy.supervisor import Child, Supervisor, free_port
+from chainproxy.supervisor import spawn as _spawn
+from chainproxy.supervisor import wait_http as wait_http
+from common.config import FINNEY_GENESIS
 from simnode.command import simnode_argv
+from simnode.remote import RemoteNode
+from simnode.remote import http_json as http_json
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
+Proc = Child  # the name the tests know
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, sig)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(5)
-        return self.popen.returncode
-
-
-def spawn(name: str, argv: list[str], logdir: Path) -> Proc:
-    log = logdir / f"{name}.log"
-    fh = log.open("wb")
-    popen = subprocess.Popen(
-        argv, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
-    )
-    fh.close()
-    return Proc(name, popen, log)
-
-
-def wait_http(url: str, proc: Proc, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}):\n{proc.output()}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{proc.name}: {url} not answering after {timeout}s:\n{proc.output()}")
-
-
-def http_json(url: str, doc: Any | None = None, timeout: float = 10.0) -> Any:
-    data = None if doc is None else json.dumps(doc).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
+def spawn(name: str, argv: list[str], logdir: Path) -> Child:
+    """Start ``argv`` from the repository, its output in ``<logdir>/<name>.log``."""
+    return _spawn(name, argv, log=logdir / f"{name}.log", cwd=REPO)
 
 
 @dataclass
-class Node:
-    proc: Proc
-    url: str
-    name: str
-
-    def control(self, **faults: Any) -> Any:
-        return http_json(f"{self.url}/_sim/control", faults)
-
-    def reset(self) -> Any:
-        return http_json(f"{self.url}/_sim/reset", {})
-
-    def state(self) -> Any:
-        return http_json(f"{self.url}/_sim/state")
-
-    def rpc(self, method: str, params: list[Any] | None = None) -> Any:
-        doc = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}
-        return http_json(self.url, doc)
+class Node(RemoteNode):
+    proc: Child
 
 
 @dataclass
 class Stack:
-    tmp: Path
+    tmp: Path  # the processes' logs, the config, the data directory
     nodes: list[Node] = field(default_factory=list)
-    procs: list[Proc] = field(default_factory=list)
     proxy: Proc | None = None
     sidecar: Proc | None = None
     proxy_url: str = ""
@@ -122,6 +47,15 @@ class Stack:
     config_path: Path | None = None
     config: dict[str, Any] = field(default_factory=dict)
     proxy_sets: tuple[str, ...] = ()  # extra mitmdump ``--set`` options
+    sup: Supervisor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sup = Supervisor(logdir=self.tmp, cwd=REPO)
+
+    @property
+    def procs(self) -> list[Proc]:
+        """Every process started for this stack (tests add their own): ``stop`` ends them."""
+        return self.sup.children
 
     def rpc_url(self, network: str = "finney") -> str:
         return f"{self.proxy_url}/rpc/v1/{network}"
@@ -148,9 +82,8 @@ class Stack:
             genesis=genesis,
             archive=archive,
         )
-        proc = spawn(f"node-{name}", argv, self.tmp)
-        self.procs.append(proc)
-        node = Node(proc, f"http://127.0.0.1:{port}", name)
+        proc = self.sup.start(f"node-{name}", argv)
+        node = Node(url=f"http://127.0.0.1:{port}", name=name, proc=proc)
         wait_http(f"{node.url}/_sim/state", proc)
         self.nodes.append(node)
         return node
@@ -164,12 +97,7 @@ class Stack:
 
     def start_sidecar(self) -> Proc:
         assert self.config_path is not None
-        proc = spawn(
-            "sidecar",
-            [sys.executable, "-m", "sidecar", "--config", str(self.config_path)],
-            self.tmp,
-        )
-        self.procs.append(proc)
+        proc = self.sup.start("sidecar", sidecar_argv(self.config_path))
         self.sidecar = proc
         self.sidecar_url = self.config["sidecar"]["url"]
         wait_http(f"{self.sidecar_url}/healthz", proc)
@@ -178,27 +106,17 @@ class Stack:
     def start_proxy(self, port: int | None = None) -> Proc:
         assert self.config_path is not None
         port = port or free_port()
-        argv = [
-            str(BIN / "mitmdump"),
-            "-q",
-            "-s",
-            str(REPO / "addon" / "rpcproxy.py"),
-            "--mode",
-            f"reverse:{self.config['sidecar']['url']}",
-            "--listen-host",
-            "127.0.0.1",
-            "--listen-port",
-            str(port),
-            "--set",
-            f"chainproxy_config={self.config_path}",
-        ]
-        for option in self.proxy_sets:
-            argv += ["--set", option]
-        if any(o.startswith("termlog_verbosity=") for o in self.proxy_sets):
-            argv.remove("-q")  # -q would override it; flow_detail=0 keeps flows unprinted
-            argv += ["--set", "flow_detail=0"]
-        proc = spawn("mitmdump", argv, self.tmp)
-        self.procs.append(proc)
+        # -q would override a termlog_verbosity; flow_detail=0 keeps flows unprinted then
+        verbose = any(o.startswith("termlog_verbosity=") for o in self.proxy_sets)
+        argv = proxy_argv(
+            BIN / "mitmdump",
+            self.config_path,
+            self.config["sidecar"]["url"],
+            port=port,
+            sets=(*self.proxy_sets, "flow_detail=0") if verbose else self.proxy_sets,
+            quiet=not verbose,
+        )
+        proc = self.sup.start("mitmdump", argv)
         self.proxy = proc
         self.proxy_url = f"http://127.0.0.1:{port}"
         # /rpc/ answers even without the sidecar: wait on the proxy itself.
@@ -206,8 +124,7 @@ class Stack:
         return proc
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
+        self.sup.stop_all()
 
 
 def base_config(
