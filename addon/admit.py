@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mitmproxy import http
 
 from addon.allowlist import refusal_reason
 from addon.context import RpcContext
 from addon.jsonrpc import LIMIT_EXCEEDED, METHOD_NOT_FOUND, Call, error_obj
+from addon.ratelimit import Decision
 from addon.respond import finish, json_response
 from addon.runtime import Runtime
 
@@ -40,7 +43,13 @@ def rate_limit(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
     if decision.allowed:
         return
     call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
-    body = error_obj(
+    body = quota_error(call_id, decision, cost, rpc.client)
+    finish(flow, json_response(429, body), rpc, now=rt.clock(), outcome="refused")
+
+
+def quota_error(call_id: Any, decision: Decision, cost: int, client: str) -> dict[str, Any]:
+    """The JSON-RPC error of a call over its client's quota (the SDK's policy shape)."""
+    return error_obj(
         call_id,
         LIMIT_EXCEEDED,
         f"rate limit exceeded: {decision.policy.replace(';w=', ' requests per ')}s",
@@ -50,10 +59,9 @@ def rate_limit(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
                 f"this batch has {cost} calls, more than the whole quota of "
                 f"{decision.limit}: split it"
                 if cost > decision.limit
-                else f"client {rpc.client} is over its quota"
+                else f"client {client} is over its quota"
                 + (f" (this batch needs {cost})" if cost > 1 else "")
             ),
             "retry_after": decision.retry_after,
         },
     )
-    finish(flow, json_response(429, body), rpc, now=rt.clock(), outcome="refused")

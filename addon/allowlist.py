@@ -14,10 +14,13 @@ def refusal_reason(method: str, *, websocket: bool = False) -> str:
     if "subscribe" in m:
         if websocket:
             return (
-                "subscriptions are not served: poll instead "
-                "(chain_getHeader, chain_getFinalizedHead)"
+                "this subscription is not served: the read subscriptions are new, all and "
+                "finalized heads, runtime version and storage"
             )
-        return "subscriptions need a WebSocket connection and are not served over HTTP"
+        return (
+            "subscriptions are served over WebSocket only: open ws:// (or wss://) on this "
+            "same URL, /rpc/v1/<network>"
+        )
     if m.startswith(("offchain_", "sudo", "dev_", "engine_")) or "unsafe" in m:
         return "node administration and unsafe methods are not served"
     return "method is not on the read-only allowlist"

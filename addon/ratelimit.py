@@ -91,8 +91,9 @@ class RateLimiter:
                 w.counts[i % self.buckets] = 0
         w.last = max(w.last, idx)
 
-    def check(self, client: str, cost: int = 1) -> Decision:
-        """Take ``cost`` calls from ``client``'s quota, all or nothing."""
+    def check(self, client: str, cost: int = 1, *, take: bool = True) -> Decision:
+        """Take ``cost`` calls from ``client``'s quota, all or nothing; with
+        ``take=False`` only say whether they would fit (a WebSocket handshake)."""
         now = self._clock()
         idx = math.floor(now / self.bucket_s)
         w = self._clients.get(client)
@@ -102,7 +103,7 @@ class RateLimiter:
             self._advance(w, idx)
         used = sum(w.counts)
         allowed = used + cost <= self.limit
-        if allowed:
+        if allowed and take:
             w.counts[idx % self.buckets] += cost
             used += cost
             self._clients[client] = w

@@ -18,9 +18,10 @@ from addon.cache_store import CacheStore, DiskCacheStore
 from addon.forward import AiohttpTransport, Budget, Transport
 from addon.ratelimit import RateLimiter
 from addon.sidecar_client import SidecarClient
-from addon.upstreams import TIER_UNPROBED, Upstream, UpstreamPool
+from addon.subs.hub import HubSettings, SubscriptionHub
+from addon.upstreams import Upstream, UpstreamPool
 from addon.usage import Spool, UsageAggregator
-from common.config import Config
+from common.config import Config, Endpoint
 
 
 @dataclass(slots=True)
@@ -31,6 +32,8 @@ class Runtime:
     budget: Budget
     clock: Callable[[], float]
     sidecar: SidecarClient
+    ws_pools: dict[str, UpstreamPool]  # node-wss endpoints: for subscriptions
+    subs: SubscriptionHub
     transport: Transport | None = None  # set when the event loop runs
     session: aiohttp.ClientSession | None = None
     tips: dict[str, int] = field(default_factory=dict)  # from the sidecar's snapshot
@@ -52,7 +55,16 @@ class Runtime:
             )
             for net in p.networks
         }
-        return cls(
+        ws_pools = {
+            net: UpstreamPool(
+                (Upstream.from_endpoint(e) for e in config.endpoints if _wss(e, net)),
+                eject_after=p.failover.eject_after,
+                eject_cooldown_s=p.failover.eject_cooldown_s,
+                clock=clock,
+            )
+            for net in p.networks
+        }
+        runtime = cls(
             config=config,
             limiter=RateLimiter(
                 p.rate_limit.requests,
@@ -68,35 +80,40 @@ class Runtime:
             ),
             clock=clock,
             sidecar=SidecarClient(config.sidecar, passthrough_timeout_s=p.sidecar_timeout_s),
+            ws_pools=ws_pools,
+            subs=None,  # type: ignore[arg-type]  # set below: it reads the runtime's heads
         )
+        ws = p.websocket
+        runtime.subs = SubscriptionHub(
+            ws_pools,
+            session=lambda: runtime.session,
+            heads=lambda net: (runtime.tips.get(net), runtime.finalized.get(net)),
+            clock=clock,
+            settings=HubSettings(
+                linger_s=ws.upstream_linger_s,
+                stall_s=ws.stall_s,
+                call_timeout_s=p.failover.attempt_timeout_s,
+                establish_s=p.failover.deadline_s,
+            ),
+        )
+        return runtime
 
     def inherit(self, old: Runtime) -> None:
         """Carry live state across a config reload, so routing does not fall back
         to "not probed" for a second: upstream health and latency (by id), chain
-        heads, learned block heights, and the rate limiter if its settings held."""
-        for net, pool in self.pools.items():
-            old_pool = old.pools.get(net)
-            if old_pool is None:
-                continue
-            for uid, up in pool.upstreams.items():
-                prev = old_pool.upstreams.get(uid)
-                if prev is None:
-                    continue
-                if prev.tier != TIER_UNPROBED:  # a snapshot had spoken for it
-                    up.tier, up.score, up.best, up.archive = (
-                        prev.tier,
-                        prev.score,
-                        prev.best,
-                        prev.archive,
-                    )
-                up.ewma_ms, up.updated_at = prev.ewma_ms, prev.updated_at
-                up.consecutive_failures, up.ejected_until = (
-                    prev.consecutive_failures,
-                    prev.ejected_until,
-                )
+        heads, learned block heights, open subscriptions, and the rate limiter if
+        its settings held."""
+        for pools, old_pools in ((self.pools, old.pools), (self.ws_pools, old.ws_pools)):
+            for net, pool in pools.items():
+                if net in old_pools:
+                    pool.inherit(old_pools[net])
+        for net in self.pools:
             for heads_new, heads_old in ((self.tips, old.tips), (self.finalized, old.finalized)):
                 if net in heads_old:
                     heads_new[net] = heads_old[net]
+        # One hub per process: clients' subscriptions live on, on the new pools.
+        old.subs.reconfigure(self.ws_pools, self.subs.settings, heads=self.subs.heads)
+        self.subs = old.subs
         self.blocks = old.blocks
         self.usage = old.usage  # records not yet shipped stay with the process
         if old.config.data_dir == self.config.data_dir:
@@ -144,3 +161,7 @@ class RuntimeHolder:
 
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
+
+
+def _wss(e: Endpoint, network: str) -> bool:
+    return e.network == network and e.kind == "node-wss"

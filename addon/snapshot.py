@@ -107,6 +107,9 @@ class SnapshotRefresher:
             except SidecarError as e:
                 raise SnapshotError(str(e)) from None
             tip, finalized = apply_snapshot(pool, doc)
+            ws_rows = doc.get("ws_upstreams")  # node-wss endpoints (subscriptions)
+            if isinstance(ws_rows, list) and network in rt.ws_pools:
+                apply_snapshot(rt.ws_pools[network], {"upstreams": ws_rows})
             rt.set_heads(network, tip, finalized)
         self.applied += 1
 

@@ -83,6 +83,25 @@ class UpstreamPool:
         self._clock = clock
         self._rng = rng or random.Random()
 
+    def inherit(self, old: UpstreamPool) -> None:
+        """Health and latency of the upstreams both pools know (a config reload)."""
+        for uid, up in self.upstreams.items():
+            prev = old.upstreams.get(uid)
+            if prev is None:
+                continue
+            if prev.tier != TIER_UNPROBED:  # a snapshot had spoken for it
+                up.tier, up.score, up.best, up.archive = (
+                    prev.tier,
+                    prev.score,
+                    prev.best,
+                    prev.archive,
+                )
+            up.ewma_ms, up.updated_at = prev.ewma_ms, prev.updated_at
+            up.consecutive_failures, up.ejected_until = (
+                prev.consecutive_failures,
+                prev.ejected_until,
+            )
+
     def __len__(self) -> int:
         return len(self.upstreams)
 

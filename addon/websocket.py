@@ -8,11 +8,12 @@ same path from the same client): same allowlist,
 same per-client quota (each call counts), same cache, upstream choice,
 failover and usage records. The answer body is sent back as one text message;
 the HTTP status a POST would have had is not, the JSON-RPC error inside says
-it all. Subscriptions are refused like any method off the allowlist.
+it all. Read subscriptions are served by ``addon/subs`` (shared upstream
+subscriptions that move to another node when theirs fails).
 
 mitmproxy relays a WebSocket only between two connections, so the handshake
-goes to a sink of our own: a tiny aiohttp server on 127.0.0.1 (a free port)
-inside this process, which accepts and then never speaks. Client
+goes to a sink of our own (``addon/ws_sink.py``), which accepts and never
+speaks. Client
 messages are dropped before they reach it; answers are injected towards the
 client. Calls on one connection are answered concurrently (clients match
 answers by id), at most ``MAX_IN_FLIGHT`` at a time: past that, mitmproxy stops
@@ -24,24 +25,28 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from aiohttp import WSCloseCode, WSMsgType, web
 from mitmproxy import ctx, http
 from mitmproxy.utils.asyncio_utils import create_task
 
 from addon import mitm_internals
+from addon.admit import quota_error
 from addon.context import WS_CALL_KEY, WS_HEADERS_KEY, WS_KEY
 from addon.jsonrpc import INTERNAL_ERROR, dumps, error_obj
 from addon.paths import RpcRoute, classify
+from addon.ratelimit import client_identity
+from addon.respond import json_response
 from addon.runtime import RuntimeHolder
+from addon.subs import dispatch
+from addon.ws_conn import SLOW_CLIENT_CLOSE, ClientConn
+from addon.ws_sink import FLOW_HEADER, Sink
+from common.config.model import WebSocketConfig
 
 log = logging.getLogger("chainproxy")
 
-MAX_IN_FLIGHT = 64  # unanswered calls per connection before we stop reading it
 KEEP_MESSAGES = 100  # messages kept on a flow for mitmweb (the rest would grow forever)
 
 
@@ -62,80 +67,14 @@ def is_upgrade(request: http.Request) -> bool:
     return len(key) == 16
 
 
-class Sink:
-    """The WebSocket server mitmproxy relays to: accepts, reads, never answers."""
-
-    def __init__(self) -> None:
-        self.port = 0
-        self._runner: web.AppRunner | None = None
-        self._lock = asyncio.Lock()
-        self._open: set[web.WebSocketResponse] = set()
-
-    async def start(self) -> int:
-        async with self._lock:
-            if self._runner is None:
-                app = web.Application()
-                app.router.add_get("/{path:.*}", self._handle)
-                runner = web.AppRunner(app, access_log=None, handle_signals=False)
-                await runner.setup()
-                site = web.TCPSite(runner, "127.0.0.1", 0)
-                await site.start()
-                self.port = runner.addresses[0][1]
-                self._runner = runner
-        return self.port
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
-        await ws.prepare(request)
-        self._open.add(ws)
-        try:
-            async for msg in ws:  # nothing arrives (client messages are dropped)
-                if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
-                    break
-        finally:
-            self._open.discard(ws)
-        return ws
-
-    def close(self) -> None:
-        """Synchronous (mitmproxy's hot reload calls ``done`` so): the sockets it
-        holds are closed with 1012 "service restart" (their clients reconnect,
-        to the new sink) and the server stopped, in a task kept alive here."""
-        runner, self._runner = self._runner, None
-        if runner is None:
-            return
-        sockets, self._open = list(self._open), set()
-
-        async def shutdown() -> None:
-            for ws in sockets:
-                with contextlib.suppress(Exception):
-                    await ws.close(code=WSCloseCode.SERVICE_RESTART, message=b"proxy reloading")
-            await runner.cleanup()
-
-        try:
-            # mitmproxy keeps a reference to the task until it ends
-            create_task(shutdown(), name="chainproxy: close WebSocket sink", keep_ref=True)
-        except RuntimeError:
-            return  # no loop left: the process is exiting
-
-
-class _Conn:
-    __slots__ = ("calls", "network", "slots", "tasks")
-
-    def __init__(self, network: str) -> None:
-        self.network = network
-        self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.calls = 0
-
-
 class WebSocketRpc:
-    """Before the Gate: takes WebSocket handshakes on RPC paths; answers messages."""
+    """Before the pipeline: takes WebSocket handshakes on RPC paths; answers messages."""
 
     def __init__(self, holder: RuntimeHolder, pipeline: Any) -> None:
         self.holder = holder
         self.pipeline = pipeline  # the RPC pipeline (addon/pipeline.py), run on each message
         self.sink = Sink()
-        self._conns: dict[str, _Conn] = {}
+        self._conns: dict[str, ClientConn] = {}
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         # Synchronous for the plain POSTs that are nearly every request (no
@@ -147,41 +86,69 @@ class WebSocketRpc:
             return None
         route = classify("POST", flow.request.path, rt.config.proxy.networks)
         if not isinstance(route, RpcRoute):
-            return None  # the Gate answers it (404 for an unknown network)
-        return self._take_handshake(flow, route)
+            return None  # the pipeline answers it (404 for an unknown network)
+        p = rt.config.proxy
+        xff = flow.request.headers.get("X-Forwarded-For", "")
+        peer = flow.client_conn.peername[0] if flow.client_conn.peername else "unknown"
+        client = client_identity(peer, xff, p.trusted_proxies, ipv6_prefix=p.rate_limit.ipv6_prefix)
+        decision = rt.limiter.check(client, 1, take=False)
+        if not decision.allowed:
+            # Over quota already: 429 with the policy headers, not upgraded (the
+            # bittensor SDK's gateway policy contract).
+            body = quota_error(None, decision, 1, client)
+            flow.response = json_response(429, body, decision.headers())
+            flow.comment = f"WebSocket JSON-RPC, {route.network}: refused, over quota"
+            return None
+        return self._take_handshake(flow, route, xff, client)
 
-    async def _take_handshake(self, flow: http.HTTPFlow, route: RpcRoute) -> None:
+    async def _take_handshake(
+        self, flow: http.HTTPFlow, route: RpcRoute, xff: str, client: str
+    ) -> None:
         port = await self.sink.start()
         flow.metadata[WS_KEY] = route.network
-        flow.metadata[WS_HEADERS_KEY] = {
-            "X-Forwarded-For": flow.request.headers.get("X-Forwarded-For", ""),
-        }
+        flow.metadata[WS_HEADERS_KEY] = {"X-Forwarded-For": xff, "client": client}
+        flow.request.headers[FLOW_HEADER] = flow.id
         flow.request.scheme = "http"
         flow.request.host = "127.0.0.1"
         flow.request.port = port  # the path stays: logs and mitmweb show the real one
         flow.comment = f"WebSocket JSON-RPC, {route.network}"
 
-    def websocket_start(self, flow: http.HTTPFlow) -> None:
+    def _conn(self, flow: http.HTTPFlow) -> ClientConn | None:
+        conn = self._conns.get(flow.id)
+        if conn is not None:
+            return conn
         network = flow.metadata.get(WS_KEY)
-        if network is not None:
-            self._conns[flow.id] = _Conn(network)
+        if network is None:
+            return None  # not an RPC socket of ours
+        # (also a socket opened before a hot reload, that another instance saw start)
+        rt = self.holder.runtime
+        ws = rt.config.proxy.websocket if rt is not None else WebSocketConfig()
+        conn = self._conns[flow.id] = ClientConn(
+            flow,
+            network,
+            flow.metadata.get(WS_HEADERS_KEY, {}).get("client", "unknown"),
+            master=ctx.master,
+            max_queued=ws.max_queued_notifications,
+            max_buffer_bytes=ws.max_buffer_bytes,
+            on_slow=self._close_slow,
+        )
+        return conn
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        self._conn(flow)
 
     async def websocket_message(self, flow: http.HTTPFlow) -> None:
-        conn = self._conns.get(flow.id)
-        if conn is None:
-            network = flow.metadata.get(WS_KEY)
-            if network is None:
-                return  # not an RPC socket of ours
-            # opened before a hot reload (another instance saw its start): adopt it
-            conn = self._conns[flow.id] = _Conn(network)
-        if flow.websocket is None:
+        conn = self._conn(flow)
+        if conn is None or flow.websocket is None:
             return
         messages = flow.websocket.messages
         msg = messages[-1]
         if len(messages) > KEEP_MESSAGES:
             del messages[: len(messages) - KEEP_MESSAGES]
         if not msg.from_client:
-            if not msg.injected:
+            if msg.injected:
+                conn.relayed += 1  # one of ours is on its way to the client
+            else:
                 msg.drop()  # the sink never speaks; nothing of it reaches the client
             return
         msg.drop()  # answered by us, never relayed to the sink
@@ -211,11 +178,31 @@ class WebSocketRpc:
             return
         for task in list(conn.tasks):
             task.cancel()
-        flow.comment = f"WebSocket JSON-RPC, {conn.network}: {conn.calls} message(s)"
+        rt = self.holder.runtime
+        if rt is not None:
+            dispatch.release(rt, conn)  # closing a socket ends its subscriptions
+        flow.comment = conn.describe()
 
-    async def _answer(self, flow: http.HTTPFlow, conn: _Conn, content: bytes) -> None:
+    def _close_slow(self, conn: ClientConn) -> None:
+        rt = self.holder.runtime
+        if rt is not None:
+            dispatch.release(rt, conn)
+        create_task(
+            self.sink.close_flow(conn.flow.id, SLOW_CLIENT_CLOSE, "notifications not read"),
+            name="chainproxy: close a slow WebSocket client",
+            keep_ref=True,
+        )
+
+    async def _answer(self, flow: http.HTTPFlow, conn: ClientConn, content: bytes) -> None:
+        afters: list[dispatch.After] = []
         try:
-            body = await self.run_pipeline(flow, conn.network, content)
+            rt = self.holder.runtime
+            if rt is not None and dispatch.may_concern_subscriptions(content):
+                body, afters = await dispatch.answer(
+                    rt, conn, content, lambda c: self.run_pipeline(flow, conn.network, c)
+                )
+            else:
+                body = await self.run_pipeline(flow, conn.network, content)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -223,8 +210,11 @@ class WebSocketRpc:
             body = dumps(error_obj(None, INTERNAL_ERROR, "internal proxy error"))
         finally:
             conn.slots.release()
-        if flow.websocket is not None and flow.websocket.timestamp_end is None:
+        if conn.open:
+            conn.injected += 1
             ctx.master.commands.call("inject.websocket", flow, True, body, True)
+            for after in afters:  # e.g. the current head, right after the subscription id
+                after()
 
     async def run_pipeline(self, flow: http.HTTPFlow, network: str, content: bytes) -> bytes:
         """The body a POST of ``content`` from this client would have been answered with."""
@@ -250,8 +240,11 @@ class WebSocketRpc:
     def done(self) -> None:
         # synchronous (hot reload): the sink's close is scheduled; open
         # connections to it end, and their clients reconnect
+        rt = self.holder.runtime
         for conn in self._conns.values():
             for task in list(conn.tasks):
                 task.cancel()
+            if rt is not None:
+                dispatch.release(rt, conn)
         self._conns.clear()
         self.sink.close()

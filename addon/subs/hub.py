@@ -58,7 +58,7 @@ class SubscriptionHub:
     ) -> None:
         self.pools = pools
         self._session = session
-        self._heads = heads  # network -> (tip, finalized) from the probes
+        self.heads = heads  # network -> (tip, finalized) from the probes
         self._clock = clock
         self.settings = settings
         self.shared: dict[str, SharedSubscription] = {}
@@ -169,7 +169,9 @@ class SubscriptionHub:
         sh.mover = asyncio.get_running_loop().create_task(self._establish(sh, left))
 
     async def _establish(self, sh: SharedSubscription, left: Upstream | None) -> None:
-        pool = self.pools[sh.network]
+        pool = self.pools.get(sh.network)
+        if pool is None:
+            return  # the network left the config: nothing to subscribe with
         tried: set[str] = {left.id} if left is not None else set()
         delay = 0.2
         while self.shared.get(sh.key) is sh:
@@ -227,8 +229,9 @@ class SubscriptionHub:
             return
         for sh in list(self.shared.values()):
             if sh.socket is socket:
-                if sh.upstream is not None:
-                    self.pools[sh.network].failed(sh.upstream, 1000.0)
+                pool = self.pools.get(sh.network)
+                if sh.upstream is not None and pool is not None:
+                    pool.failed(sh.upstream, 1000.0)
                 self._move(sh, f"socket {reason}")
 
     # --- stalls and demotions ---------------------------------------------------------------
@@ -250,9 +253,9 @@ class SubscriptionHub:
 
     def stale(self, sh: SharedSubscription) -> str:
         """Why ``sh`` should leave its node now ("" when it should not)."""
-        if sh.upstream is None or sh.last_at is None or not sh.kind.heads:
+        pool = self.pools.get(sh.network)
+        if pool is None or sh.upstream is None or sh.last_at is None or not sh.kind.heads:
             return ""
-        pool = self.pools[sh.network]
         now = self._clock()
         tier = pool.effective_tier(sh.upstream, now)
         if tier > TIER_LAGGING and any(
@@ -261,12 +264,28 @@ class SubscriptionHub:
             return "node unhealthy"
         if now - sh.last_at < self.settings.stall_s or sh.kind.kind == "all_heads":
             return ""
-        tip, finalized = self._heads(sh.network)
+        tip, finalized = self.heads(sh.network)
         seen = sh.sequencer.last if hasattr(sh.sequencer, "last") else None
         chain = finalized if sh.kind.kind == "finalized_heads" else tip
         if chain is not None and seen is not None and chain > seen:
             return f"stalled: no head for {now - sh.last_at:.0f}s while the chain is at {chain}"
         return ""
+
+    def reconfigure(
+        self,
+        pools: Mapping[str, UpstreamPool],
+        settings: HubSettings,
+        *,
+        heads: Callable[[str], tuple[int | None, int | None]],
+    ) -> None:
+        """A config reload: new pools and settings; live subscriptions stay where
+        they are until their node fails or leaves the pools."""
+        self.pools, self.settings, self.heads = pools, settings, heads
+        for sh in list(self.shared.values()):
+            pool = pools.get(sh.network)
+            if sh.upstream is not None and (pool is None or sh.upstream.id not in pool.upstreams):
+                if pool is not None and len(pool):
+                    self._move(sh, "endpoint removed from the config")
 
     async def close(self) -> None:
         if self._watchdog is not None:

@@ -18,6 +18,7 @@ from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from addon import websocket as ws
+from addon.ws_conn import MAX_IN_FLIGHT
 from addon.context import WS_CALL_KEY, WS_KEY
 from addon.runtime import RuntimeHolder
 
@@ -146,7 +147,7 @@ def test_flows_that_are_not_ours_are_left_alone() -> None:
     assert not any(m.dropped for m in other.websocket.messages)
 
 
-@pytest.mark.parametrize("n", [ws.MAX_IN_FLIGHT])
+@pytest.mark.parametrize("n", [MAX_IN_FLIGHT])
 def test_in_flight_calls_are_bounded(n: int) -> None:
     """Past MAX_IN_FLIGHT unanswered calls, the hook waits (mitmproxy stops
     reading that socket) until one is answered."""

@@ -20,6 +20,7 @@ from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from addon import websocket as ws
+from addon.ws_conn import MAX_IN_FLIGHT
 from addon.context import WS_KEY
 from addon.runtime import RuntimeHolder
 
@@ -143,7 +144,7 @@ def test_a_failing_stage_is_answered_logged_and_frees_its_slot(
     than MAX_IN_FLIGHT failing calls never block the socket)."""
     addon = ws.WebSocketRpc(RuntimeHolder(), Raising())
     flow = _socket_flow()
-    n = ws.MAX_IN_FLIGHT + 6
+    n = MAX_IN_FLIGHT + 6
 
     async def scenario() -> list[tuple[bool, bytes, bool]]:
         with taddons.context() as tctx:

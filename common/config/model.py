@@ -1,0 +1,136 @@
+"""The configuration as the addon and the sidecar use it: frozen dataclasses
+whose defaults are the documented ones (DESIGN.md section 7). Built by
+``parse_config``; tests may build them directly."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.allowlist_default import DEFAULT_ALLOWLIST
+
+KINDS = ("node-rpc", "node-wss", "data-artifact", "sse")
+
+FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
+TEST_GENESIS = "0x8f9cf856bf558a14440e75569c9e58594757048d7b3a84b5d25f6bd978263105"
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitConfig:
+    requests: int = 100
+    window_s: float = 60.0
+    max_clients: int = 100_000  # bound on tracked clients; idle ones are evicted first
+    ipv6_prefix: int = 128  # IPv6 clients share a quota per /ipv6_prefix (64: per subnet)
+
+    @property
+    def policy(self) -> str:
+        return f"{self.requests};w={self.window_s:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverConfig:
+    max_attempts: int = 3
+    attempt_timeout_s: float = 5.0
+    deadline_s: float = 15.0
+    eject_after: int = 3  # consecutive failures before passive ejection
+    eject_cooldown_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    size_limit_mb: int = 512
+    enabled: bool = True
+    # Extra block-hash-pinned methods to cache: method -> index of the block-hash
+    # param (chain_getBlock/chain_getHeader/chain_getBlockHash are always cached).
+    methods: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageConfig:
+    flush_s: float = 2.0  # records reach the sidecar within this (plus delivery)
+    spool_max_batches: int = 10_000  # past it the oldest batch is dropped (counted, logged)
+
+
+@dataclass(frozen=True, slots=True)
+class WebSocketConfig:
+    """``proxy.websocket``: read subscriptions over WebSocket."""
+
+    subscriptions: bool = True
+    max_subscriptions: int = 1024  # per client socket
+    max_queued_notifications: int = 1024  # a client that leaves more unread is closed (1008)
+    max_buffer_bytes: int = 8 * 1_048_576  # ... or more bytes unsent in its socket
+    upstream_linger_s: float = 30.0  # an upstream subscription outlives its last client
+    stall_s: float = 36.0  # no new head for this long while the chain advances: move
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    networks: tuple[str, ...] = ("finney", "test")
+    allowlist: frozenset[str] = DEFAULT_ALLOWLIST
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    failover: FailoverConfig = field(default_factory=FailoverConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    usage: UsageConfig = field(default_factory=UsageConfig)
+    max_body_bytes: int = 1_048_576
+    max_batch: int = 100
+    max_response_bytes: int = 64 * 1_048_576  # an upstream answer larger than this fails over
+    sidecar_timeout_s: float = 10.0  # for dashboard/API requests passed to the sidecar
+    websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarConfig:
+    host: str = "127.0.0.1"
+    port: int = 8081
+    url: str = "http://127.0.0.1:8081"
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConfig:
+    interval_s: float = 60.0
+    head_interval_s: float = 6.0
+    timeout_s: float = 10.0
+    fail_threshold: int = 2
+    recover_threshold: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    name: str
+    max_lag_blocks: int = 3
+    genesis: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    url: str  # may hold a secret: never log or publish it, use ``safe_url``
+    provider: str
+    kind: str
+    network: str
+    subnet: int = 0
+    archive: bool = False
+    region: str = ""
+    notes: str = ""
+    id: str = ""
+    safe_url: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    sidecar: SidecarConfig = field(default_factory=SidecarConfig)
+    data_dir: Path = Path("./data")
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    networks: Mapping[str, NetworkConfig] = field(default_factory=dict)
+    endpoints: tuple[Endpoint, ...] = ()
+
+    def rpc_endpoints(self, network: str) -> tuple[Endpoint, ...]:
+        """The endpoints the proxy may forward HTTP JSON-RPC calls of ``network`` to."""
+        return tuple(e for e in self.endpoints if e.network == network and e.kind == "node-rpc")
+
+    def endpoint_by_id(self, endpoint_id_: str) -> Endpoint | None:
+        return next((e for e in self.endpoints if e.id == endpoint_id_), None)

@@ -1,0 +1,169 @@
+"""The ``proxy:`` section: what the addon does with each call (networks,
+allowlist, rate limit, trusted proxies, failover, cache, usage records, size
+limits)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from common.allowlist_default import DEFAULT_ALLOWLIST
+from common.config.errors import ConfigError
+from common.config.model import (
+    CacheConfig,
+    FailoverConfig,
+    NetworkConfig,
+    ProxyConfig,
+    RateLimitConfig,
+    UsageConfig,
+    WebSocketConfig,
+)
+from common.config.readers import (
+    check_keys,
+    get_bool,
+    get_int,
+    get_num,
+    mapping,
+    str_list,
+)
+
+
+def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
+    p = mapping(raw, "proxy")
+    check_keys(
+        p,
+        (
+            "networks",
+            "allowlist",
+            "allowlist_extra",
+            "rate_limit",
+            "trusted_proxies",
+            "failover",
+            "cache",
+            "usage",
+            "max_body_bytes",
+            "max_batch",
+            "max_response_bytes",
+            "sidecar_timeout_s",
+            "websocket",
+        ),
+        "proxy",
+    )
+    nets = tuple(str_list(p.get("networks", ["finney", "test"]), "proxy.networks"))
+    for n in nets:
+        if n not in networks:
+            raise ConfigError(
+                "proxy.networks", f"unknown network {n!r} (known: {', '.join(networks)})"
+            )
+    if not nets:
+        raise ConfigError("proxy.networks", "must name at least one network")
+
+    allow = (
+        frozenset(str_list(p["allowlist"], "proxy.allowlist"))
+        if "allowlist" in p
+        else (DEFAULT_ALLOWLIST)
+    )
+    allow |= frozenset(str_list(p.get("allowlist_extra", []), "proxy.allowlist_extra"))
+
+    rl = mapping(p.get("rate_limit"), "proxy.rate_limit")
+    check_keys(rl, ("requests", "window_s", "max_clients", "ipv6_prefix"), "proxy.rate_limit")
+    ipv6_prefix = get_int(rl, "ipv6_prefix", 128, "proxy.rate_limit.ipv6_prefix", minimum=16)
+    if ipv6_prefix > 128:
+        raise ConfigError("proxy.rate_limit.ipv6_prefix", f"must be <= 128, got {ipv6_prefix}")
+    rate_limit = RateLimitConfig(
+        requests=get_int(rl, "requests", 100, "proxy.rate_limit.requests", minimum=1),
+        window_s=get_num(rl, "window_s", 60.0, "proxy.rate_limit.window_s"),
+        max_clients=get_int(rl, "max_clients", 100_000, "proxy.rate_limit.max_clients", minimum=1),
+        ipv6_prefix=ipv6_prefix,
+    )
+
+    trusted = []
+    for i, item in enumerate(str_list(p.get("trusted_proxies", []), "proxy.trusted_proxies")):
+        try:
+            trusted.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ConfigError(
+                f"proxy.trusted_proxies[{i}]", f"not an IP address or CIDR: {item!r}"
+            ) from None
+
+    fo = mapping(p.get("failover"), "proxy.failover")
+    check_keys(
+        fo,
+        ("max_attempts", "attempt_timeout_s", "deadline_s", "eject_after", "eject_cooldown_s"),
+        "proxy.failover",
+    )
+    failover = FailoverConfig(
+        max_attempts=get_int(fo, "max_attempts", 3, "proxy.failover.max_attempts", minimum=1),
+        attempt_timeout_s=get_num(fo, "attempt_timeout_s", 5.0, "proxy.failover.attempt_timeout_s"),
+        deadline_s=get_num(fo, "deadline_s", 15.0, "proxy.failover.deadline_s"),
+        eject_after=get_int(fo, "eject_after", 3, "proxy.failover.eject_after", minimum=1),
+        eject_cooldown_s=get_num(fo, "eject_cooldown_s", 30.0, "proxy.failover.eject_cooldown_s"),
+    )
+
+    c = mapping(p.get("cache"), "proxy.cache")
+    check_keys(c, ("size_limit_mb", "enabled", "methods"), "proxy.cache")
+    methods = mapping(c.get("methods"), "proxy.cache.methods")
+    for m in methods:
+        if not isinstance(m, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{1,63}", m):
+            raise ConfigError("proxy.cache.methods", f"bad method name {m!r}")
+        get_int(methods, m, 0, f"proxy.cache.methods.{m}", minimum=0)
+    cache = CacheConfig(
+        size_limit_mb=get_int(c, "size_limit_mb", 512, "proxy.cache.size_limit_mb", minimum=1),
+        enabled=get_bool(c, "enabled", True, "proxy.cache.enabled"),
+        methods=dict(methods),
+    )
+
+    u = mapping(p.get("usage"), "proxy.usage")
+    check_keys(u, ("flush_s", "spool_max_batches"), "proxy.usage")
+    usage = UsageConfig(
+        flush_s=get_num(u, "flush_s", 2.0, "proxy.usage.flush_s"),
+        spool_max_batches=get_int(
+            u, "spool_max_batches", 10_000, "proxy.usage.spool_max_batches", minimum=1
+        ),
+    )
+
+    return ProxyConfig(
+        networks=nets,
+        allowlist=allow,
+        rate_limit=rate_limit,
+        trusted_proxies=tuple(trusted),
+        failover=failover,
+        cache=cache,
+        usage=usage,
+        max_body_bytes=get_int(p, "max_body_bytes", 1_048_576, "proxy.max_body_bytes", minimum=64),
+        max_batch=get_int(p, "max_batch", 100, "proxy.max_batch", minimum=1),
+        max_response_bytes=get_int(
+            p, "max_response_bytes", 64 * 1_048_576, "proxy.max_response_bytes", minimum=1024
+        ),
+        sidecar_timeout_s=get_num(p, "sidecar_timeout_s", 10.0, "proxy.sidecar_timeout_s"),
+        websocket=_websocket(p.get("websocket")),
+    )
+
+
+def _websocket(raw: Any) -> WebSocketConfig:
+    w = mapping(raw, "proxy.websocket")
+    key = "proxy.websocket."
+    check_keys(w, tuple(WebSocketConfig.__dataclass_fields__), "proxy.websocket")
+    d = WebSocketConfig()
+    return WebSocketConfig(
+        subscriptions=get_bool(w, "subscriptions", d.subscriptions, key + "subscriptions"),
+        max_subscriptions=get_int(
+            w, "max_subscriptions", d.max_subscriptions, key + "max_subscriptions", minimum=1
+        ),
+        max_queued_notifications=get_int(
+            w,
+            "max_queued_notifications",
+            d.max_queued_notifications,
+            key + "max_queued_notifications",
+            minimum=1,
+        ),
+        max_buffer_bytes=get_int(
+            w, "max_buffer_bytes", d.max_buffer_bytes, key + "max_buffer_bytes", minimum=4096
+        ),
+        upstream_linger_s=get_num(
+            w, "upstream_linger_s", d.upstream_linger_s, key + "upstream_linger_s"
+        ),
+        stall_s=get_num(w, "stall_s", d.stall_s, key + "stall_s"),
+    )

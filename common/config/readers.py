@@ -1,0 +1,96 @@
+"""Small typed readers for one value of a config section; each raises a
+``ConfigError`` naming the full key, so every problem is one clear line."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from common.config.errors import ConfigError
+from common.endpoint_id import redact_url
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def mapping(value: Any, key: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], prefix: str) -> None:
+    for k in section:
+        if k not in allowed:
+            where = f"{prefix}.{k}" if prefix else str(k)
+            raise ConfigError(where, f"unknown key (known: {', '.join(allowed)})")
+
+
+def get_int(section: Mapping[str, Any], name: str, default: int, key: str, *, minimum: int) -> int:
+    value = section.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def get_num(section: Mapping[str, Any], name: str, default: float, key: str) -> float:
+    value = section.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(key, f"must be a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(key, f"must be > 0, got {value}")
+    return float(value)
+
+
+def get_str(
+    section: Mapping[str, Any], name: str, default: str | None, key: str, *, secret: bool = False
+) -> str | None:
+    value = section.get(name, default)
+    if value is not None and not isinstance(value, str):
+        shown = type(value).__name__ if secret else repr(value)  # never echo a secret
+        raise ConfigError(key, f"must be a string, got {shown}")
+    return value
+
+
+def get_bool(section: Mapping[str, Any], name: str, default: bool, key: str) -> bool:
+    value = section.get(name, default)
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"must be true or false, got {value!r}")
+    return value
+
+
+def str_list(value: Any, key: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(key, "must be a list of strings")
+    return value
+
+
+def expand_env(value: str, key: str, env: Mapping[str, str]) -> str:
+    """``${VAR}`` in a URL or token is read from the environment, so secrets can
+    stay out of the config file."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) not in env:
+            raise ConfigError(key, f"environment variable {m.group(1)} is not set")
+        return env[m.group(1)]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def get_url(value: Any, key: str, schemes: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, "must be a non-empty URL string")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as e:
+        raise ConfigError(key, f"bad URL ({e})") from None
+    if parts.scheme not in schemes or not parts.hostname:
+        raise ConfigError(key, f"bad URL {redact_url(value)!r}: need {'/'.join(schemes)}://host")
+    return value
