@@ -14,8 +14,9 @@ object of fault keys, see :class:`Faults`), ``POST /_sim/reset``, ``GET /_sim/st
 """
 
 from .chain import FINNEY_GENESIS, PRUNING_DEPTH, Chain, ChainConfig
+from .faults import Faults
 from .rpc import Dispatcher, RpcError
-from .server import Faults, SimNode
+from .server import SimNode
 
 __all__ = [
     "FINNEY_GENESIS",

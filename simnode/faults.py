@@ -1,0 +1,176 @@
+"""Fault injection: which faults a node has, how a control request changes them
+(validated, all or nothing), and what a call meets under them. The HTTP and
+the WebSocket handlers both ask ``faulted_answer`` and only turn its answer
+into their own transport's terms."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .chain import Chain, is_hash
+
+GARBAGE_HTML = (
+    "<!DOCTYPE html><html><head><title>Just a moment...</title></head>"
+    "<body><h1>Checking your browser before accessing the site.</h1>"
+    "<p>simnode garbage fault</p></body></html>"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Fault state of a node; the default instance means 'healthy'."""
+
+    latency_ms: float = 0.0
+    error_rate: float = 0.0
+    http_status: int | None = None
+    hang: bool = False
+    close: bool = False
+    truncate: bool = False
+    garbage: bool = False
+    lag: int = 0
+    freeze: bool = False
+    genesis: str | None = None
+    die: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @property
+    def slow_path(self) -> bool:
+        """Whether any fault needs the slow path of the RPC handler."""
+        return bool(
+            self.latency_ms
+            or self.error_rate
+            or self.http_status is not None
+            or self.hang
+            or self.close
+            or self.truncate
+            or self.garbage
+        )
+
+
+FAULT_KEYS = frozenset(f.name for f in dataclasses.fields(Faults))
+_BOOL_KEYS = frozenset({"hang", "close", "truncate", "garbage", "freeze", "die"})
+
+
+def check_fault(key: str, value: Any) -> Any:
+    """Validated value for one control key; raises ValueError with a readable reason."""
+    if key not in FAULT_KEYS:
+        raise ValueError(f"unknown fault {key!r}; known: {sorted(FAULT_KEYS)}")
+    if key in _BOOL_KEYS:
+        if not isinstance(value, bool):
+            raise ValueError(f"{key} must be a boolean")
+        return value
+    is_num = isinstance(value, int | float) and not isinstance(value, bool)
+    if key == "latency_ms":
+        if not is_num or value < 0:
+            raise ValueError("latency_ms must be a number >= 0")
+        return float(value)
+    if key == "error_rate":
+        if not is_num or not 0 <= value <= 1:
+            raise ValueError("error_rate must be a number in [0, 1]")
+        return float(value)
+    if key == "http_status":
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or not 100 <= value <= 599
+        ):
+            raise ValueError("http_status must be an HTTP status code or null")
+        return value
+    if key == "lag":
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError("lag must be an integer >= 0")
+        return value
+    # genesis
+    if value is not None and not is_hash(value):
+        raise ValueError("genesis must be a 0x-prefixed 32-byte hex hash or null")
+    return value.lower() if value is not None else None
+
+
+class FaultState:
+    """A node's current faults, and the event hung handlers wait on."""
+
+    def __init__(self, rng_seed: int | None = None) -> None:
+        self.faults = Faults()
+        self.slow = False  # cached ``faults.slow_path``: the fast path checks it per call
+        # Set while no hang fault is active; hung handlers wait on it.
+        self._unhang = asyncio.Event()
+        self._unhang.set()
+        self._rng = random.Random(rng_seed)
+
+    def apply(self, changes: dict[str, Any], chain: Chain) -> bool:
+        """Validate all, then apply all (all-or-nothing). Returns whether to die."""
+        checked = {k: check_fault(k, v) for k, v in changes.items()}
+        faults = dataclasses.replace(self.faults, **checked)
+        chain.set_lag(faults.lag)
+        chain.set_frozen(faults.freeze)
+        chain.set_genesis_override(faults.genesis)
+        self.faults = faults
+        self.slow = faults.slow_path
+        if faults.hang:
+            self._unhang.clear()
+        else:
+            self._unhang.set()
+        return checked.get("die", False) is True
+
+    def release(self) -> None:
+        """On stop: hung handlers wake up (and drop their connection)."""
+        self._unhang.set()
+
+    def restart(self) -> None:
+        """On a new start: the ``die`` is over, and a hang that stop released holds again."""
+        self.faults = dataclasses.replace(self.faults, die=False)
+        if self.faults.hang:
+            self._unhang.clear()
+
+    async def wait_while_hung(self, stopping: Callable[[], bool]) -> None:
+        # Only the calling handler waits; other requests and /_sim/ keep being served.
+        while self.faults.hang and not stopping():
+            await self._unhang.wait()
+
+    def roll_error(self) -> bool:
+        return self._rng.random() < self.faults.error_rate
+
+
+# makes the JSON-RPC answer; ``fail()``, when given, says whether one call fails
+Respond = Callable[[Callable[[], bool] | None], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a call gets under the current faults."""
+
+    kind: Literal["stopping", "drop", "status", "garbage", "body"]
+    status: int = 0  # for "status"
+    body: bytes = b""  # for "body"
+    truncate: bool = False  # for "body": send only its first half
+
+
+async def faulted_answer(
+    state: FaultState,
+    respond: Respond,
+    stopping: Callable[[], bool],
+) -> Answer:
+    """Wait out a hang and the latency, then apply the faults in force by then
+    (an injected error is an internal error of one call of the answer)."""
+    await state.wait_while_hung(stopping)
+    if stopping():
+        return Answer("stopping")
+    latency = state.faults.latency_ms
+    if latency > 0:
+        await asyncio.sleep(latency / 1000)
+        if stopping():
+            return Answer("stopping")
+    f = state.faults  # re-read: faults may have changed while we waited
+    if f.close:
+        return Answer("drop")
+    if f.http_status is not None:
+        return Answer("status", status=f.http_status)
+    if f.garbage:
+        return Answer("garbage")
+    fail = state.roll_error if f.error_rate > 0 else None
+    return Answer("body", body=respond(fail), truncate=f.truncate)

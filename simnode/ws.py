@@ -1,0 +1,128 @@
+"""JSON-RPC over WebSocket: a GET with an upgrade on any RPC path; each text
+message is a request or a batch (no subscriptions).
+
+Faults present at the upgrade act on the handshake (hang, close, http_status,
+garbage); faults present when a message arrives act on that message's answer.
+Each message counts as one request in the counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from functools import partial
+from typing import Protocol
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from .faults import GARBAGE_HTML, FaultState, Respond, faulted_answer
+from .replies import drop, status_response
+from .rpc import Dispatcher, Parsed, parse
+
+MAX_MESSAGE = 15 * 1024 * 1024  # substrate's default max request size
+
+
+class Served(Protocol):
+    """What the WebSocket side needs of its node (``SimNode``)."""
+
+    fault_state: FaultState
+    dispatcher: Dispatcher
+    shutdown_timeout: float
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def count(self, parsed: Parsed) -> None: ...
+
+
+class WebSocketRpc:
+    """The WebSocket sessions of one node."""
+
+    def __init__(self, node: Served) -> None:
+        self.node = node
+        self._sockets: set[web.WebSocketResponse] = set()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, timeout=self.node.shutdown_timeout)
+        if not ws.can_prepare(request).ok:
+            raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+        rejected = await self._handshake_fault(request)
+        if rejected is not None:
+            return rejected
+        await ws.prepare(request)
+        self._sockets.add(ws)
+        # One task per message: a slow or hung answer does not block the others,
+        # as with a real node's concurrent WS request handling.
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            async for msg in ws:
+                if msg.type is WSMsgType.TEXT or msg.type is WSMsgType.BINARY:
+                    task = asyncio.ensure_future(self._message(request, ws, msg.data))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                elif msg.type is WSMsgType.ERROR:
+                    break
+        finally:
+            self._sockets.discard(ws)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        return ws
+
+    async def _handshake_fault(self, request: web.Request) -> web.StreamResponse | None:
+        """The response replacing the upgrade under a fault, or None to accept it."""
+        node, state = self.node, self.node.fault_state
+        if not (state.slow or node.stopping):
+            return None
+        await state.wait_while_hung(lambda: node.stopping)
+        f = state.faults
+        if node.stopping or f.close:
+            return drop(request)
+        if f.http_status is not None:
+            return status_response(f.http_status)
+        if f.garbage:  # e.g. a CDN challenge page instead of the upgrade
+            return web.Response(text=GARBAGE_HTML, content_type="text/html")
+        return None
+
+    async def _message(
+        self, request: web.Request, ws: web.WebSocketResponse, data: str | bytes
+    ) -> None:
+        node = self.node
+        parsed = parse(data)
+        node.count(parsed)
+        if node.fault_state.slow or node.stopping:
+            out = await self._faulted(request, ws, partial(node.dispatcher.respond, parsed))
+        else:
+            out = node.dispatcher.respond(parsed).decode()
+        if not out:  # only notifications, or the fault already acted
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):  # the client went away
+            await ws.send_str(out)
+
+    async def _faulted(
+        self, request: web.Request, ws: web.WebSocketResponse, respond: Respond
+    ) -> str:
+        a = await faulted_answer(self.node.fault_state, respond, lambda: self.node.stopping)
+        if a.kind == "stopping":
+            return ""  # shutdown closes the socket
+        if a.kind == "drop":
+            drop(request)  # cut the TCP connection, no close frame
+            return ""
+        if a.kind == "status":
+            # No HTTP status on an open socket: the node ends the session instead.
+            await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=str(a.status).encode())
+            return ""
+        if a.kind == "garbage":
+            return GARBAGE_HTML
+        body = a.body.decode()
+        return body[: len(body) // 2] if a.truncate and len(body) > 1 else body
+
+    async def close_all(self, app: web.Application) -> None:
+        """On shutdown, end open sessions with 'going away' instead of leaving them hung."""
+        sockets = list(self._sockets)
+        if sockets:
+            await asyncio.gather(
+                *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"shutdown") for ws in sockets),
+                return_exceptions=True,
+            )
