@@ -18,17 +18,9 @@ from simnode.chain import (
     ChainConfig,
 )
 from simnode.rpc import Dispatcher, RpcError, parse
+from tests.simnode.helpers import EPOCH, FakeClock
 
 HASH = re.compile(r"0x[0-9a-f]{64}")
-EPOCH = 1_000_000.0
-
-
-class FakeClock:
-    def __init__(self, now: float = EPOCH) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make_chain(clock: FakeClock | None = None, **kw: Any) -> tuple[Chain, FakeClock]:

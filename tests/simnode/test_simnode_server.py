@@ -12,16 +12,7 @@ import aiohttp
 import pytest
 
 from simnode import FINNEY_GENESIS, SimNode
-
-EPOCH = 1_000_000.0
-
-
-class FakeClock:
-    def __init__(self, now: float = EPOCH) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.simnode.helpers import EPOCH, FakeClock, req
 
 
 @pytest.fixture
@@ -37,19 +28,6 @@ async def node(clock: FakeClock) -> AsyncIterator[SimNode]:
         yield n
     finally:
         await n.stop()
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
-def req(method: str, params: Any = None, rid: Any = 1) -> dict[str, Any]:
-    out: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-    if params is not None:
-        out["params"] = params
-    return out
 
 
 async def post(session: aiohttp.ClientSession, url: str, body: Any, timeout: float = 5.0) -> Any:

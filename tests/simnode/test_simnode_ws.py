@@ -12,8 +12,7 @@ import aiohttp
 import pytest
 
 from simnode import FINNEY_GENESIS, SimNode
-
-EPOCH = 1_000_000.0
+from tests.simnode.helpers import EPOCH, req
 
 
 @pytest.fixture
@@ -24,19 +23,6 @@ async def node() -> AsyncIterator[SimNode]:
         yield n
     finally:
         await n.stop()
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
-def req(method: str, params: Any = None, rid: Any = 1) -> dict[str, Any]:
-    out: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-    if params is not None:
-        out["params"] = params
-    return out
 
 
 async def recv_json(ws: aiohttp.ClientWebSocketResponse, timeout: float = 2.0) -> Any:
