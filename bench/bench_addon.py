@@ -31,6 +31,7 @@ from addon.cache_store import DiskCacheStore
 from addon.pipeline import build_addons
 from addon.runtime import Runtime
 from addon.settings import Settings
+from bench.results import print_results
 from common.config import parse_config
 
 UPSTREAM = "http://127.0.0.1:9"
@@ -131,11 +132,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="one JSON line instead of text")
     args = ap.parse_args()
     res = asyncio.run(main_async(args.quick))
-    if args.json:
-        print("BENCHJSON " + json.dumps(res))
-    else:
-        for k, v in res.items():
-            print(f"addon stages, {k} path: {v:.0f} µs CPU per request")
+    print_results(
+        res, args.json, lambda k, v: f"addon stages, {k} path: {v:.0f} µs CPU per request"
+    )
 
 
 if __name__ == "__main__":

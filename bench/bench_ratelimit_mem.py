@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from addon.ratelimit import RateLimiter, client_identity
+from bench.results import print_results
 from common.config import RateLimitConfig
 
 
@@ -72,11 +72,7 @@ def main() -> None:
         "bytes_per_client": round((after - before) * 1024 / max(1, tracked)),
         "checks_per_s": round(args.clients / elapsed),
     }
-    if args.json:
-        print("BENCHJSON " + json.dumps(out))
-    else:
-        for k, v in out.items():
-            print(f"{k}: {v}")
+    print_results(out, args.json, lambda k, v: f"{k}: {v}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""Scenarios 6, 8 and the addon's own CPU: benchmarks that are scripts of their
+own (``bench/bench_*.py``), each run in a fresh process once the proxies are
+stopped, so nothing else competes for the cores; their output goes into the
+report."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from bench.context import Context
+from bench.results import json_results
+from bench.stack import REPO
+
+
+def run_script(name: str, *args: str) -> str:
+    """``bench/<name>`` with ``args``: its standard output."""
+    argv = [sys.executable, str(REPO / "bench" / name), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO).stdout
+
+
+def stats(ctx: Context) -> None:
+    r = ctx.report
+    print("\n[6] usage statistics (bench/bench_stats.py)", flush=True)
+    out = run_script("bench_stats.py", *(["--quick"] if ctx.p.stats_quick else []))
+    ingest = re.search(r"ingest \(bulk.*?: ([\d,]+) records.*?= ([\d,]+) records/s", out)
+    worst = re.search(r"ingest \(worst.*?= ([\d,]+) records/s", out)
+    summ = re.search(r"summary network=all: median ([\d.]+) ms", out)
+    calls = ingest.group(1) if ingest else "?"
+    r.row(
+        "6. statistics: ingest",
+        f"{calls} calls of rollups",
+        f"{ingest.group(2) if ingest else '?'} records/s "
+        f"(worst case {worst.group(1) if worst else '?'}/s)",
+        "-",
+    )
+    r.row(
+        "6. statistics: 7-day summary",
+        f"{calls} calls of rollups",
+        f"{summ.group(1) if summ else '?'} ms",
+        "-",
+    )
+    r.goal(
+        f"Statistics: ingest {ingest.group(2) if ingest else '?'} records/s (worst case "
+        f"{worst.group(1) if worst else '?'}/s), 7-day summary "
+        f"{summ.group(1) if summ else '?'} ms with {calls} calls' worth of rollups"
+    )
+    r.data["stats_output"] = out
+
+
+def memory(ctx: Context) -> None:
+    r = ctx.report
+    n = ctx.p.mem_clients
+    print(f"\n[8] rate limiter memory after {n:,} distinct clients", flush=True)
+    d = json_results(run_script("bench_ratelimit_mem.py", "--clients", str(n), "--json"))
+    if d is None:
+        r.row("8. memory", "?", "bench_ratelimit_mem.py failed", "-")
+        return
+    r.row(
+        f"8. limiter after {n:,} clients",
+        f"RSS before {d['rss_before_mb']} MB",
+        f"RSS {d['rss_after_mb']} MB, {d['tracked']:,} tracked (max_clients "
+        f"{d['max_clients']:,}), {d['bytes_per_client']} B/client",
+        "-",
+    )
+    r.goal(
+        f"Memory (limiter in its own process, {n:,} distinct addresses, max_clients "
+        f"{d['max_clients']:,}): RSS {d['rss_before_mb']} → {d['rss_after_mb']} MB, "
+        f"{d['tracked']:,} clients tracked (bounded), {d['bytes_per_client']} bytes each"
+    )
+    r.data["memory"] = d
+
+
+def addon_cpu(ctx: Context) -> None:
+    r = ctx.report
+    print("\n[+] the addon's own CPU per request (bench/bench_addon.py)", flush=True)
+    out = run_script("bench_addon.py", "--json", *(["--quick"] if ctx.p.stats_quick else []))
+    d = json_results(out)
+    if d is None:
+        return
+    r.row(
+        "addon stages alone (no mitmproxy, no network)",
+        "-",
+        f"miss {d['miss']:.0f} µs, hit {d['hit']:.0f} µs CPU/req",
+        "-",
+    )
+    r.data["addon_us"] = d
