@@ -19,14 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.clients.chopsticks_stack import (
-    JS_DIR,
-    ChainStack,
-    ensure_js_deps,
-    extract_genesis,
-    js_unavailable,
-    start_chain_stack,
-)
+from tests.clients.chopsticks_stack import ChainStack, start_chain_stack
+from tests.clients.js_deps import JS_DIR, ensure_js_deps, extract_genesis, js_unavailable
 
 HERE = Path(__file__).parent
 

@@ -4,7 +4,8 @@ blocks only on ``dev_newBlock``, an answer on any HTTP path."""
 
 from __future__ import annotations
 
-from tests.clients.chopsticks_stack import GENESIS_PLACEHOLDER, NETWORK, ChainStack, routes
+from tests.clients.chopsticks import GENESIS_PLACEHOLDER
+from tests.clients.chopsticks_stack import NETWORK, ChainStack, routes
 from tests.clients.helpers import get_json, raw_post
 from tests.e2e.conftest import next_client_ip
 

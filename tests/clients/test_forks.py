@@ -19,12 +19,8 @@ import pytest
 
 from addon.header_hash import header_hash
 from common.endpoint_id import endpoint_id
-from tests.clients.chopsticks_stack import (
-    Chopsticks,
-    proxy_config,
-    start_chopsticks,
-    wait_routes,
-)
+from tests.clients.chopsticks import Chopsticks, start_chopsticks
+from tests.clients.chopsticks_stack import proxy_config, wait_routes
 from tests.clients.helpers import raw_post
 from tests.clients.substrate_client import substrate
 from tests.e2e.conftest import next_client_ip

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.clients.chopsticks_stack import CHAIN_NAME, GENESIS_PLACEHOLDER, ChainStack
+from tests.clients.chopsticks import CHAIN_NAME, GENESIS_PLACEHOLDER
+from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.helpers import eventually, failovers
 from tests.e2e.conftest import next_client_ip
 

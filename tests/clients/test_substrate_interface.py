@@ -8,7 +8,8 @@ import pytest
 from substrateinterface import Keypair
 from substrateinterface.exceptions import SubstrateRequestException
 
-from tests.clients.chopsticks_stack import CHAIN_NAME, ChainStack
+from tests.clients.chopsticks import CHAIN_NAME
+from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.helpers import eventually, failovers, raw_post
 from tests.clients.substrate_client import substrate
 from tests.e2e.conftest import next_client_ip

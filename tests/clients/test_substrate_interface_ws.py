@@ -9,7 +9,8 @@ import pytest
 from substrateinterface import Keypair
 from substrateinterface.exceptions import SubstrateRequestException
 
-from tests.clients.chopsticks_stack import CHAIN_NAME, ChainStack
+from tests.clients.chopsticks import CHAIN_NAME
+from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.substrate_client import substrate_ws
 from tests.e2e.conftest import next_client_ip
 

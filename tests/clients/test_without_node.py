@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.chopsticks_stack import js_unavailable
+from tests.clients.js_deps import js_unavailable
 from tests.e2e.harness import REPO
 
 
