@@ -120,6 +120,14 @@ class ProxyCounters:
             if m.gauges is not None:
                 self._snapshot(m.proxy_id, sent_at, now, m.gauges)
 
+    def observe_gauges(self, m: ProxyMetrics, sent_at: float) -> None:
+        """Take only the gauge snapshot of a batch the store could not take: the
+        proxy will send the batch again (its counters are counted then), but its
+        spool depth is news now — the spool grows exactly while batches fail."""
+        if m.gauges is not None:
+            with self._lock:
+                self._snapshot(m.proxy_id, sent_at, self._clock(), m.gauges)
+
     def _snapshot(self, proxy_id: str, sent_at: float, now: float, gauges: Gauges) -> None:
         for pid in [p for p, s in self._snapshots.items() if now - s.received >= self.gauge_ttl_s]:
             del self._snapshots[pid]

@@ -146,6 +146,8 @@ class UsageService:
             result = self.open().ingest(batch, now)
         except StoreUnavailable:
             self.batches_failed += 1
+            if batch.metrics is not None:
+                self.proxy_metrics.observe_gauges(batch.metrics, batch.sent_at)
             raise
         if result.duplicate:
             self.batches_duplicate += 1

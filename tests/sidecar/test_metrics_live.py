@@ -5,6 +5,7 @@ fresh, probe results by classification, and every older name still there."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.config import Config, parse_config
 from sidecar.app import create_app
-from sidecar.keys import PROBER_KEY
+from sidecar.keys import PROBER_KEY, USAGE_KEY
 from sidecar.model import ProbeResult
 from tests.sidecar.metrics_batch import batch_with_metrics, metrics_section
 from tests.sidecar.stats.helpers import wire_rollup
@@ -183,3 +184,23 @@ async def test_every_older_metric_name_is_kept(aiohttp_client: Any, tmp_path: Pa
     await client.post(USAGE, json=batch_with_metrics(metrics_section(ids(cfg)), sent_at=T0))
     f = await scrape(client)
     assert OLDER_NAMES <= {name for name, family in f.items() if family.samples}
+
+
+async def test_a_batch_the_store_cannot_take_still_shows_the_spool_growing(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    app, client, _clock, cfg = await start(aiohttp_client, tmp_path)
+    app[USAGE_KEY].busy_timeout_ms = 50
+    batch = batch_with_metrics(metrics_section(ids(cfg), spool=40), sent_at=T0)
+    other = sqlite3.connect(cfg.data_dir / "usage.sqlite3", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        assert (await client.post(USAGE, json=batch)).status == 503
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    f = await scrape(client)
+    assert value(f, "chainproxy_spool_batches") == 40  # the gauges are news now
+    assert value(f, "chainproxy_requests") == 0  # the counters wait for the retry
+    assert (await client.post(USAGE, json=batch)).status == 200
+    assert value(await scrape(client), "chainproxy_requests", outcome="ok") == 10
