@@ -207,6 +207,7 @@ class SimNode:
             "requests": self._requests,
             "calls": dict(self._calls),
             "submitted": self.dispatcher.submitted,
+            "subscriptions": self._ws.subscriptions,
         }
 
     @property

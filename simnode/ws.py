@@ -1,5 +1,6 @@
 """JSON-RPC over WebSocket: a GET with an upgrade on any RPC path; each text
-message is a request or a batch (no subscriptions).
+message is a request or a batch; read subscriptions (``subs.py``) as a node
+serves them.
 
 Faults present at the upgrade act on the handshake (hang, close, http_status,
 garbage); faults present when a message arrives act on that message's answer.
@@ -10,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from functools import partial
 from typing import Protocol
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from .chain import Chain
 from .faults import GARBAGE_HTML, FaultState, Respond, faulted_answer
 from .replies import drop, status_response
 from .rpc import Dispatcher, Parsed, parse
+from .subs import Subscriptions, is_subscription_call
 
 MAX_MESSAGE = 15 * 1024 * 1024  # substrate's default max request size
 
@@ -27,6 +31,7 @@ class Served(Protocol):
 
     fault_state: FaultState
     dispatcher: Dispatcher
+    chain: Chain
     shutdown_timeout: float
 
     @property
@@ -41,6 +46,7 @@ class WebSocketRpc:
     def __init__(self, node: Served) -> None:
         self.node = node
         self._sockets: set[web.WebSocketResponse] = set()
+        self.subscriptions = 0  # live, over every socket (in /_sim/state)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, timeout=self.node.shutdown_timeout)
@@ -51,19 +57,27 @@ class WebSocketRpc:
             return rejected
         await ws.prepare(request)
         self._sockets.add(ws)
+        subs = Subscriptions(
+            self.node.chain,
+            self.node.dispatcher,
+            partial(_send, ws),
+            tick_s=min(0.1, self.node.chain.config.block_time / 5),
+            on_change=self._count,
+        )
         # One task per message: a slow or hung answer does not block the others,
         # as with a real node's concurrent WS request handling.
         tasks: set[asyncio.Task[None]] = set()
         try:
             async for msg in ws:
                 if msg.type is WSMsgType.TEXT or msg.type is WSMsgType.BINARY:
-                    task = asyncio.ensure_future(self._message(request, ws, msg.data))
+                    task = asyncio.ensure_future(self._message(request, ws, msg.data, subs))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                 elif msg.type is WSMsgType.ERROR:
                     break
         finally:
             self._sockets.discard(ws)
+            subs.close()
             for task in tasks:
                 task.cancel()
             if tasks:
@@ -85,12 +99,25 @@ class WebSocketRpc:
             return web.Response(text=GARBAGE_HTML, content_type="text/html")
         return None
 
+    def _count(self, delta: int) -> None:
+        self.subscriptions += delta
+
     async def _message(
-        self, request: web.Request, ws: web.WebSocketResponse, data: str | bytes
+        self,
+        request: web.Request,
+        ws: web.WebSocketResponse,
+        data: str | bytes,
+        subs: Subscriptions,
     ) -> None:
         node = self.node
         parsed = parse(data)
         node.count(parsed)
+        if not parsed.batch and parsed.entries and is_subscription_call(parsed.entries[0]):
+            answer, sub_id = subs.answer(parsed.entries[0])  # type: ignore[arg-type]
+            await _send(ws, json.dumps(answer))
+            if sub_id is not None:
+                await subs.initial(sub_id)
+            return
         if node.fault_state.slow or node.stopping:
             out = await self._faulted(request, ws, partial(node.dispatcher.respond, parsed))
         else:
@@ -126,3 +153,8 @@ class WebSocketRpc:
                 *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"shutdown") for ws in sockets),
                 return_exceptions=True,
             )
+
+
+async def _send(ws: web.WebSocketResponse, text: str) -> None:
+    with contextlib.suppress(ConnectionError, RuntimeError):  # the client went away
+        await ws.send_str(text)

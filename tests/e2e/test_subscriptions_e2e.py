@@ -1,0 +1,227 @@
+"""WebSocket read subscriptions through the real mitmdump + addon to simulated
+nodes that serve them (node-wss endpoints): shared upstream subscriptions,
+no gap and no duplicate when the node holding one dies, unsubscribe, the
+other kinds, release when clients leave, and the policies (quota, per-socket
+bound, HTTP refusal). Everything on 127.0.0.1, every wait bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.e2e.conftest import PROXY_DEFAULTS, call, next_client_ip, post
+from tests.e2e.harness import Stack, base_config
+
+pytestmark = pytest.mark.e2e
+
+BLOCK_S = 1.0
+
+
+def _with_wss(config: dict[str, Any]) -> dict[str, Any]:
+    """Each simulated node also as a node-wss endpoint (same port, ws://)."""
+    rpc = [e for e in config["registry"]["endpoints"] if e["kind"] == "node-rpc"]
+    wss = [
+        {**e, "url": e["url"].replace("http://", "ws://"), "kind": "node-wss"} for e in rpc
+    ]
+    config["registry"]["endpoints"] = rpc + wss
+    return config
+
+
+def build(tmp: Any, names: tuple[str, ...], **proxy: Any) -> Stack:
+    stack = Stack(tmp)
+    epoch = time.time() - 600
+    try:
+        for name in names:
+            stack.start_node(name, epoch=epoch, block_time=BLOCK_S)
+        websocket = {"stall_s": 3, "upstream_linger_s": 1, "max_subscriptions": 4}
+        config = base_config(
+            tmp,
+            stack.nodes,
+            top={"probe": {"interval_s": 2, "head_interval_s": 1, "timeout_s": 2}},
+            **{**PROXY_DEFAULTS, "websocket": websocket, **proxy},
+        )
+        stack.write_config(_with_wss(config))
+        stack.start_sidecar()
+        stack.start_proxy()
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = build(tmp_path_factory.mktemp("subs"), ("alpha", "beta", "gamma"))
+    yield s
+    s.stop()
+
+
+def ws_url(stack: Stack) -> str:
+    return stack.rpc_url().replace("http://", "ws://")
+
+
+class Client:
+    """One client socket: answers by id, notifications per subscription id."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.answers: dict[Any, Any] = {}
+        self.notes: dict[str, list[Any]] = {}
+        self.methods: dict[str, str] = {}
+        self._ids = iter(range(1, 10**9))
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._arrived = asyncio.Event()
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            doc = json.loads(msg.data)
+            if isinstance(doc, dict) and "params" in doc and "subscription" in doc["params"]:
+                sid = doc["params"]["subscription"]
+                self.notes.setdefault(sid, []).append(doc["params"]["result"])
+                self.methods[sid] = doc["method"]
+            else:
+                for d in doc if isinstance(doc, list) else [doc]:
+                    self.answers[d.get("id")] = d
+            self._arrived.set()
+
+    async def ask(self, method: str, params: Any = None, timeout: float = 20) -> Any:
+        call_id = next(self._ids)
+        await self.ws.send_str(json.dumps(call(method, params, id_=call_id)))
+        deadline = time.monotonic() + timeout
+        while call_id not in self.answers:
+            self._arrived.clear()
+            left = deadline - time.monotonic()
+            assert left > 0, f"no answer to {method}"
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                pass
+        return self.answers.pop(call_id)
+
+    async def wait_notes(self, sid: str, count: int, timeout: float = 20) -> list[Any]:
+        deadline = time.monotonic() + timeout
+        while len(self.notes.get(sid, [])) < count:
+            assert time.monotonic() < deadline, f"{len(self.notes.get(sid, []))}/{count} notes"
+            await asyncio.sleep(0.05)
+        return self.notes[sid]
+
+
+@asynccontextmanager
+async def client(stack: Stack, ip: str | None = None) -> AsyncIterator[Client]:
+    connector = aiohttp.TCPConnector(local_addr=(ip or next_client_ip(), 0))
+    async with aiohttp.ClientSession(connector=connector) as s:
+        async with s.ws_connect(ws_url(stack), timeout=aiohttp.ClientWSTimeout(10)) as ws:
+            c = Client(ws)
+            yield c
+            c._reader.cancel()
+
+
+def numbers(headers: list[Any]) -> list[int]:
+    return [int(h["number"], 16) for h in headers]
+
+
+def node_subscriptions(stack: Stack) -> dict[str, int]:
+    return {n.name: n.state()["subscriptions"] for n in stack.nodes if n.proc.alive()}
+
+
+async def test_http_subscription_is_refused_with_the_websocket_url(stack: Stack) -> None:
+    r = await post(stack.rpc_url(), call("chain_subscribeNewHeads"))
+    assert r.status == 403
+    assert "WebSocket" in r.body["error"]["data"]["reason"]
+
+
+async def test_new_heads_arrive_in_order_with_the_current_head_first(stack: Stack) -> None:
+    async with client(stack) as c:
+        sid = (await c.ask("chain_subscribeNewHeads"))["result"]
+        assert isinstance(sid, str)
+        heads = await c.wait_notes(sid, 3, timeout=10)
+        ns = numbers(heads)
+        assert ns == list(range(ns[0], ns[0] + len(ns)))
+        assert c.methods[sid] == "chain_newHead"
+
+
+async def test_other_kinds_deliver(stack: Stack) -> None:
+    async with client(stack) as c:
+        fin = (await c.ask("chain_subscribeFinalisedHeads"))["result"]
+        rv = (await c.ask("state_subscribeRuntimeVersion"))["result"]
+        key = "0x26aa394eea5630e07c48ae0c9558cef702a5c1b19ab7a04f536c519aca4983ac"  # System.Number
+        st = (await c.ask("state_subscribeStorage", [[key]]))["result"]
+        finalized = await c.wait_notes(fin, 2, timeout=10)
+        ns = numbers(finalized)
+        assert ns[1] == ns[0] + 1 and c.methods[fin] == "chain_finalizedHead"
+        version = (await c.wait_notes(rv, 1))[0]
+        assert version["specVersion"] > 0 and c.methods[rv] == "state_runtimeVersion"
+        change = (await c.wait_notes(st, 1))[0]
+        assert change["changes"][0][0] == key and c.methods[st] == "state_storage"
+
+
+async def test_unsubscribe_stops_notifications_and_only_owned_ids_count(stack: Stack) -> None:
+    async with client(stack) as c, client(stack) as other:
+        sid = (await c.ask("chain_subscribeNewHeads"))["result"]
+        await c.wait_notes(sid, 1)
+        assert (await other.ask("chain_unsubscribeNewHeads", [sid]))["result"] is False
+        assert (await c.ask("chain_unsubscribeNewHeads", [sid]))["result"] is True
+        seen = len(c.notes[sid])
+        await asyncio.sleep(2.5 * BLOCK_S)
+        assert len(c.notes[sid]) == seen
+        assert (await c.ask("chain_unsubscribeNewHeads", [sid]))["result"] is False
+
+
+async def test_per_socket_bound_and_write_subscriptions(stack: Stack) -> None:
+    async with client(stack) as c:
+        for _ in range(4):
+            assert "result" in await c.ask("chain_subscribeNewHeads")
+        refused = await c.ask("chain_subscribeNewHeads")
+        assert refused["error"]["data"]["policy"] == "max_subscriptions"
+        write = await c.ask("author_submitAndWatchExtrinsic", ["0x00"])
+        assert write["error"]["code"] == -32601
+
+
+async def test_a_handshake_over_quota_is_429_not_upgraded(stack: Stack) -> None:
+    ip = next_client_ip()
+    for _ in range(100):
+        await post(stack.rpc_url(), call("system_health"), client_ip=ip)
+    connector = aiohttp.TCPConnector(local_addr=(ip, 0))
+    async with aiohttp.ClientSession(connector=connector) as s:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as e:
+            await s.ws_connect(ws_url(stack))
+    assert e.value.status == 429
+    assert int(e.value.headers["Retry-After"]) >= 1
+    assert e.value.headers["X-RateLimit-Limit"] == "100"
+
+
+async def test_five_clients_share_one_upstream_subscription_that_survives_its_node(
+    stack: Stack,
+) -> None:
+    await asyncio.sleep(2)  # subscriptions of earlier tests have lingered out
+    async with AsyncExitStack() as es:
+        clients = [await es.enter_async_context(client(stack)) for _ in range(5)]
+        sids = [(await c.ask("chain_subscribeNewHeads"))["result"] for c in clients]
+        assert len(set(sids)) == 5
+        for c, sid in zip(clients, sids, strict=True):
+            await c.wait_notes(sid, 2)
+        held = node_subscriptions(stack)
+        assert sum(held.values()) == 1, held  # one upstream subscription for five clients
+        holder = next(n for n in stack.nodes if n.name in held and held[n.name] == 1)
+        before = [len(c.notes[sid]) for c, sid in zip(clients, sids, strict=True)]
+        holder.proc.signal_group(signal.SIGKILL)  # a crash: no close frame
+        holder.proc.popen.wait(10)
+        for c, sid, n in zip(clients, sids, before, strict=True):
+            await c.wait_notes(sid, n + 6, timeout=30)
+        for c, sid in zip(clients, sids, strict=True):
+            ns = numbers(c.notes[sid])
+            assert ns == list(range(ns[0], ns[0] + len(ns))), ns  # each number once, in order
+        after = node_subscriptions(stack)
+        assert sum(after.values()) == 1, after
+    await asyncio.sleep(3)  # the sockets closed: released after the linger
+    assert sum(node_subscriptions(stack).values()) == 0
