@@ -200,6 +200,27 @@ async def test_a_handshake_over_quota_is_429_not_upgraded(stack: Stack) -> None:
     assert e.value.headers["X-RateLimit-Limit"] == "100"
 
 
+async def test_a_stalled_node_is_left_and_the_gap_is_filled(stack: Stack) -> None:
+    """The node feeding the heads freezes (its socket stays open): after
+    ``stall_s`` without a head while the probes see the chain advance, the
+    subscription moves and the heads missed meanwhile are delivered in order."""
+    await asyncio.sleep(2)  # earlier subscriptions have lingered out
+    async with client(stack) as c:
+        sid = (await c.ask("chain_subscribeNewHeads"))["result"]
+        await c.wait_notes(sid, 2)
+        held = node_subscriptions(stack)
+        holder = next(n for n in stack.nodes if held.get(n.name) == 1)
+        holder.control(freeze=True)
+        try:
+            seen = len(c.notes[sid])
+            await c.wait_notes(sid, seen + 8, timeout=30)
+        finally:
+            holder.control(freeze=False)
+        ns = numbers(c.notes[sid])
+        assert ns == list(range(ns[0], ns[0] + len(ns))), ns
+        assert node_subscriptions(stack).get(holder.name) == 0  # left, unsubscribed
+
+
 async def test_five_clients_share_one_upstream_subscription_that_survives_its_node(
     stack: Stack,
 ) -> None:
