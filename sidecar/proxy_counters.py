@@ -20,10 +20,26 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from common.metrics_wire import DURATION_BUCKETS, GAUGE_TTL_S, MAX_PROXIES, MAX_SERIES
+from common.metrics_wire import (
+    DURATION_BUCKETS,
+    EXTRA_COUNTERS,
+    GAUGE_TTL_S,
+    MAX_PROXIES,
+    MAX_SERIES,
+)
 from sidecar.stats.proxy_metrics import Gauges, Labels, ProxyMetrics
 
 K = TypeVar("K", bound=Hashable)
+
+# What the caps can drop from (keys of ``Counters.dropped``); "gauges": a proxy's
+# snapshot past ``max_proxies``.
+CAPPED = (
+    "chainproxy_requests_total",
+    "chainproxy_upstream_attempts_total",
+    "chainproxy_failovers_total",
+    *EXTRA_COUNTERS,
+    "gauges",
+)
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from prometheus_client.core import (
 )
 
 from common.metrics_wire import EXTRA_COUNTERS
-from sidecar.proxy_counters import Counters, GaugeTotals
+from sidecar.proxy_counters import CAPPED, Counters, GaugeTotals
 from sidecar.usage_service import UsageService
 
 _EXTRA_HELP = {
@@ -70,8 +70,8 @@ def live_counter_families(c: Counters) -> Iterator[Metric]:
         "Rows of the proxies' metrics dropped because a metric reached its cap of label sets",
         labels=["metric"],
     )
-    for metric, n in sorted(c.dropped.items()):
-        dropped.add_metric([metric], n)
+    for metric in CAPPED:  # zeros too: rate() needs the series before the first drop
+        dropped.add_metric([metric], c.dropped.get(metric, 0))
     yield dropped
 
 
