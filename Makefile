@@ -134,3 +134,21 @@ browser-deps:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 		else echo "chromium not found and not root: the browser test will be skipped" >&2; fi; \
 	fi
+
+# --- promtool (Debian's prometheus package) and systemd-analyze for the deploy/ tests ---
+# Installed when missing and we are root; otherwise those tests are skipped, saying why.
+# Only promtool is wanted: the Prometheus server the package brings is stopped again.
+.PHONY: deploy-deps
+test: deploy-deps
+deploy-deps:
+	@missing=""; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing (Debian packages) for the deploy/ tests"; \
+			apt-get update -qq && RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+			case "$$missing" in *prometheus*) service prometheus stop >/dev/null 2>&1 || true;; esac; \
+		else echo "not installed:$$missing (not root): the deploy/ tests that need them are skipped" >&2; fi; \
+	fi

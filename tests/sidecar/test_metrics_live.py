@@ -15,6 +15,7 @@ from common.config import Config, parse_config
 from sidecar.app import create_app
 from sidecar.keys import PROBER_KEY, USAGE_KEY
 from sidecar.model import ProbeResult
+from tests.sidecar.deploy_files import deploy_metric_names
 from tests.sidecar.metrics_batch import batch_with_metrics, metrics_section
 from tests.sidecar.stats.helpers import wire_rollup
 
@@ -204,3 +205,15 @@ async def test_a_batch_the_store_cannot_take_still_shows_the_spool_growing(
     assert value(f, "chainproxy_requests") == 0  # the counters wait for the retry
     assert (await client.post(USAGE, json=batch)).status == 200
     assert value(await scrape(client), "chainproxy_requests", outcome="ok") == 10
+
+
+async def test_every_metric_the_deploy_files_use_is_exposed(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    app, client, _clock, cfg = await start(aiohttp_client, tmp_path)
+    a, b = (e for e in cfg.endpoints if e.kind == "node-rpc")
+    app[PROBER_KEY].observe(a, ProbeResult(a.id, T0, "full", "live", 20, 100, 98))
+    app[PROBER_KEY].observe(b, ProbeResult(b.id, T0, "full", "dead"))
+    await client.post(USAGE, json=batch_with_metrics(metrics_section(ids(cfg)), sent_at=T0))
+    exposed = {s.name for f in (await scrape(client)).values() for s in f.samples}
+    assert deploy_metric_names() - exposed == set()
