@@ -1,7 +1,8 @@
 """The pipeline's first step: route by path, enforce the body limit, parse.
 
-Returns the call's ``RpcContext``, or None when the flow is answered here
-(a refusal, a CORS preflight) or is not an RPC call at all (a sidecar path,
+Returns the call's ``RpcContext`` (with the flow already answered when the
+body was refused), or None when the flow is not a call on a known network (a
+route refusal, a CORS preflight) or not an RPC call at all (a sidecar path,
 marked for ``SidecarPassthrough``)."""
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _parse(flow: http.HTTPFlow, rt: Runtime, route: RpcRoute) -> RpcContext | No
         parsed = parse_body(body, max_batch=p.max_batch)
     if isinstance(parsed, Refusal):
         finish(flow, refusal_response(parsed), rpc, now=rt.clock(), outcome="refused")
-        return None
+        return rpc  # answered: counted in the live metrics, no step runs
     rpc.parsed = parsed
     rpc.answers = [
         error_obj(i.id, i.code, i.message) if isinstance(i, BadItem) else None for i in parsed.items

@@ -23,7 +23,7 @@ from mitmproxy import http
 from addon.admit import allowlist, rate_limit
 from addon.answer import forward_pending, learn, record, respond
 from addon.cache_stage import cache_lookup, cache_store
-from addon.context import WS_KEY, RpcContext
+from addon.context import META_KEY, WS_KEY, RpcContext
 from addon.gate import open_rpc
 from addon.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.lean import ProxyTuning
@@ -90,11 +90,19 @@ class RpcPipeline:
         steps = self.steps
         for i in range(start, len(steps)):
             if flow.response is not None or not flow.live:
-                return None
+                break
             pending = steps[i](flow, rpc, rt)
             if pending is not None:
                 return self._resume(pending, flow, rpc, rt, i + 1)
+        self._finished(flow, rpc, rt)
         return None
+
+    @staticmethod
+    def _finished(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+        meta = flow.metadata.get(META_KEY)
+        if flow.response is not None and meta is not None:
+            seconds = rt.clock() - rpc.started
+            rt.metrics.count_flow(rpc, meta["outcome"], flow.response.status_code, seconds)
 
     async def _resume(
         self, pending: Awaitable[None], flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime, nxt: int

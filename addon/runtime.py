@@ -10,15 +10,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
 from addon.blocks import BlockIndex
 from addon.cache_store import CacheStore, DiskCacheStore
 from addon.forward import AiohttpTransport, Budget, Transport
+from addon.live_metrics import LiveMetrics
 from addon.ratelimit import RateLimiter
 from addon.sidecar_client import SidecarClient
 from addon.subs.hub import HubSettings, SubscriptionHub
+from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
 from addon.upstreams import Upstream, UpstreamPool
 from addon.usage import Spool, UsageAggregator
 from common.config import Config, Endpoint
@@ -34,6 +37,8 @@ class Runtime:
     sidecar: SidecarClient
     ws_pools: dict[str, UpstreamPool]  # node-wss endpoints: for subscriptions
     subs: SubscriptionHub
+    metrics: LiveMetrics
+    ws_connections: int = 0  # client WebSockets open (a gauge)
     transport: Transport | None = None  # set when the event loop runs
     session: aiohttp.ClientSession | None = None
     tips: dict[str, int] = field(default_factory=dict)  # from the sidecar's snapshot
@@ -82,6 +87,7 @@ class Runtime:
             sidecar=SidecarClient(config.sidecar, passthrough_timeout_s=p.sidecar_timeout_s),
             ws_pools=ws_pools,
             subs=None,  # type: ignore[arg-type]  # set below: it reads the runtime's heads
+            metrics=LiveMetrics(p.allowlist | SUBSCRIBE.keys() | UNSUBSCRIBE.keys()),
         )
         ws = p.websocket
         runtime.subs = SubscriptionHub(
@@ -94,6 +100,9 @@ class Runtime:
                 stall_s=ws.stall_s,
                 call_timeout_s=p.failover.attempt_timeout_s,
                 establish_s=p.failover.deadline_s,
+            ),
+            on_move=lambda net: runtime.metrics.count_extra(
+                "chainproxy_subscription_moves_total", network=net
             ),
         )
         return runtime
@@ -111,6 +120,8 @@ class Runtime:
             for heads_new, heads_old in ((self.tips, old.tips), (self.finalized, old.finalized)):
                 if net in heads_old:
                     heads_new[net] = heads_old[net]
+        self.metrics = old.metrics  # counts not yet shipped stay with the process
+        self.ws_connections = old.ws_connections
         # One hub per process: clients' subscriptions live on, on the new pools.
         old.subs.reconfigure(self.ws_pools, self.subs.settings, heads=self.subs.heads)
         self.subs = old.subs
@@ -122,6 +133,14 @@ class Runtime:
                 self.cache = old.cache
         if old.config.proxy.rate_limit == self.config.proxy.rate_limit:
             self.limiter = old.limiter
+
+    def gauges(self) -> dict[str, Any]:
+        """The current values the next usage batch reports (``metrics_wire``)."""
+        return {
+            "ws_connections": self.ws_connections,
+            "spool_batches": len(self.spool) if self.spool is not None else 0,
+            **self.subs.gauges(),
+        }
 
     def open_storage(self) -> None:
         """The on-disk parts (cache, usage spool) under ``data_dir``; separate from

@@ -21,9 +21,18 @@ class UsageShipping:
         if self._task is not None or rt is None or rt.spool is None:
             return
         self.shipper = UsageShipper(
-            rt.usage, rt.spool, rt.sidecar.post_usage, flush_s=rt.config.proxy.usage.flush_s
+            rt.usage,
+            rt.spool,
+            rt.sidecar.post_usage,
+            flush_s=rt.config.proxy.usage.flush_s,
+            metrics=rt.metrics,
+            gauges=self._gauges,
         )
         self._task = asyncio.get_running_loop().create_task(self.shipper.run())
+
+    def _gauges(self) -> dict[str, object]:
+        rt = self.holder.runtime  # the current one: a config reload replaces it
+        return rt.gauges() if rt is not None else {}
 
     def done(self) -> None:  # synchronous: mitmproxy's hot reload calls it so
         if self._task is not None:

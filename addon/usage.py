@@ -27,7 +27,9 @@ from typing import Any
 
 import diskcache
 
+from addon.live_metrics import LiveMetrics
 from common import latency_hist
+from common.metrics_wire import HEARTBEAT_S
 
 log = logging.getLogger("chainproxy.usage")
 
@@ -97,8 +99,13 @@ class UsageAggregator:
         ]
 
 
-def new_batch(rollups: list[dict[str, Any]], now: float) -> dict[str, Any]:
-    return {"batch_id": uuid.uuid4().hex, "sent_at": now, "rollups": rollups}
+def new_batch(
+    rollups: list[dict[str, Any]], now: float, metrics: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    batch: dict[str, Any] = {"batch_id": uuid.uuid4().hex, "sent_at": now, "rollups": rollups}
+    if metrics is not None:
+        batch["metrics"] = metrics  # live counters and gauges (common/metrics_wire.py)
+    return batch
 
 
 class Spool:
@@ -156,8 +163,15 @@ class UsageShipper:
         flush_s: float,
         clock: Callable[[], float] = time.time,
         max_retry_s: float = 10.0,
+        metrics: LiveMetrics | None = None,
+        gauges: Callable[[], dict[str, Any]] = dict,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         self.aggregator = aggregator
+        self.metrics = metrics
+        self._gauges = gauges
+        self.heartbeat_s = heartbeat_s
+        self._last_batch = float("-inf")
         self.spool = spool
         self._deliver = deliver
         self.flush_s = flush_s
@@ -167,10 +181,20 @@ class UsageShipper:
         self.failures = 0
 
     def spool_pending(self) -> int:
-        """Drain the aggregator into the spool (also used synchronously at stop)."""
+        """Drain the aggregator (and the live counters) into the spool; also used
+        synchronously at stop. An idle proxy still spools a batch every
+        ``heartbeat_s``: the sidecar's ``updated`` then means "a proxy is alive"."""
         rollups = self.aggregator.drain()
-        if rollups:
-            self.spool.append(new_batch(rollups, self._clock()))
+        now = self._clock()
+        live = self.metrics is not None and self.metrics.pending
+        if (
+            rollups
+            or live
+            or (self.metrics is not None and now - self._last_batch >= self.heartbeat_s)
+        ):
+            metrics = self.metrics.drain(self._gauges()) if self.metrics is not None else None
+            self.spool.append(new_batch(rollups, now, metrics))
+            self._last_batch = now
         return len(rollups)
 
     async def deliver_spooled(self, max_batches: int = 50) -> bool:

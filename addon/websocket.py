@@ -123,6 +123,8 @@ class WebSocketRpc:
         # (also a socket opened before a hot reload, that another instance saw start)
         rt = self.holder.runtime
         ws = rt.config.proxy.websocket if rt is not None else WebSocketConfig()
+        if rt is not None:
+            rt.ws_connections += 1
         conn = self._conns[flow.id] = ClientConn(
             flow,
             network,
@@ -180,6 +182,7 @@ class WebSocketRpc:
             task.cancel()
         rt = self.holder.runtime
         if rt is not None:
+            rt.ws_connections = max(0, rt.ws_connections - 1)
             dispatch.release(rt, conn)  # closing a socket ends its subscriptions
         flow.comment = conn.describe()
 

@@ -92,6 +92,7 @@ async def answer(
 async def _one(rt: Runtime, sock: ClientSocket, item: dict[str, Any]) -> tuple[Any, After | None]:
     call_id, method, params = item["id"], item["method"], item.get("params", [])
     if method in WRITE_SUBSCRIPTIONS:
+        rt.metrics.count_request(sock.network, method, "refused")
         return _refused(call_id, method), None
     if method in UNSUBSCRIBE:
         target = params[0] if isinstance(params, list) and params else None
@@ -105,8 +106,10 @@ async def _one(rt: Runtime, sock: ClientSocket, item: dict[str, Any]) -> tuple[A
         return {"jsonrpc": "2.0", "id": call_id, "result": owned}, None
     ws = rt.config.proxy.websocket
     if not ws.subscriptions:
+        rt.metrics.count_request(sock.network, method, "refused")
         return _refused(call_id, method), None
     if len(sock.subscriptions) >= ws.max_subscriptions:
+        rt.metrics.count_request(sock.network, method, "refused")
         return error_obj(
             call_id,
             POLICY_REFUSED,
@@ -119,6 +122,7 @@ async def _one(rt: Runtime, sock: ClientSocket, item: dict[str, Any]) -> tuple[A
         ), None
     decision = rt.limiter.check(sock.client, 1)
     if not decision.allowed:
+        rt.metrics.count_request(sock.network, method, "rate_limited")
         return quota_error(call_id, decision, 1, sock.client), None
     kind = SUBSCRIBE[method]
     try:
@@ -149,6 +153,7 @@ def _refused(call_id: Any, method: str) -> dict[str, Any]:
 def _record(
     rt: Runtime, sock: ClientSocket, method: str, endpoint: str | None, started: float, error: bool
 ) -> None:
+    rt.metrics.count_request(sock.network, method, "error" if error else "ok")
     rt.usage.record(
         network=sock.network,
         method=method,

@@ -55,12 +55,14 @@ class SubscriptionHub:
         heads: Callable[[str], tuple[int | None, int | None]],
         clock: Callable[[], float],
         settings: HubSettings = HubSettings(),
+        on_move: Callable[[str], None] = lambda network: None,
     ) -> None:
         self.pools = pools
         self._session = session
         self.heads = heads  # network -> (tip, finalized) from the probes
         self._clock = clock
         self.settings = settings
+        self._on_move = on_move  # a subscription moved to another node (a metric)
         self.shared: dict[str, SharedSubscription] = {}
         self.by_id: dict[str, SharedSubscription] = {}  # client subscription id -> shared
         self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
@@ -200,6 +202,7 @@ class SubscriptionHub:
             pool.succeeded(up, (self._clock() - start) * 1000)
             if left is not None:
                 sh.moves += 1
+                self._on_move(sh.network)
             return
 
     async def _socket(self, up: Upstream) -> UpstreamSocket:
@@ -296,9 +299,13 @@ class SubscriptionHub:
             await socket.close()
         self.sockets.clear()
 
-    def stats(self) -> dict[str, Any]:
-        return {
-            "upstream_subscriptions": len(self.shared),
-            "client_subscriptions": len(self.by_id),
-            "upstream_sockets": len(self.sockets),
-        }
+    def gauges(self) -> dict[str, dict[str, int]]:
+        """Client and upstream subscriptions by (canonical) method."""
+        clients: dict[str, int] = {}
+        upstream: dict[str, int] = {}
+        for sh in self.shared.values():
+            m = sh.kind.subscribe
+            clients[m] = clients.get(m, 0) + len(sh.subscribers)
+            if sh.live.is_set():
+                upstream[m] = upstream.get(m, 0) + 1
+        return {"client_subscriptions": clients, "upstream_subscriptions": upstream}

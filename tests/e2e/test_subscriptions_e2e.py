@@ -246,3 +246,25 @@ async def test_five_clients_share_one_upstream_subscription_that_survives_its_no
         assert sum(after.values()) == 1, after
     await asyncio.sleep(3)  # the sockets closed: released after the linger
     assert sum(node_subscriptions(stack).values()) == 0
+
+
+async def test_sidecar_metrics_show_subscriptions_moves_and_opens(stack: Stack) -> None:
+    """The proxy's live counters and gauges reach the sidecar's /metrics."""
+    async with client(stack) as c:
+        sid = (await c.ask("chain_subscribeNewHeads"))["result"]
+        await c.wait_notes(sid, 1)
+        deadline = time.monotonic() + 20
+        text = ""
+        while time.monotonic() < deadline:
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"{stack.sidecar_url}/metrics") as r:
+                    text = await r.text()
+            if 'chainproxy_client_subscriptions{method="chain_subscribeNewHeads"} 1' in text:
+                break
+            await asyncio.sleep(0.5)
+    assert 'chainproxy_client_subscriptions{method="chain_subscribeNewHeads"} 1' in text
+    assert 'chainproxy_upstream_subscriptions{method="chain_subscribeNewHeads"} 1' in text
+    assert 'method="chain_subscribeNewHeads",network="finney",outcome="ok"' in text
+    moves = [ln for ln in text.splitlines() if ln.startswith("chainproxy_subscription_moves_total{")]
+    assert moves and float(moves[0].rsplit(" ", 1)[1]) >= 2  # the stall and the kill above
+    assert "chainproxy_websocket_connections 1" in text
