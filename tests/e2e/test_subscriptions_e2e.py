@@ -28,9 +28,7 @@ BLOCK_S = 1.0
 def _with_wss(config: dict[str, Any]) -> dict[str, Any]:
     """Each simulated node also as a node-wss endpoint (same port, ws://)."""
     rpc = [e for e in config["registry"]["endpoints"] if e["kind"] == "node-rpc"]
-    wss = [
-        {**e, "url": e["url"].replace("http://", "ws://"), "kind": "node-wss"} for e in rpc
-    ]
+    wss = [{**e, "url": e["url"].replace("http://", "ws://"), "kind": "node-wss"} for e in rpc]
     config["registry"]["endpoints"] = rpc + wss
     return config
 
@@ -265,6 +263,8 @@ async def test_sidecar_metrics_show_subscriptions_moves_and_opens(stack: Stack) 
     assert 'chainproxy_client_subscriptions{method="chain_subscribeNewHeads"} 1' in text
     assert 'chainproxy_upstream_subscriptions{method="chain_subscribeNewHeads"} 1' in text
     assert 'method="chain_subscribeNewHeads",network="finney",outcome="ok"' in text
-    moves = [ln for ln in text.splitlines() if ln.startswith("chainproxy_subscription_moves_total{")]
+    moves = [
+        ln for ln in text.splitlines() if ln.startswith("chainproxy_subscription_moves_total{")
+    ]
     assert moves and float(moves[0].rsplit(" ", 1)[1]) >= 2  # the stall and the kill above
     assert "chainproxy_websocket_connections 1" in text
