@@ -23,6 +23,8 @@ from chainproxy.supervisor import StartError, StopRequest, Supervisor, wait_http
 from common.config import Config, ConfigError, load_config
 from simnode.command import simnode_argv
 
+DEMO_BLOCK_S = 4  # simulated nodes make a block every few seconds: the demo shows live heads
+
 
 def _simulated_nodes(config: Config) -> list[list[str]]:
     epoch = time.time() - 3600  # a chain with some history: heights agree across nodes
@@ -36,7 +38,7 @@ def _simulated_nodes(config: Config) -> list[list[str]]:
             name=f"{e.provider}-{e.network}",
             seed=e.network,
             epoch=epoch,
-            block_time=12,
+            block_time=DEMO_BLOCK_S,
             start_height=4_000_000,
             genesis=config.networks[e.network].genesis,
             archive=e.archive,
@@ -63,6 +65,8 @@ def _banner(base: str, network: str, web_ui: str | None) -> str:
         + (f"mitmweb UI:  {web_ui}\n" if web_ui else "")
         + f"try:\n  curl -s -X POST {base}/rpc/v1/{network} -H 'content-type: application/json' "
         '-d \'{"jsonrpc":"2.0","id":1,"method":"chain_getHeader","params":[]}\'\n'
+        f"  live heads over WebSocket: ws://{base.split('://', 1)[1]}/rpc/v1/{network} "
+        '(send {"jsonrpc":"2.0","id":1,"method":"chain_subscribeNewHeads","params":[]})\n'
         "Ctrl-C stops everything.\n"
     )
 

@@ -4,6 +4,7 @@ stops every child on SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -57,6 +58,11 @@ def _demo_config(tmp: Path) -> Path:
                     "network": "finney",
                     "archive": i == 2,
                 }
+                for i, p in enumerate(nodes)
+            ]
+            + [
+                {"url": f"ws://127.0.0.1:{p}", "provider": f"sim{i}", "kind": "node-wss"}
+                | {"network": "finney"}
                 for i, p in enumerate(nodes)
             ]
         },
@@ -123,6 +129,9 @@ def test_demo_prints_a_working_curl_and_stops_cleanly(
             )
             answer = json.loads(urllib.request.urlopen(req, timeout=20).read())
         assert answer["id"] == 1 and int(answer["result"]["number"], 16) > 0
+        assert "chain_subscribeNewHeads" in text  # the banner says how to see live heads
+        heads = asyncio.run(_two_heads(f"ws://127.0.0.1:{port}/rpc/v1/finney"))
+        assert int(heads[1]["number"], 16) == int(heads[0]["number"], 16) + 1
         os.kill(proc.pid, sig)
         assert proc.wait(20) == 0
         text += proc.stdout.read()
@@ -136,6 +145,22 @@ def test_demo_prints_a_working_curl_and_stops_cleanly(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+async def _two_heads(url: str) -> list[dict[str, object]]:
+    """The demo's simulated nodes make blocks: a subscription sees two heads."""
+    import aiohttp
+
+    sub = {"jsonrpc": "2.0", "id": 1, "method": "chain_subscribeNewHeads", "params": []}
+    heads: list[dict[str, object]] = []
+    async with aiohttp.ClientSession() as s, s.ws_connect(url) as ws:
+        await ws.send_str(json.dumps(sub))
+        async with asyncio.timeout(30):  # the demo makes a block every few seconds
+            while len(heads) < 2:
+                doc = json.loads((await ws.receive()).data)
+                if doc.get("method") == "chain_newHead":
+                    heads.append(doc["params"]["result"])
+    return heads
 
 
 def test_launcher_rejects_a_bad_config_with_one_line(tmp_path: Path) -> None:
