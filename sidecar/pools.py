@@ -7,9 +7,10 @@
 * **archive-capable**: the endpoint's last conclusive archive probe
   (historical state at block 1 readable), else the config's ``archive`` flag
   (the routing snapshot's rule).
-* **proxy-eligible**: the members serve live traffic through the proxy: the
-  ``-rpc`` and ``-archive`` pools (with a ``node-rpc`` member) of networks in
-  ``proxy.networks``; ``-wss`` pools never (the proxy speaks HTTP).
+* **proxy-eligible**: the members serve live traffic through the proxy, for
+  networks in ``proxy.networks``: the ``-rpc`` and ``-archive`` pools (with a
+  ``node-rpc`` member) take its calls, the ``-wss`` pools its WebSocket
+  subscriptions (DESIGN §11).
 * **eligible** members: healthy ones (status ``OK``); **best endpoint**: the
   healthy member with the lowest latency (EWMA), ties by id; null when none.
 """
@@ -63,11 +64,11 @@ def pools(config: Config, health: HealthMap) -> list[Pool]:
 
 
 def proxy_eligible(config: Config, pool: Pool) -> bool:
-    return (
-        pool.network in config.proxy.networks
-        and pool.kind in ("node-rpc", "archive")
-        and any(e.kind == "node-rpc" for e in pool.members)
-    )
+    if pool.network not in config.proxy.networks:
+        return False
+    if pool.kind == "node-wss":
+        return True  # upstream subscriptions are held on node-wss endpoints
+    return any(e.kind == "node-rpc" for e in pool.members)  # calls go over HTTP
 
 
 def proxy_pools(config: Config, health: HealthMap) -> list[dict[str, Any]]:

@@ -27,7 +27,11 @@ def schemas() -> dict[str, Schema]:
                 "region": js.string("the members' common region, or empty"),
                 "members": js.integer(1),
                 "archive": js.BOOL,
-                "proxy_eligible": js.BOOL,
+                "proxy_eligible": {
+                    **js.BOOL,
+                    "description": "the members serve traffic through the proxy:"
+                    " -rpc and -archive its calls, -wss its subscriptions",
+                },
             }
         ),
         "EndpointPool": js.obj(

@@ -71,7 +71,7 @@ def test_proxy_pools_names_members_region_archive_and_eligibility() -> None:
         {"pool": "finney-rpc", "region": "eu", "members": 3, "archive": False,
          "proxy_eligible": True},
         {"pool": "finney-wss", "region": "", "members": 2, "archive": False,
-         "proxy_eligible": False},
+         "proxy_eligible": True},  # the proxy's WebSocket subscriptions use them
         {"pool": "finney-archive", "region": "eu", "members": 1, "archive": True,
          "proxy_eligible": True},
         {"pool": "test-rpc", "region": "", "members": 1, "archive": False,
@@ -84,6 +84,13 @@ def test_pools_of_networks_the_proxy_does_not_serve_are_not_eligible() -> None:
     assert proxy_pools(c, {}) == [
         {"pool": "test-rpc", "region": "", "members": 1, "archive": False, "proxy_eligible": False}
     ]
+
+
+def test_wss_pools_are_eligible_only_for_networks_the_proxy_serves() -> None:
+    c = cfg(ep("wss://ws.t.example", "t", "node-wss", network="test"), networks=["finney"])
+    assert [r["proxy_eligible"] for r in proxy_pools(c, {})] == [False]
+    c = cfg(ep("wss://ws.t.example", "t", "node-wss", network="test"), networks=["test"])
+    assert [r["proxy_eligible"] for r in proxy_pools(c, {})] == [True]
 
 
 def test_archive_capability_follows_the_probe_when_conclusive() -> None:
@@ -116,7 +123,7 @@ def test_registry_totals() -> None:
     assert registry_totals(FINNEY, health) == {
         "endpoints_tracked": 8,
         "rpc_pools": 4,
-        "rpc_pools_proxy_eligible": 3,
+        "rpc_pools_proxy_eligible": 4,
         "archive_capable": 1,
         "healthy_pct": 66.67,
         "healthy": 2,
