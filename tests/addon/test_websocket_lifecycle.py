@@ -20,9 +20,9 @@ from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from addon import websocket as ws
-from addon.ws_conn import MAX_IN_FLIGHT
 from addon.context import WS_KEY
 from addon.runtime import RuntimeHolder
+from addon.ws_conn import MAX_IN_FLIGHT
 
 # --- helpers -----------------------------------------------------------------------------
 
