@@ -23,6 +23,8 @@ class HttpSession:
         # Synchronous (mitmproxy's hot reload calls it so): the close is scheduled,
         # in a task mitmproxy keeps a reference to until it ends.
         rt = self.holder.runtime
+        if rt is not None:
+            rt.subs.stop()  # its sockets end with the session: no resubscribing now
         session = rt.detach_session() if rt is not None else None
         if session is None:
             return

@@ -68,6 +68,7 @@ class SubscriptionHub:
         self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
         self._connecting: dict[str, asyncio.Task[UpstreamSocket]] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        self.stopping = False  # the process is going: sockets closing now are not failures
 
     # --- clients ----------------------------------------------------------------------------
 
@@ -228,7 +229,7 @@ class SubscriptionHub:
     def _socket_closed(self, socket: UpstreamSocket, reason: str) -> None:
         if self.sockets.get(socket.endpoint_id) is socket:
             del self.sockets[socket.endpoint_id]
-        if reason == "closed-by-proxy":
+        if reason == "closed-by-proxy" or self.stopping:
             return
         for sh in list(self.shared.values()):
             if sh.socket is socket:
@@ -290,9 +291,18 @@ class SubscriptionHub:
                 if pool is not None and len(pool):
                     self._move(sh, "endpoint removed from the config")
 
-    async def close(self) -> None:
+    def stop(self) -> None:
+        """Synchronous (mitmproxy's ``done``): no more moves; the HTTP session's
+        close then ends the upstream sockets."""
+        self.stopping = True
         if self._watchdog is not None:
             self._watchdog.cancel()
+        for sh in self.shared.values():
+            if sh.mover is not None:
+                sh.mover.cancel()
+
+    async def close(self) -> None:
+        self.stop()
         for sh in list(self.shared.values()):
             await self._drop(sh)
         for socket in list(self.sockets.values()):

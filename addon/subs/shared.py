@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from addon.subs.methods import SubKind
@@ -25,13 +25,20 @@ log = logging.getLogger("chainproxy.subs")
 Sequencer = HeadSequencer | StorageSequencer | ValueSequencer
 
 
+_BACKLOG = 64  # notifications held for a subscriber whose id is not sent yet
+
+
 @dataclass(slots=True)
 class Subscriber:
-    """One client subscription: its id and how to reach its socket."""
+    """One client subscription: its id and how to reach its socket. Until its
+    id has been sent (``greet``), notifications wait in ``backlog``: a client
+    never sees a notification before the answer that names it."""
 
     sub_id: str
     send: Callable[[bytes], None]
     owner: object  # the client socket holding it
+    ready: bool = False
+    backlog: list[bytes] = field(default_factory=list)
 
 
 def _sequencer(kind: SubKind) -> Sequencer:
@@ -109,12 +116,18 @@ class SharedSubscription:
         return self.sequencer.current()
 
     def greet(self, subscriber: Subscriber) -> None:
-        """A new subscriber gets the current value at once, as from a node."""
+        """Its id has been sent: a new subscriber gets the current value at once,
+        as from a node (or, when notifications came meanwhile, those)."""
+        subscriber.ready = True
+        backlog, subscriber.backlog = subscriber.backlog, []
+        if backlog:
+            for frame in backlog:
+                subscriber.send(frame)
+            return
         value = self.current()
         if value is not None:
-            subscriber.send(
-                self._frame(subscriber.sub_id, json.dumps(value, separators=(",", ":")))
-            )
+            encoded = json.dumps(value, separators=(",", ":"))
+            subscriber.send(self._frame(subscriber.sub_id, encoded))
 
     def _frame(self, sub_id: str, result_json: str) -> bytes:
         # The result is encoded once per notification, not once per subscriber.
@@ -129,7 +142,11 @@ class SharedSubscription:
         encoded = json.dumps(result, separators=(",", ":"))
         for sub in list(self.subscribers.values()):
             try:
-                sub.send(self._frame(sub.sub_id, encoded))
+                frame = self._frame(sub.sub_id, encoded)
+                if sub.ready:
+                    sub.send(frame)
+                elif len(sub.backlog) < _BACKLOG:
+                    sub.backlog.append(frame)
             except Exception:  # one client's socket must not stop the others
                 log.exception("notification to subscription %s failed", sub.sub_id)
 

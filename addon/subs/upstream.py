@@ -121,8 +121,12 @@ class UpstreamSocket:
                     reason = "error"
                     break
         except asyncio.CancelledError:
-            reason = "cancelled"
-            raise
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                reason = "cancelled"
+                raise
+            # aiohttp cancels its own read when the connection is lost
+            reason = "connection-lost"
         except Exception as e:  # the socket is gone whatever broke
             reason = f"read-error:{type(e).__name__}"
         finally:

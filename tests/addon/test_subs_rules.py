@@ -3,6 +3,7 @@ sequencers that keep a stream free of gaps and duplicates across node changes.""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -190,3 +191,25 @@ def test_storage_resubscription_delivers_only_a_changed_value() -> None:
     assert seq.consider(changed).action == "deliver"
     seq.delivered(changed)
     assert seq.current() == {"block": "0x0a", "changes": [["0xaa", "0x01"], ["0xbb", "0x05"]]}
+
+
+def test_a_subscriber_never_sees_a_notification_before_its_id() -> None:
+    """Notifications that arrive while the answer naming the subscription is
+    still on its way wait, and go out right after it, in order."""
+    from addon.subs.shared import SharedSubscription, Subscriber
+
+    kind = SUBSCRIBE["chain_subscribeNewHeads"]
+    sh = SharedSubscription("k", "finney", kind, [], clock=lambda: 0.0, call_timeout_s=1)
+    sent: list[bytes] = []
+    early = Subscriber("s1", sent.append, owner=None)
+    sh.subscribers["s1"] = early
+    sh._deliver(header(10))
+    sh._deliver(header(11))
+    assert sent == []  # its id is not sent yet
+    sh.greet(early)
+    assert [json.loads(b)["params"]["result"]["number"] for b in sent] == ["0xa", "0xb"]
+    late = Subscriber("s2", sent.append, owner=None)
+    sh.subscribers["s2"] = late
+    sent.clear()
+    sh.greet(late)  # nothing waited: the current head, as from a node
+    assert [json.loads(b)["params"] for b in sent] == [{"subscription": "s2", "result": header(11)}]
