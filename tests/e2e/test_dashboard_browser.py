@@ -127,7 +127,8 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
             }
             assert "b1" in colours and "b4" in colours  # fast local nodes, dead subnets
             assert colours["b1"] != colours["b4"]
-            assert page.locator("#heatmap .legend span").count() == 4
+            # four latency buckets and "not probed" (a cell without a probe yet)
+            assert page.locator("#heatmap .legend span").count() == 5
             # Callable list: 60 endpoints, page 2 shows rows 26-50.
             assert "60 of 60" in page.locator("#callable h2").inner_text()
             # docs/dashboard.png is refreshed on request only: tests leave the tree clean.
