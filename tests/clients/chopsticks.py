@@ -86,9 +86,9 @@ def start_chopsticks(name: str, genesis: Path, logdir: Path) -> Chopsticks:
 
 @dataclass
 class Front:
-    """A TCP forwarder in front of a node: one registry endpoint. ``stop()`` takes
-    the endpoint down (connection refused), ``start()`` brings it back on the
-    same port."""
+    """A TCP forwarder in front of a node: one registry endpoint (node-rpc at
+    ``url``, node-wss at ``ws_url``). ``stop()`` takes the endpoint down
+    (connection refused), ``start()`` brings it back on the same port."""
 
     name: str
     target: int
@@ -104,6 +104,15 @@ class Front:
     @property
     def endpoint_id(self) -> str:
         return endpoint_id(self.url)
+
+    @property
+    def ws_url(self) -> str:
+        """The same port as a node-wss endpoint (chopsticks serves both)."""
+        return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def ws_endpoint_id(self) -> str:
+        return endpoint_id(self.ws_url)
 
     def start(self) -> Front:
         argv = [

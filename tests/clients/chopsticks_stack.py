@@ -60,7 +60,8 @@ def proxy_config(
     data_dir: Path, endpoints: list[tuple[str, str]], *, sidecar_port: int
 ) -> dict[str, Any]:
     """A chainproxy config serving ``/rpc/v1/assethub`` from ``endpoints``
-    (url, provider). No genesis for the network: see the module docstring."""
+    (url, provider), each a node-rpc endpoint and, at its ws:// URL, a node-wss
+    one. No genesis for the network: see the module docstring."""
     return {
         "proxy": {
             "networks": [NETWORK],
@@ -93,8 +94,18 @@ def proxy_config(
                 {"url": url, "provider": provider, "kind": "node-rpc", "network": NETWORK}
                 for url, provider in endpoints
             ]
+            # chopsticks serves WebSocket on the same port: the same endpoint as node-wss
+            # (subscriptions), ws://
+            + [
+                {"url": ws_url(url), "provider": provider, "kind": "node-wss", "network": NETWORK}
+                for url, provider in endpoints
+            ]
         },
     }
+
+
+def ws_url(url: str) -> str:
+    return url.replace("http://", "ws://", 1)
 
 
 def routes(stack: Stack) -> dict[str, Any]:
@@ -137,6 +148,11 @@ class ChainStack:
     @property
     def rpc_url(self) -> str:
         return self.stack.rpc_url(NETWORK)
+
+    @property
+    def ws_rpc_url(self) -> str:
+        """The proxy's WebSocket URL for the network (subscriptions)."""
+        return ws_url(self.rpc_url)
 
     @property
     def fast(self) -> Front:
@@ -263,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         url = chain.rpc_url
         print(
             f"\nchainproxy is up: {url}\n"
+            f"  WebSocket, subscriptions too: {chain.ws_rpc_url}\n"
             f"  chain: one chopsticks node ({chain.node.url}) behind two endpoints "
             f"{chain.fronts[0].url} and {chain.fronts[1].url}\n"
             f"  logs and config: {workdir}\n"

@@ -1,7 +1,7 @@
 """Run by tests/clients/test_async_substrate_interface.py with the Python of its
 own venv (``.venv-asi``: ``async-substrate-interface``, the bittensor SDK's
 WebSocket client, whose ``scalecodec`` cannot share a venv with
-``substrate-interface``'s). Sends reads, a batch, a refused write and a refused
+``substrate-interface``'s). Sends reads, a batch, a refused write and a
 subscription through the proxy on one socket; prints one JSON line.
 
     python client.py WS_URL SOURCE_IP
