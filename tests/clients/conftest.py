@@ -86,13 +86,16 @@ def _restore(chain: ChainStack) -> None:
 
 
 class NodeSession:
-    """``node polkadot_session.mjs <scenario> <url> <ip>``: its "@@ {json}" lines
-    (read by a thread into a queue, so a wait can time out)."""
+    """``node <script> <scenario> <url> <ip>`` (``polkadot_session.mjs`` unless said
+    otherwise): its "@@ {json}" lines (read by a thread into a queue, so a wait can
+    time out)."""
 
-    def __init__(self, scenario: str, url: str, source_ip: str) -> None:
+    def __init__(
+        self, scenario: str, url: str, source_ip: str, script: str = "polkadot_session.mjs"
+    ) -> None:
         self.scenario = scenario
         self.proc = subprocess.Popen(
-            ["node", str(JS_DIR / "polkadot_session.mjs"), scenario, url, source_ip],
+            ["node", str(JS_DIR / script), scenario, url, source_ip],
             cwd=JS_DIR,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -160,8 +163,10 @@ def polkadot_js(js: Path) -> Iterator[Any]:
     """Start the polkadot.js script; every session is killed at the end of the test."""
     sessions: list[NodeSession] = []
 
-    def start(scenario: str, url: str, source_ip: str) -> NodeSession:
-        s = NodeSession(scenario, url, source_ip)
+    def start(
+        scenario: str, url: str, source_ip: str, script: str = "polkadot_session.mjs"
+    ) -> NodeSession:
+        s = NodeSession(scenario, url, source_ip, script)
         sessions.append(s)
         return s
 
