@@ -3,7 +3,10 @@ routed to the handler of their subscription id.
 
 A subscription's handler is registered by the reader itself, when it reads
 the answer to the subscribe call, so a notification that follows that answer
-at once (a node sends the current head right away) is never missed.
+at once (a node sends the current head right away) is never missed. A
+notification that comes *before* that answer (chopsticks sends a runtime
+version subscription's first value so) is kept while a subscribe call is
+pending and handed to the handler when the answer names its id.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ log = logging.getLogger("chainproxy.subs")
 Handler = Callable[[Any], None]  # called with each notification's result
 
 _MAX_MESSAGE = 16 * 1_048_576
+_MAX_EARLY = 64  # notifications kept for ids no answer has named yet
 
 
 class UpstreamError(Exception):
@@ -46,6 +50,7 @@ class UpstreamSocket:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], Handler | None]] = {}
         self._handlers: dict[str, Handler] = {}
+        self._early: list[tuple[str, Any]] = []  # (subscription id, result) before its answer
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
         self.close_reason = ""
@@ -107,6 +112,11 @@ class UpstreamSocket:
             raise UpstreamError(f"send-error:{type(e).__name__}") from None
         finally:
             self._pending.pop(call_id, None)
+            if self._early and not self._subscribing():
+                self._early.clear()  # no answer can name their ids any more
+
+    def _subscribing(self) -> bool:
+        return any(handler is not None for _, handler in self._pending.values())
 
     async def _read(self) -> None:
         reason = "closed"
@@ -146,12 +156,18 @@ class UpstreamSocket:
                 continue
             params = obj.get("params")
             if isinstance(params, dict) and "subscription" in params:
-                handler = self._handlers.get(str(params["subscription"]))
+                sub_id = str(params["subscription"])
+                handler = self._handlers.get(sub_id)
                 if handler is not None:
-                    try:
-                        handler(params.get("result"))
-                    except Exception:  # one subscription's bug must not end the socket
-                        log.exception("subscription handler failed on %s", self.endpoint_id)
+                    self._notify(handler, params.get("result"))
+                elif self._subscribing() and len(self._early) < _MAX_EARLY:
+                    self._early.append((sub_id, params.get("result")))
+
+    def _notify(self, handler: Handler, result: Any) -> None:
+        try:
+            handler(result)
+        except Exception:  # one subscription's bug must not end the socket
+            log.exception("subscription handler failed on %s", self.endpoint_id)
 
     def _answer(self, obj: dict[str, Any]) -> None:
         entry = self._pending.get(obj["id"]) if isinstance(obj["id"], int) else None
@@ -170,7 +186,12 @@ class UpstreamSocket:
             if not isinstance(result, str | int):
                 fut.set_exception(UpstreamError("bad-subscription-id"))
                 return
-            self._handlers[str(result)] = handler  # before any later message is read
+            sub_id = str(result)
+            self._handlers[sub_id] = handler  # before any later message is read
+            early = [r for i, r in self._early if i == sub_id]
+            self._early = [(i, r) for i, r in self._early if i != sub_id]
+            for r in early:
+                self._notify(handler, r)
         fut.set_result(result)
 
     def _finish(self, reason: str) -> None:
