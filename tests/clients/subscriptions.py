@@ -1,16 +1,22 @@
 """Helpers of the subscription tests over chopsticks (test_subscriptions_*.py):
 the node-wss side of the routing snapshot, the proxy's subscription-move
-counter, and the check that a client saw the chain's blocks once each, in order."""
+counter, the check that a client saw the chain's blocks once each, in order,
+and running a client script that asks for blocks while it waits for them."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from tests.clients.chopsticks_stack import NETWORK, ChainStack, routes
+from tests.clients.helpers import LineReader
 
 _MOVES = re.compile(
     r'^chainproxy_subscription_moves_total\{network="' + NETWORK + r'"\} ([0-9.e+]+)$', re.M
@@ -34,12 +40,27 @@ def wait_ws_synced(chain: ChainStack, timeout: float = 30.0) -> None:
     raise AssertionError(f"node-wss endpoints never synced at #{best}: {doc}")
 
 
+def _metrics(chain: ChainStack) -> str:
+    with urllib.request.urlopen(f"{chain.stack.sidecar_url}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
 def subscription_moves(chain: ChainStack) -> float:
     """The proxy's ``chainproxy_subscription_moves_total`` for the network, as the
     sidecar's /metrics has it (0 before the first move)."""
-    with urllib.request.urlopen(f"{chain.stack.sidecar_url}/metrics", timeout=5) as resp:
-        m = _MOVES.search(resp.read().decode())
+    m = _MOVES.search(_metrics(chain))
     return float(m.group(1)) if m else 0.0
+
+
+def subscribes_served(chain: ChainStack) -> dict[str, float]:
+    """Subscribe calls the proxy served (outcome ok), by method as called."""
+    pattern = re.compile(
+        r'^chainproxy_requests_total\{method="(\w*[sS]ubscribe\w*)",network="'
+        + NETWORK
+        + r'",outcome="ok"\} ([0-9.e+]+)$',
+        re.M,
+    )
+    return {m: float(v) for m, v in pattern.findall(_metrics(chain))}
 
 
 def wait_moves(chain: ChainStack, above: float, timeout: float = 15.0) -> float:
@@ -58,3 +79,43 @@ def assert_chain(chain: ChainStack, numbers: Iterable[int], hashes: Iterable[str
     assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers
     for n, h in zip(numbers, hashes, strict=True):
         assert h == chain.node.rpc("chain_getBlockHash", [n]), (n, h)
+
+
+def run_block_asking(
+    argv: list[str], chain: ChainStack, cwd: Path, timeout: float = 180.0
+) -> dict[str, dict[str, Any]]:
+    """Run a client script that prints "@@ {json}" steps; a step
+    ``{"step": "wants", "blocks": n}`` is answered by making n blocks (one at a
+    time, straight to chopsticks) and a line on its stdin. The steps by name
+    (the last of each), up to ``{"step": "done"}``; the whole run is bounded."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,  # on-disk caches stay in the test's directory
+        env={**os.environ, "HOME": str(cwd), "XDG_CACHE_HOME": str(cwd)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    lines = LineReader(proc.stdout)
+    steps: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while "done" not in steps:
+            if not lines.wait_for("@@ ", max(0.0, deadline - time.monotonic())):
+                raise AssertionError(f"{argv[1]}: no step in time or exited:\n{lines.text}")
+            step = json.loads(lines.lines[-1].split("@@ ", 1)[1])
+            steps[step["step"]] = step
+            if step["step"] == "wants":
+                for _ in range(step["blocks"]):
+                    chain.node.new_blocks(1)
+                proc.stdin.write("made\n")
+                proc.stdin.flush()
+        assert proc.wait(30) == 0, lines.text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    steps["log"] = {"text": lines.text}
+    return steps
