@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) $(ASI_VENV) data .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(ASI_VENV) $(BT_VENV) data .pytest_cache .ruff_cache
 
 # Proxy benchmarks against bare mitmdump, a direct call and nginx, plus the
 # statistics, memory and addon benchmarks (docs/BENCHMARKS.md). ~9 min; QUICK=1 < 2 min.
@@ -122,6 +122,23 @@ $(ASI_VENV)/.installed: $(ASI_REQS)
 		$(ASI_VENV)/bin/python -m pip install -q -r $(ASI_REQS); then touch $@; \
 	else echo "async-substrate-interface not installed: its client test will be skipped" >&2; \
 		rm -rf $(ASI_VENV); fi
+
+# --- the bittensor SDK (PyPI) in a venv of its own, for its subscription test over
+# chopsticks (tests/clients/test_subscriptions_bittensor.py). Without it (no package
+# index) that test is skipped, saying why.
+BT_VENV := .venv-bt
+BT_REQS := tests/clients/bt/requirements.txt
+
+.PHONY: bt-deps
+test: bt-deps
+bt-deps: $(BT_VENV)/.installed
+
+$(BT_VENV)/.installed: $(BT_REQS)
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found" >&2; exit 1; }
+	@if { test -x $(BT_VENV)/bin/python || $(PYTHON312) -m venv $(BT_VENV); } && \
+		$(BT_VENV)/bin/python -m pip install -q -r $(BT_REQS); then touch $@; \
+	else echo "bittensor not installed: its subscription test will be skipped" >&2; \
+		rm -rf $(BT_VENV); fi
 
 # --- headless Chromium for the dashboard's browser test (Debian's package) ---
 # Installed when missing and we are root (CI, fresh machines); otherwise the

@@ -36,21 +36,19 @@ CLIENT = Path(__file__).parent / "asi" / "subs_client.py"
 BLOCKS = 3
 
 
-@pytest.fixture(scope="module")
-def asi_python() -> Path:
-    if not ASI_READY.exists():
-        pytest.skip("async-substrate-interface venv missing: run `make asi-deps`")
-    return ASI_PYTHON
+pytestmark = pytest.mark.skipif(
+    not ASI_READY.exists(), reason="async-substrate-interface venv missing: run `make asi-deps`"
+)
 
 
 def test_async_substrate_interface_follows_new_heads_through_the_proxy(
-    both_endpoints: ChainStack, asi_python: Path, tmp_path: Path
+    both_endpoints: ChainStack, tmp_path: Path
 ) -> None:
     chain = both_endpoints
     wait_ws_synced(chain)
     served_before = subscribes_served(chain).get("chain_subscribeNewHeads", 0)
     start = chain.node.best()
-    argv = [str(asi_python), str(CLIENT), chain.ws_rpc_url, next_client_ip(), str(BLOCKS)]
+    argv = [str(ASI_PYTHON), str(CLIENT), chain.ws_rpc_url, next_client_ip(), str(BLOCKS)]
     steps = run_block_asking(argv, chain, tmp_path)
     log = steps["log"]["text"]
     for name in ("manager", "high_level"):  # a step that failed reports its error
