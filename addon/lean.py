@@ -43,6 +43,7 @@ log = logging.getLogger("chainproxy")
 
 OPTION = "chainproxy_lean"
 FAST_DISPATCH_OPTION = "chainproxy_fast_dispatch"
+DIRECT_OPTION = "chainproxy_ws_direct"
 
 # addon name (mitmproxy's lookup key) -> the options that put it to use; it is
 # unloaded only while each of these is at its default.
@@ -131,6 +132,15 @@ class ProxyTuning:
             False,
             "Lean mode: also unload the built-in addons that a reverse RPC proxy does not "
             "use (see addon/lean.py). Turning it off again needs a restart.",
+        )
+
+        loader.add_option(
+            DIRECT_OPTION,
+            bool,
+            True,
+            "Write WebSocket answers and notifications straight to plain-text client "
+            "sockets (fast fan-out of subscriptions); false: through mitmproxy, so that "
+            "mitmweb shows them (make inspect sets it).",
         )
 
     def configure(self, updated: set[str]) -> None:

@@ -36,6 +36,7 @@ from addon import mitm_internals
 from addon.admit import quota_error
 from addon.context import WS_CALL_KEY, WS_HEADERS_KEY, WS_KEY
 from addon.jsonrpc import INTERNAL_ERROR, dumps, error_obj
+from addon.lean import DIRECT_OPTION
 from addon.paths import RpcRoute, classify
 from addon.ratelimit import client_identity
 from addon.respond import json_response
@@ -133,6 +134,7 @@ class WebSocketRpc:
             max_queued=ws.max_queued_notifications,
             max_buffer_bytes=ws.max_buffer_bytes,
             on_slow=self._close_slow,
+            direct=bool(getattr(ctx.options, DIRECT_OPTION, True)),
         )
         return conn
 
@@ -214,8 +216,7 @@ class WebSocketRpc:
         finally:
             conn.slots.release()
         if conn.open:
-            conn.injected += 1
-            ctx.master.commands.call("inject.websocket", flow, True, body, True)
+            conn.send(body)  # the same way as its notifications: they never overtake it
             for after in afters:  # e.g. the current head, right after the subscription id
                 after()
 

@@ -30,6 +30,7 @@ class ClientConn:
         max_queued: int,
         max_buffer_bytes: int,
         on_slow: Callable[[ClientConn], None],
+        direct: bool = True,
     ) -> None:
         self.flow = flow
         self.network = network
@@ -45,6 +46,10 @@ class ClientConn:
         self._max_queued = max_queued
         self._max_buffer = max_buffer_bytes
         self._on_slow = on_slow
+        # Frames straight to the client's socket where that is safe (plain-text
+        # sockets, a known mitmproxy); else mitmproxy's inject (what mitmweb shows).
+        self._write = mitm_internals.client_writer(master, flow) if direct else None
+        self._out: list[bytes] = []
 
     @property
     def open(self) -> bool:
@@ -52,21 +57,37 @@ class ClientConn:
         return not self.closing and ws is not None and ws.timestamp_end is None
 
     def send(self, body: bytes) -> None:
-        """Inject one message towards the client; a client that lets too much
-        pile up is closed (1008) instead of growing the proxy's memory."""
+        """One message towards the client; a client that lets too much pile up
+        is closed (1008) instead of growing the proxy's memory."""
         if not self.open:
             return
+        if self._write is not None:
+            # Gathered and written once per loop turn: a head fanned out to many
+            # subscriptions of one socket is one write, not one per subscription.
+            self._out.append(body)
+            if len(self._out) == 1:
+                asyncio.get_running_loop().call_soon(self._flush)
+            return
         if self.injected - self.relayed > self._max_queued or self._buffered() > self._max_buffer:
-            self.closing = True
-            log.warning(
-                "WebSocket client %s does not read its notifications (%d queued): closed",
-                self.client,
-                self.injected - self.relayed,
-            )
-            self._on_slow(self)
+            self._too_slow(self.injected - self.relayed)
             return
         self.injected += 1
         self._master.commands.call("inject.websocket", self.flow, True, body, True)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and self.open and self._write is not None:
+            if self._write(out) > self._max_buffer:
+                self._too_slow(self._max_buffer)
+
+    def _too_slow(self, queued: int) -> None:
+        self.closing = True
+        log.warning(
+            "WebSocket client %s does not read what it is sent (%d queued): closed",
+            self.client,
+            queued,
+        )
+        self._on_slow(self)
 
     def _buffered(self) -> int:
         stream = mitm_internals.client_stream(self._master, self.flow)

@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.web_port),
                 "--set",
                 "web_open_browser=false",
+                # WebSocket answers and notifications through mitmproxy: mitmweb shows them
+                "--set",
+                "chainproxy_ws_direct=false",
             ]
         proc = stack.start(tool, proxy)
         host = "127.0.0.1" if args.listen_host in ("0.0.0.0", "::") else args.listen_host

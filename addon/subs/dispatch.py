@@ -125,6 +125,18 @@ async def _one(rt: Runtime, sock: ClientSocket, item: dict[str, Any]) -> tuple[A
         rt.metrics.count_request(sock.network, method, "rate_limited")
         return quota_error(call_id, decision, 1, sock.client), None
     kind = SUBSCRIBE[method]
+    pool = rt.ws_pools.get(sock.network)
+    if pool is None or not len(pool):
+        rt.metrics.count_request(sock.network, method, "refused")
+        return error_obj(
+            call_id,
+            METHOD_NOT_FOUND,
+            f"subscriptions are not available on {sock.network}",
+            {
+                "policy": "subscriptions",
+                "reason": f"no node-wss endpoint is configured for {sock.network}",
+            },
+        ), None
     try:
         canon = canonical_params(kind, params)
     except BadParams as e:

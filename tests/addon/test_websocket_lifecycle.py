@@ -201,5 +201,3 @@ def test_closing_a_socket_cancels_its_calls_and_injects_nothing(
     assert all(t.done() and t.cancelled() for t in tasks)
     assert flow.id not in addon._conns
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-
-
