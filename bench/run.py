@@ -45,7 +45,7 @@ from bench.report import Report
 from bench.stack import nginx_path
 from bench.throughput import Throughput
 
-SCENARIOS = ("1", "2", "3", "7", "4", "5", "6", "8", "addon")
+SCENARIOS = ("1", "2", "3", "7", "4", "5", "6", "8", "9", "addon")
 Step = tuple[str, Callable[[], None]]
 
 
@@ -108,7 +108,12 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
     steps.append(("stop the stacks", ctx.stack.stop))
     steps += [
         (k, partial(f, ctx))
-        for k, f in (("6", scripts.stats), ("8", scripts.memory), ("addon", scripts.addon_cpu))
+        for k, f in (
+            ("6", scripts.stats),
+            ("8", scripts.memory),
+            ("9", scripts.fanout),
+            ("addon", scripts.addon_cpu),
+        )
         if k in only
     ]
     return steps

@@ -5,6 +5,7 @@ report."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -86,3 +87,29 @@ def addon_cpu(ctx: Context) -> None:
         "-",
     )
     r.data["addon_us"] = d
+
+
+def fanout(ctx: Context) -> None:
+    r = ctx.report
+    print("\n[9] subscription fan-out: 1,000 subscribers over 50 sockets", flush=True)
+    blocks = "20" if ctx.p.stats_quick else "60"
+    out = run_script("bench_fanout.py", "--blocks", blocks)
+    line = next((ln for ln in out.splitlines() if ln.startswith("BENCHJSON-FANOUT ")), None)
+    if line is None:
+        r.row("9. fan-out", "?", "bench_fanout.py failed", "-")
+        return
+    d = json.loads(line.split(" ", 1)[1])
+    r.row(
+        "9. fan-out, node -> last of 1,000 subscribers",
+        f"{d['upstream_subscriptions']} upstream subscription(s), "
+        f"{d['deliveries']}/{d['expected']} delivered",
+        f"p50 {d['last_p50_ms']:.1f} ms, p99 {d['last_p99_ms']:.1f} ms, "
+        f"{d['cpu_us_per_notification']:.1f} µs proxy CPU per notification",
+        "-",
+    )
+    r.goal(
+        f"Fan-out: 1,000 subscribers on 50 sockets share {d['upstream_subscriptions']} upstream "
+        f"subscription; node notification to the last subscriber p99 {d['last_p99_ms']:.1f} ms "
+        f"(goal <= 50 ms); {d['cpu_us_per_notification']:.1f} µs proxy CPU per notification"
+    )
+    r.data["fanout"] = d
