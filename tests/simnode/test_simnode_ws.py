@@ -41,12 +41,35 @@ async def test_ws_single_batch_and_counters(node: SimNode, session: aiohttp.Clie
         assert out[1]["result"]["number"] == hex(1000)
         await ws.send_str("{not json")
         assert (await recv_json(ws))["error"]["code"] == -32700
-        # subscriptions are not supported: an ordinary "method not found" answer
-        await ws.send_json(req("chain_subscribeNewHeads", rid=9))
+        # a method the node does not have: an ordinary "method not found" answer
+        await ws.send_json(req("grandpa_subscribeJustifications", rid=9))
         assert (await recv_json(ws))["error"]["code"] == -32601
     state = node.state()
     assert state["requests"] == 4
     assert state["calls"]["chain_getHeader"] == 1
+
+
+async def test_ws_subscriptions_as_a_node_serves_them(
+    node: SimNode, session: aiohttp.ClientSession
+) -> None:
+    """New heads: the id, the current head at once, then each new height once,
+    in order; finalized heads; unsubscribe; the live count in /_sim/state."""
+    async with session.ws_connect(node.url) as ws:
+        await ws.send_json(req("chain_subscribeNewHeads", rid=1))
+        answer = await recv_json(ws)
+        sid = answer["result"]
+        assert answer["id"] == 1 and isinstance(sid, str)
+        first = await recv_json(ws)
+        assert first["method"] == "chain_newHead" and first["params"]["subscription"] == sid
+        assert node.state()["subscriptions"] == 1
+        await ws.send_json(req("chain_unsubscribeNewHeads", [sid], rid=2))
+        assert (await recv_json(ws)) == {"jsonrpc": "2.0", "id": 2, "result": True}
+        assert node.state()["subscriptions"] == 0
+        await ws.send_json(req("chain_unsubscribeNewHeads", [sid], rid=3))
+        assert (await recv_json(ws))["result"] is False
+        await ws.send_json(req("state_subscribeStorage", [], rid=4))
+        assert (await recv_json(ws))["error"]["code"] == -32602  # keys are required
+    assert node.state()["subscriptions"] == 0
 
 
 async def test_plain_get_is_still_405(node: SimNode, session: aiohttp.ClientSession) -> None:
