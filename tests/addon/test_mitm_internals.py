@@ -23,6 +23,20 @@ from mitmproxy.test import taddons, tflow
 from addon import mitm_internals
 
 
+async def _connected(sock: socket.socket) -> tuple[Any, Any, Any, Any]:
+    """A real mitmproxy connection handler over ``sock``, found by a master's
+    proxyserver as mitmproxy's own is: (reader, writer, flow, master)."""
+    reader, writer = await asyncio.open_connection(sock=sock)
+    handler = SimpleConnectionHandler(
+        reader, writer, Options(), mode_specs.ProxyMode.parse("regular"), {}
+    )
+    flow = tflow.tflow()
+    flow.client_conn = handler.client
+    proxyserver = SimpleNamespace(connections={handler.client.id: handler})
+    master = SimpleNamespace(addons=SimpleNamespace(get=lambda name: proxyserver))
+    return reader, writer, flow, master
+
+
 def test_the_installed_mitmproxy_is_a_tested_version() -> None:
     # The pin in pyproject.toml and TESTED move together: a new mitmproxy means
     # re-running this file, the benchmarks and the WebSocket e2e before adding it.
@@ -59,14 +73,7 @@ async def test_the_client_transport_is_found_and_paused_through_the_connection_h
     ``proxyserver.connections[id].transports[client].writer.transport``."""
     left, right = socket.socketpair()
     try:
-        reader, writer = await asyncio.open_connection(sock=left)
-        handler = SimpleConnectionHandler(
-            reader, writer, Options(), mode_specs.ProxyMode.parse("regular"), {}
-        )
-        flow = tflow.tflow()
-        flow.client_conn = handler.client
-        proxyserver = SimpleNamespace(connections={handler.client.id: handler})
-        master = SimpleNamespace(addons=SimpleNamespace(get=lambda name: proxyserver))
+        reader, writer, flow, master = await _connected(left)
         found = mitm_internals.client_stream(master, flow)
         assert found is not None, "mitmproxy's connection handler has changed"
         transport, got_reader = found
@@ -142,14 +149,7 @@ def test_text_frames_are_what_wsproto_builds() -> None:
 async def test_direct_frames_reach_the_client_whole_and_never_on_tls() -> None:
     left, right = socket.socketpair()
     try:
-        reader, writer = await asyncio.open_connection(sock=left)
-        handler = SimpleConnectionHandler(
-            reader, writer, Options(), mode_specs.ProxyMode.parse("regular"), {}
-        )
-        flow = tflow.tflow()
-        flow.client_conn = handler.client
-        proxyserver = SimpleNamespace(connections={handler.client.id: handler})
-        master = SimpleNamespace(addons=SimpleNamespace(get=lambda name: proxyserver))
+        reader, writer, flow, master = await _connected(left)
         write = mitm_internals.client_writer(master, flow)
         assert write is not None
         assert write([b'{"a":1}']) >= 0
