@@ -149,7 +149,7 @@ def test_text_frames_are_what_wsproto_builds() -> None:
 async def test_direct_frames_reach_the_client_whole_and_never_on_tls() -> None:
     left, right = socket.socketpair()
     try:
-        reader, writer, flow, master = await _connected(left)
+        _reader, writer, flow, master = await _connected(left)
         write = mitm_internals.client_writer(master, flow)
         assert write is not None
         assert write([b'{"a":1}']) >= 0
