@@ -90,7 +90,8 @@ class ClientConn:
         self._on_slow(self)
 
     def _buffered(self) -> int:
-        stream = mitm_internals.client_stream(self._master, self.flow)
+        # quiet: asked for every message; a missing transport only means no bound here
+        stream = mitm_internals.client_stream(self._master, self.flow, quiet=True)
         if stream is None:
             return 0
         try:

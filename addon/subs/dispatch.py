@@ -92,8 +92,7 @@ async def answer(
 async def _one(rt: Runtime, sock: ClientSocket, item: dict[str, Any]) -> tuple[Any, After | None]:
     call_id, method, params = item["id"], item["method"], item.get("params", [])
     if method in WRITE_SUBSCRIPTIONS:
-        rt.metrics.count_request(sock.network, method, "refused")
-        return _refused(call_id, method), None
+        return _policy_refusal(rt, sock, call_id, method, METHOD_NOT_FOUND, None), None
     if method in UNSUBSCRIBE:
         target = params[0] if isinstance(params, list) and params else None
         if isinstance(params, dict):
@@ -106,12 +105,26 @@ async def _one(rt: Runtime, sock: ClientSocket, item: dict[str, Any]) -> tuple[A
         return {"jsonrpc": "2.0", "id": call_id, "result": owned}, None
     ws = rt.config.proxy.websocket
     if not ws.subscriptions:
-        rt.metrics.count_request(sock.network, method, "refused")
-        return _refused(call_id, method), None
-    if len(sock.subscriptions) >= ws.max_subscriptions:
-        rt.metrics.count_request(sock.network, method, "refused")
-        return error_obj(
+        return _policy_refusal(rt, sock, call_id, method, METHOD_NOT_FOUND, None), None
+    if not rt.subs.serves(sock.network):  # refused before the quota is touched
+        return _policy_refusal(
+            rt,
+            sock,
             call_id,
+            method,
+            METHOD_NOT_FOUND,
+            f"subscriptions are not available on {sock.network}",
+            {
+                "policy": "subscriptions",
+                "reason": f"no node-wss endpoint is configured for {sock.network}",
+            },
+        ), None
+    if len(sock.subscriptions) >= ws.max_subscriptions:
+        return _policy_refusal(
+            rt,
+            sock,
+            call_id,
+            method,
             POLICY_REFUSED,
             f"too many subscriptions on this socket (limit {ws.max_subscriptions})",
             {
@@ -125,18 +138,6 @@ async def _one(rt: Runtime, sock: ClientSocket, item: dict[str, Any]) -> tuple[A
         rt.metrics.count_request(sock.network, method, "rate_limited")
         return quota_error(call_id, decision, 1, sock.client), None
     kind = SUBSCRIBE[method]
-    pool = rt.ws_pools.get(sock.network)
-    if pool is None or not len(pool):
-        rt.metrics.count_request(sock.network, method, "refused")
-        return error_obj(
-            call_id,
-            METHOD_NOT_FOUND,
-            f"subscriptions are not available on {sock.network}",
-            {
-                "policy": "subscriptions",
-                "reason": f"no node-wss endpoint is configured for {sock.network}",
-            },
-        ), None
     try:
         canon = canonical_params(kind, params)
     except BadParams as e:
@@ -153,13 +154,22 @@ async def _one(rt: Runtime, sock: ClientSocket, item: dict[str, Any]) -> tuple[A
     return {"jsonrpc": "2.0", "id": call_id, "result": sub.sub_id}, lambda: shared.greet(sub)
 
 
-def _refused(call_id: Any, method: str) -> dict[str, Any]:
-    return error_obj(
-        call_id,
-        METHOD_NOT_FOUND,
-        f"method not allowed: {method[:64]}",
-        {"policy": "allowlist", "reason": refusal_reason(method, websocket=True)},
-    )
+def _policy_refusal(
+    rt: Runtime,
+    sock: ClientSocket,
+    call_id: Any,
+    method: str,
+    code: int,
+    message: str | None,
+    data: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A refused subscription call (counted as refused; no quota taken). Without
+    a message: the allowlist's refusal, with its reason."""
+    rt.metrics.count_request(sock.network, method, "refused")
+    if message is None:
+        message = f"method not allowed: {method[:64]}"
+        data = {"policy": "allowlist", "reason": refusal_reason(method, websocket=True)}
+    return error_obj(call_id, code, message, data)
 
 
 def _record(

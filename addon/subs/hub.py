@@ -83,7 +83,7 @@ class SubscriptionHub:
         """A new client subscription (its id in ``Subscriber.sub_id``). Raises
         ``NoUpstream`` when no node could take a new upstream subscription in
         time. The caller answers the client, then calls ``shared.greet``."""
-        if network not in self.pools or not len(self.pools[network]):
+        if not self.serves(network):
             raise NoUpstream(f"no node-wss endpoint configured for network {network}")
         key = share_key(network, kind, params)
         sh = self.shared.get(key)
@@ -118,6 +118,11 @@ class SubscriptionHub:
         self.by_id[sub.sub_id] = sh
         self._ensure_watchdog()
         return sh, sub
+
+    def serves(self, network: str) -> bool:
+        """Whether the config gives ``network`` any node-wss endpoint at all."""
+        pool = self.pools.get(network)
+        return pool is not None and len(pool) > 0
 
     def unsubscribe(self, sub_id: str, owner: object) -> bool:
         """True when ``owner`` held ``sub_id`` (it no longer does)."""
