@@ -166,20 +166,16 @@ class AiohttpTransport:
     async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         try:
             async with asyncio.timeout(timeout):
-                async with self._session.post(
-                    url, data=body, headers=_HEADERS, allow_redirects=False
-                ) as resp:
-                    if (resp.content_length or 0) > self._max:
-                        raise TransportError("response-too-large")
-                    chunks: list[bytes] = []
-                    size = 0
-                    async for chunk in resp.content.iter_any():
-                        size += len(chunk)
-                        if size > self._max:
-                            raise TransportError("response-too-large")
-                        chunks.append(chunk)
-                    raw = b"".join(chunks)
-                    return resp.status, raw
+                try:
+                    return await self._exchange(url, body)
+                except _StaleConnection:
+                    # A pooled keep-alive connection the upstream closed just as we
+                    # reused it (Node's 5 s keep-alive vs ours): nothing was answered,
+                    # the call is a read, so send it again once on a new connection,
+                    # as Go's http.Transport does, rather than call the node failed.
+                    return await self._exchange(url, body)
+        except _StaleConnection:
+            raise TransportError("disconnected") from None
         except TimeoutError:
             raise TransportError("timeout") from None
         except aiohttp.ClientConnectorError:
@@ -191,9 +187,38 @@ class AiohttpTransport:
         except aiohttp.ClientError as e:
             raise TransportError(f"client-error:{type(e).__name__}") from None
 
+    async def _exchange(self, url: str, body: bytes) -> tuple[int, bytes]:
+        try:
+            resp = await self._session.post(
+                url, data=body, headers=_HEADERS, allow_redirects=False
+            )
+        except aiohttp.ClientConnectorError:
+            raise  # could not connect at all: not a stale connection
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            raise _StaleConnection() from e
+        async with resp:
+            if (resp.content_length or 0) > self._max:
+                raise TransportError("response-too-large")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.content.iter_any():
+                size += len(chunk)
+                if size > self._max:
+                    raise TransportError("response-too-large")
+                chunks.append(chunk)
+            return resp.status, b"".join(chunks)
+
+
+class _StaleConnection(Exception):
+    """The connection closed before any answer arrived."""
+
 
 def new_session() -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=1024, limit_per_host=256, ttl_dns_cache=300)
+    # Idle connections are dropped after 4 s, before common node servers drop them
+    # (Node/chopsticks 5 s): a connection is rarely reused just as the node closes it.
+    connector = aiohttp.TCPConnector(
+        limit=1024, limit_per_host=256, ttl_dns_cache=300, keepalive_timeout=4.0
+    )
     return aiohttp.ClientSession(
         connector=connector,
         # Calls are stateless: an upstream's (or its load balancer's) cookie is

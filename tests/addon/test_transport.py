@@ -84,3 +84,64 @@ async def test_upstream_cookies_are_not_kept_or_sent_back(aiohttp_server: Any) -
             status, _ = await t.post(url, b"{}", 5)
             assert status == 200
     assert seen == [None, None, None]
+
+
+async def _keepalive_server(close_on_reuse: bool) -> tuple[asyncio.Server, list[int]]:
+    """A raw HTTP/1.1 server: answers the first request on a connection with
+    keep-alive; a second request on the same connection is met (if
+    ``close_on_reuse``) by closing it unanswered, as a node whose keep-alive
+    timer fired just as the request arrived. Counts requests per connection."""
+    per_conn: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        per_conn.append(0)
+        i = len(per_conn) - 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                per_conn[i] += 1
+                if per_conn[i] > 1 and close_on_reuse:
+                    break
+                body = b'{"jsonrpc":"2.0","id":1,"result":1}'
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, per_conn
+
+
+async def test_a_pooled_connection_closed_by_the_node_is_retried_on_a_new_one() -> None:
+    server, per_conn = await _keepalive_server(close_on_reuse=True)
+    port = server.sockets[0].getsockname()[1]
+    async with server, new_session() as session:
+        t = AiohttpTransport(session, max_response_bytes=1_000_000)
+        for _ in range(3):
+            status, raw = await t.post(f"http://127.0.0.1:{port}/", b"{}", 5)
+            assert status == 200 and b'"result":1' in raw
+    # every reuse was cut and the call went on over a fresh connection
+    assert len(per_conn) == 3 and per_conn[:2] == [2, 2]
+
+
+async def test_a_node_that_always_cuts_is_still_a_failure_not_a_loop() -> None:
+    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.transport.abort()
+
+    server = await asyncio.start_server(cut, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, new_session() as session:
+        t = AiohttpTransport(session, max_response_bytes=1_000_000)
+        with pytest.raises(TransportError) as e:
+            await t.post(f"http://127.0.0.1:{port}/", b"{}", 5)
+        assert e.value.reason == "disconnected"
