@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from mitmproxy import http
@@ -9,6 +10,7 @@ from mitmproxy import http
 from addon.allowlist import refusal_reason
 from addon.context import RpcContext
 from addon.jsonrpc import LIMIT_EXCEEDED, METHOD_NOT_FOUND, Call, error_obj
+from addon.quota import decide
 from addon.ratelimit import Decision
 from addon.respond import finish, json_response
 from addon.runtime import Runtime
@@ -33,12 +35,28 @@ def allowlist(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
         finish(flow, json_response(403, rpc.answers[0]), rpc, now=rt.clock(), outcome="refused")
 
 
-def rate_limit(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
-    """Per-client quota; every call of a batch counts, a batch is taken whole or refused."""
+def rate_limit(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
+    """Per-client quota; every call of a batch counts, a batch is taken whole or refused.
+    Shared through Redis when configured (then the step awaits one round trip)."""
     cost = len(rpc.pending())
     if cost == 0:
-        return
-    decision = rt.limiter.check(rpc.client, cost)
+        return None
+    decision = decide(rt, rpc.client, cost)
+    if isinstance(decision, Decision):
+        _apply(flow, rpc, rt, decision, cost)
+        return None
+    return _apply_later(flow, rpc, rt, decision, cost)
+
+
+async def _apply_later(
+    flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime, pending: Awaitable[Decision], cost: int
+) -> None:
+    _apply(flow, rpc, rt, await pending, cost)
+
+
+def _apply(
+    flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime, decision: Decision, cost: int
+) -> None:
     rpc.rate = decision
     if decision.allowed:
         return

@@ -4,6 +4,9 @@ cache with the caller's own id and keeps each cacheable call's plan;
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import Any
+
 from mitmproxy import http
 
 from addon.cache_rules import answer_from, entries_to_store, plan
@@ -12,12 +15,15 @@ from addon.jsonrpc import Call
 from addon.runtime import Runtime
 
 
-def cache_lookup(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+def cache_lookup(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
+    """Local tier first; the calls it missed ask the shared tier (Redis) in one
+    round trip when one is configured and up."""
     if rt.cache is None:
-        return
+        return None
     assert rpc.parsed is not None
     extra = rt.config.proxy.cache.methods
     finalized = rt.finalized.get(rpc.network)
+    missed: list[int] = []
     for i in rpc.pending():
         call = rpc.parsed.items[i]
         if not isinstance(call, Call):
@@ -33,8 +39,43 @@ def cache_lookup(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
                 break
             values.append(value)
         else:
-            rpc.answers[i] = {"jsonrpc": "2.0", "id": call.id, "result": answer_from(p, values)}
-            rpc.hits.add(i)
+            _hit(rpc, i, call, values)
+            continue
+        missed.append(i)
+    shared = rt.shared_cache
+    if missed and shared is not None:
+        if shared.link.up:
+            return _lookup_shared(rpc, rt, missed)
+        shared.link.fallback("cache")
+    _mark(rpc)
+    return None
+
+
+async def _lookup_shared(rpc: RpcContext, rt: Runtime, missed: list[int]) -> None:
+    assert rt.shared_cache is not None and rt.cache is not None and rpc.parsed is not None
+    keys = [key for i in missed for key in rpc.plans[i].keys]
+    values = await rt.shared_cache.get_many(keys)
+    if values is not None:
+        at = 0
+        for i in missed:
+            n = len(rpc.plans[i].keys)
+            mine, at = values[at : at + n], at + n
+            if any(v is None for v in mine):
+                continue
+            for key, value in zip(rpc.plans[i].keys, mine, strict=True):
+                rt.cache.set(key, value)  # the local tier answers the next one
+            call = rpc.parsed.items[i]
+            assert isinstance(call, Call)
+            _hit(rpc, i, call, mine)
+    _mark(rpc)
+
+
+def _hit(rpc: RpcContext, i: int, call: Call, values: list[Any]) -> None:
+    rpc.answers[i] = {"jsonrpc": "2.0", "id": call.id, "result": answer_from(rpc.plans[i], values)}
+    rpc.hits.add(i)
+
+
+def _mark(rpc: RpcContext) -> None:
     if rpc.hits and not rpc.pending():
         rpc.cache = "HIT"
 
@@ -51,3 +92,5 @@ def cache_store(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
             continue
         for key, value in entries_to_store(p, answer["result"]):
             rt.cache.set(key, value)
+            if rt.shared_cache is not None:
+                rt.shared_cache.put(key, value)

@@ -189,9 +189,7 @@ class AiohttpTransport:
 
     async def _exchange(self, url: str, body: bytes) -> tuple[int, bytes]:
         try:
-            resp = await self._session.post(
-                url, data=body, headers=_HEADERS, allow_redirects=False
-            )
+            resp = await self._session.post(url, data=body, headers=_HEADERS, allow_redirects=False)
         except aiohttp.ClientConnectorError:
             raise  # could not connect at all: not a stale connection
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:

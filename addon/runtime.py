@@ -19,6 +19,9 @@ from addon.cache_store import CacheStore, DiskCacheStore
 from addon.forward import AiohttpTransport, Budget, Transport
 from addon.live_metrics import LiveMetrics
 from addon.ratelimit import RateLimiter
+from addon.redis_link import RedisLink
+from addon.shared_cache import SharedCacheTier
+from addon.shared_limit import SharedLimiter
 from addon.sidecar_client import SidecarClient
 from addon.subs.hub import HubSettings, SubscriptionHub
 from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
@@ -47,6 +50,10 @@ class Runtime:
     cache: CacheStore | None = None  # None: caching off (or storage not opened yet)
     usage: UsageAggregator = field(default_factory=UsageAggregator)
     spool: Spool | None = None
+    # With a ``redis:`` section: the shared quota and cache tier (DESIGN.md section 10)
+    redis: RedisLink | None = None
+    shared_limiter: SharedLimiter | None = None
+    shared_cache: SharedCacheTier | None = None
 
     @classmethod
     def build(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Runtime:
@@ -105,7 +112,24 @@ class Runtime:
                 "chainproxy_subscription_moves_total", network=net
             ),
         )
+        if config.redis is not None:
+            runtime.use_redis(
+                RedisLink(
+                    config.redis,
+                    on_fallback=lambda store: runtime.metrics.count_extra(
+                        "chainproxy_redis_fallbacks_total", store=store
+                    ),
+                )
+            )
         return runtime
+
+    def use_redis(self, link: RedisLink) -> None:
+        """Share the quota and the cache through ``link`` (tests pass their own)."""
+        assert self.config.redis is not None
+        self.redis = link
+        self.shared_limiter = SharedLimiter(link, self.limiter)
+        if self.config.proxy.cache.enabled:
+            self.shared_cache = SharedCacheTier(link, ttl_s=self.config.redis.cache_ttl_s)
 
     def inherit(self, old: Runtime) -> None:
         """Carry live state across a config reload, so routing does not fall back
@@ -133,6 +157,8 @@ class Runtime:
                 self.cache = old.cache
         if old.config.proxy.rate_limit == self.config.proxy.rate_limit:
             self.limiter = old.limiter
+        if old.redis is not None and old.config.redis == self.config.redis:
+            self.use_redis(old.redis)  # one connection pool per process
 
     def gauges(self) -> dict[str, Any]:
         """The current values the next usage batch reports (``metrics_wire``)."""

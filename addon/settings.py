@@ -13,11 +13,16 @@ import logging
 from mitmproxy import ctx, exceptions
 
 from addon.runtime import Runtime, RuntimeHolder
-from common.config import ConfigError, load_config
+from common.config import ConfigError, load_config, with_overrides
 
 log = logging.getLogger("chainproxy")
 
 OPTION = "chainproxy_config"
+# Set by the launcher for ``--workers N`` (DESIGN.md section 10): its local
+# redis-server when the config has no ``redis:``, and its balancer's address,
+# whose X-Forwarded-For is then believed like a configured trusted proxy's.
+REDIS_OPTION = "chainproxy_redis_url"
+TRUST_OPTION = "chainproxy_trusted_proxies"
 # mitmproxy's own request body cap, a memory backstop far above the JSON-RPC
 # limit: bodies between the two get the contract's JSON 413 from the Gate.
 _BACKSTOP_MIN = 8 * 1_048_576
@@ -31,9 +36,15 @@ class Settings:
         loader.add_option(
             OPTION, str, "", "Path to the chainproxy YAML config (e.g. configs/finney.yaml)."
         )
+        loader.add_option(
+            REDIS_OPTION, str, "", "Overrides redis.url of the config (set by --workers)."
+        )
+        loader.add_option(
+            TRUST_OPTION, str, "", "Comma-separated IPs/CIDRs added to proxy.trusted_proxies."
+        )
 
     def configure(self, updated: set[str]) -> None:
-        if OPTION not in updated:
+        if not updated & {OPTION, REDIS_OPTION, TRUST_OPTION}:
             return
         path = ctx.options.chainproxy_config
         try:
@@ -41,7 +52,11 @@ class Settings:
                 raise ConfigError(
                     OPTION, "not set: pass --set chainproxy_config=configs/finney.yaml"
                 )
-            config = load_config(path)
+            config = with_overrides(
+                load_config(path),
+                redis_url=getattr(ctx.options, REDIS_OPTION, ""),
+                trusted=getattr(ctx.options, TRUST_OPTION, ""),
+            )
         except ConfigError as e:
             self._refuse(str(e))
             return

@@ -38,7 +38,8 @@ from addon.context import WS_CALL_KEY, WS_HEADERS_KEY, WS_KEY
 from addon.jsonrpc import INTERNAL_ERROR, dumps, error_obj
 from addon.lean import DIRECT_OPTION
 from addon.paths import RpcRoute, classify
-from addon.ratelimit import client_identity
+from addon.quota import decide
+from addon.ratelimit import Decision, client_identity
 from addon.respond import json_response
 from addon.runtime import RuntimeHolder
 from addon.subs import dispatch
@@ -92,15 +93,27 @@ class WebSocketRpc:
         xff = flow.request.headers.get("X-Forwarded-For", "")
         peer = flow.client_conn.peername[0] if flow.client_conn.peername else "unknown"
         client = client_identity(peer, xff, p.trusted_proxies, ipv6_prefix=p.rate_limit.ipv6_prefix)
-        decision = rt.limiter.check(client, 1, take=False)
+        decision = decide(rt, client, 1, take=False)
+        if not isinstance(decision, Decision):  # the shared quota: one Redis round trip
+            return self._decide_later(flow, route, xff, client, decision)
         if not decision.allowed:
-            # Over quota already: 429 with the policy headers, not upgraded (the
-            # bittensor SDK's gateway policy contract).
-            body = quota_error(None, decision, 1, client)
-            flow.response = json_response(429, body, decision.headers())
-            flow.comment = f"WebSocket JSON-RPC, {route.network}: refused, over quota"
+            _over_quota(flow, route, client, decision)
             return None
         return self._take_handshake(flow, route, xff, client)
+
+    async def _decide_later(
+        self,
+        flow: http.HTTPFlow,
+        route: RpcRoute,
+        xff: str,
+        client: str,
+        pending: Awaitable[Decision],
+    ) -> None:
+        decision = await pending
+        if not decision.allowed:
+            _over_quota(flow, route, client, decision)
+            return
+        await self._take_handshake(flow, route, xff, client)
 
     async def _take_handshake(
         self, flow: http.HTTPFlow, route: RpcRoute, xff: str, client: str
@@ -252,3 +265,11 @@ class WebSocketRpc:
                 dispatch.release(rt, conn)
         self._conns.clear()
         self.sink.close()
+
+
+def _over_quota(flow: http.HTTPFlow, route: RpcRoute, client: str, decision: Decision) -> None:
+    # Over quota already: 429 with the policy headers, not upgraded (the
+    # bittensor SDK's gateway policy contract).
+    body = quota_error(None, decision, 1, client)
+    flow.response = json_response(429, body, decision.headers())
+    flow.comment = f"WebSocket JSON-RPC, {route.network}: refused, over quota"

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from chainproxy.commands import add_set_option, proxy_argv, sidecar_argv
 from chainproxy.supervisor import StartError, StopRequest, Supervisor, wait_http
+from chainproxy.worker_stack import start_workers, worker_tools
 from common.config import Config, ConfigError, load_config
 from simnode.command import simnode_argv
 
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--simulate", action="store_true", help="start simulated upstream nodes")
     ap.add_argument("--inspect", action="store_true", help="mitmweb instead of mitmdump")
     ap.add_argument("--web-port", type=int, default=8082)
+    ap.add_argument(
+        "--workers", type=int, default=1, help="proxy processes behind one address (HAProxy)"
+    )
     add_set_option(ap, "chainproxy_lean=true")
     return ap
 
@@ -71,6 +75,24 @@ def _banner(base: str, network: str, web_ui: str | None) -> str:
     )
 
 
+def _inspect_options(web_port: int) -> tuple[str, list[str]]:
+    """mitmweb's UI address (with its token) and the options that set it up."""
+    token = secrets.token_hex(16)  # mitmweb wants one; we print the URL with it
+    return f"http://127.0.0.1:{web_port}/?token={token}", [
+        "--set",
+        f"web_password={token}",
+        "--web-host",
+        "127.0.0.1",
+        "--web-port",
+        str(web_port),
+        "--set",
+        "web_open_browser=false",
+        # WebSocket answers and notifications through mitmproxy: mitmweb shows them
+        "--set",
+        "chainproxy_ws_direct=false",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if bad := [s for s in args.sets if "=" not in s.strip("=")]:
@@ -81,6 +103,17 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
     except ConfigError as e:
         print(f"chainproxy: {e}", file=sys.stderr)
+        return 2
+
+    if args.workers < 1 or args.workers > 64:
+        print(f"chainproxy: --workers must be 1..64, got {args.workers}", file=sys.stderr)
+        return 2
+    if args.workers > 1 and args.inspect:
+        print("chainproxy: --inspect runs one proxy (mitmweb): drop --workers", file=sys.stderr)
+        return 2
+    tools = worker_tools(config) if args.workers > 1 else {}
+    if isinstance(tools, str):
+        print(f"chainproxy: {tools}", file=sys.stderr)
         return 2
 
     bindir = Path(sys.executable).parent
@@ -107,24 +140,15 @@ def main(argv: list[str] | None = None) -> int:
             port=args.listen_port,
             sets=args.sets,
         )
-        web_token = secrets.token_hex(16)  # mitmweb wants one; we print the URL with it
         web_ui = None
-        if args.inspect:
-            web_ui = f"http://127.0.0.1:{args.web_port}/?token={web_token}"
-            proxy += [
-                "--set",
-                f"web_password={web_token}",
-                "--web-host",
-                "127.0.0.1",
-                "--web-port",
-                str(args.web_port),
-                "--set",
-                "web_open_browser=false",
-                # WebSocket answers and notifications through mitmproxy: mitmweb shows them
-                "--set",
-                "chainproxy_ws_direct=false",
-            ]
-        proc = stack.start(tool, proxy)
+        if args.workers > 1:
+            assert isinstance(tools, dict)
+            proc = start_workers(stack, args, config, mitm, tools)
+        else:
+            if args.inspect:
+                web_ui, extra = _inspect_options(args.web_port)
+                proxy += extra
+            proc = stack.start(tool, proxy)
         host = "127.0.0.1" if args.listen_host in ("0.0.0.0", "::") else args.listen_host
         base = f"http://{host}:{args.listen_port}"
         wait_http(f"{base}/healthz", proc, also=stack.children)

@@ -23,9 +23,11 @@ from common.config.model import (
     ProbeConfig,
     ProxyConfig,
     RateLimitConfig,
+    RedisConfig,
     SidecarConfig,
     UsageConfig,
 )
+from common.config.overrides import with_overrides
 
 __all__ = [
     "FINNEY_GENESIS",
@@ -40,8 +42,10 @@ __all__ = [
     "ProbeConfig",
     "ProxyConfig",
     "RateLimitConfig",
+    "RedisConfig",
     "SidecarConfig",
     "UsageConfig",
     "load_config",
     "parse_config",
+    "with_overrides",
 ]

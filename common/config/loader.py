@@ -13,6 +13,7 @@ from common.config.errors import ConfigError
 from common.config.model import Config
 from common.config.proxy import parse_proxy
 from common.config.readers import check_keys, get_str, mapping
+from common.config.redis import parse_redis
 from common.config.sections import (
     parse_endpoints,
     parse_networks,
@@ -25,7 +26,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
     """Build a validated ``Config`` from a parsed YAML document (pure)."""
     env = os.environ if env is None else env
     top = mapping(raw, "(top level)")
-    check_keys(top, ("proxy", "sidecar", "data_dir", "probe", "networks", "registry"), "")
+    check_keys(top, ("proxy", "sidecar", "data_dir", "probe", "networks", "registry", "redis"), "")
     networks = parse_networks(top.get("networks"))
     data_dir = get_str(top, "data_dir", "./data", "data_dir")
     if not data_dir:
@@ -37,6 +38,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
         probe=parse_probe(top.get("probe")),
         networks=networks,
         endpoints=parse_endpoints(top.get("registry"), networks, env),
+        redis=parse_redis(top.get("redis"), env),
     )
 
 

@@ -120,6 +120,17 @@ class Endpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """``redis:``: one quota per client and a shared cache tier across processes."""
+
+    url: str  # may hold a password: never log or publish it, use ``safe_url``
+    key_prefix: str = "chainproxy:"
+    timeout_ms: float = 50.0  # a request waits at most this on Redis, then goes local
+    cache_ttl_s: int = 86_400  # shared cache entries expire: Redis memory stays bounded
+    safe_url: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     sidecar: SidecarConfig = field(default_factory=SidecarConfig)
@@ -127,6 +138,7 @@ class Config:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     networks: Mapping[str, NetworkConfig] = field(default_factory=dict)
     endpoints: tuple[Endpoint, ...] = ()
+    redis: RedisConfig | None = None  # None: per-process limiter, per-machine cache
 
     def rpc_endpoints(self, network: str) -> tuple[Endpoint, ...]:
         """The endpoints the proxy may forward HTTP JSON-RPC calls of ``network`` to."""

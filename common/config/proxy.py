@@ -79,14 +79,9 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
         ipv6_prefix=ipv6_prefix,
     )
 
-    trusted = []
-    for i, item in enumerate(str_list(p.get("trusted_proxies", []), "proxy.trusted_proxies")):
-        try:
-            trusted.append(ipaddress.ip_network(item, strict=False))
-        except ValueError:
-            raise ConfigError(
-                f"proxy.trusted_proxies[{i}]", f"not an IP address or CIDR: {item!r}"
-            ) from None
+    trusted = parse_trusted(
+        str_list(p.get("trusted_proxies", []), "proxy.trusted_proxies"), "proxy.trusted_proxies"
+    )
 
     fo = mapping(p.get("failover"), "proxy.failover")
     check_keys(
@@ -128,7 +123,7 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
         networks=nets,
         allowlist=allow,
         rate_limit=rate_limit,
-        trusted_proxies=tuple(trusted),
+        trusted_proxies=trusted,
         failover=failover,
         cache=cache,
         usage=usage,
@@ -167,3 +162,15 @@ def _websocket(raw: Any) -> WebSocketConfig:
         ),
         stall_s=get_num(w, "stall_s", d.stall_s, key + "stall_s"),
     )
+
+
+def parse_trusted(
+    items: list[str], key: str
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    trusted = []
+    for i, item in enumerate(items):
+        try:
+            trusted.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ConfigError(f"{key}[{i}]", f"not an IP address or CIDR: {item!r}") from None
+    return tuple(trusted)

@@ -1,0 +1,81 @@
+"""The edge cache's second tier in Redis, behind each machine's diskcache.
+
+Look-ups go local first; the calls that missed ask Redis in one ``MGET`` and a
+Redis hit fills the local tier, so a block fetched through any proxy of the
+deployment is a hit on every other one. Entries are the same keys and JSON
+texts as the local tier, each with a TTL (``redis.cache_ttl_s``) so Redis
+memory stays bounded even without ``maxmemory-policy allkeys-lru``.
+
+Writes never delay an answer: they are queued and sent in one pipeline per
+event-loop turn; past ``MAX_PENDING`` queued entries new ones are dropped
+(counted), and while the link is down nothing is queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from addon.redis_link import RedisLink, RedisUnavailable
+
+log = logging.getLogger("chainproxy.cache")
+
+MAX_PENDING = 10_000
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+class SharedCacheTier:
+    def __init__(self, link: RedisLink, *, ttl_s: int) -> None:
+        self.link = link
+        self.ttl_s = ttl_s
+        self.dropped = 0
+        self._pending: dict[str, str] = {}
+        self._flush: asyncio.Task[None] | None = None
+
+    def key(self, cache_key: str) -> str:
+        return self.link.key("cache", cache_key)
+
+    async def get_many(self, keys: list[str]) -> list[Any | None] | None:
+        """The decoded values of ``keys`` (None where absent); None: Redis unavailable."""
+        names = [self.key(k) for k in keys]
+        try:
+            raw = await self.link.run("cache", lambda: self.link.client.mget(names))
+        except RedisUnavailable:
+            return None
+        out: list[Any | None] = []
+        for item in raw:
+            try:
+                out.append(None if item is None else json.loads(item))
+            except ValueError:  # not ours, or cut short: a miss
+                out.append(None)
+        return out
+
+    def put(self, cache_key: str, value: Any) -> None:
+        if not self.link.up:
+            return
+        if len(self._pending) >= MAX_PENDING:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.warning("redis cache writes behind: %d entries not shared", self.dropped)
+            return
+        self._pending[self.key(cache_key)] = _ENCODER.encode(value)
+        if self._flush is None or self._flush.done():
+            self._flush = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        await asyncio.sleep(0)  # let this loop turn's other answers queue theirs
+        while self._pending:
+            batch, self._pending = self._pending, {}
+
+            async def write(batch: dict[str, str] = batch) -> None:
+                pipe = self.link.client.pipeline(transaction=False)
+                for name, text in batch.items():
+                    pipe.set(name, text, ex=self.ttl_s)
+                await pipe.execute()
+
+            try:
+                await self.link.run("cache", write)
+            except RedisUnavailable:
+                return  # these entries stay local only; the link decides when to retry

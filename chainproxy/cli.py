@@ -1,0 +1,100 @@
+"""The ``chainproxy`` command (pyproject ``[project.scripts]``)::
+
+    chainproxy run     [--config F] [--workers N] [--listen-host H] [--listen-port P] [--set K=V]
+    chainproxy demo    [--workers N] ...   offline, simulated nodes (configs/demo.yaml)
+    chainproxy inspect [--config F] ...    under mitmweb: every flow in a browser UI
+    chainproxy check-config FILE           exit 0 and a summary, or 2 and "key: problem"
+    chainproxy version
+
+``run``/``demo``/``inspect`` are ``python -m chainproxy.launch`` with the right
+flags (the make targets call them)."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from importlib import metadata
+
+from chainproxy import launch
+from chainproxy.summary import describe
+from common.config import ConfigError, load_config
+
+DEMO_CONFIG = "configs/demo.yaml"
+
+
+def _stack_options(ap: argparse.ArgumentParser, default_config: str) -> None:
+    ap.add_argument("--config", default=default_config, help=f"(default {default_config})")
+    ap.add_argument("--workers", type=int, default=1, help="proxy processes behind one address")
+    ap.add_argument("--listen-host", default=None)
+    ap.add_argument("--listen-port", type=int, default=None)
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="chainproxy", description="Read-only JSON-RPC proxy for the Bittensor chain."
+    )
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _stack_options(
+        sub.add_parser("run", help="proxy + sidecar on the config's endpoints"),
+        "configs/finney.yaml",
+    )
+    _stack_options(sub.add_parser("demo", help="offline, with simulated nodes"), DEMO_CONFIG)
+    _stack_options(sub.add_parser("inspect", help="like run, under mitmweb"), "configs/finney.yaml")
+    check = sub.add_parser("check-config", help="validate a config file, like nginx -t")
+    check.add_argument("file")
+    sub.add_parser("version", help="chainproxy, mitmproxy and Python versions")
+    return ap
+
+
+def _launch_argv(args: argparse.Namespace) -> list[str]:
+    argv = ["--config", args.config, "--workers", str(args.workers)]
+    if args.listen_host is not None:
+        argv += ["--listen-host", args.listen_host]
+    if args.listen_port is not None:
+        argv += ["--listen-port", str(args.listen_port)]
+    if args.command == "demo" or (args.command == "inspect" and "demo" in args.config):
+        argv.append("--simulate")
+    if args.command == "inspect":
+        argv.append("--inspect")
+    for s in args.sets:
+        argv += ["--set", s]
+    return argv
+
+
+def version() -> str:
+    def v(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"chainproxy {v('chainproxy')} (mitmproxy {v('mitmproxy')}, aiohttp {v('aiohttp')}, "
+        f"Python {platform.python_version()})"
+    )
+
+
+def check_config(path: str) -> int:
+    try:
+        config = load_config(path)
+    except ConfigError as e:
+        print(f"chainproxy: {path}: {e}", file=sys.stderr)
+        return 2
+    print(describe(config, path))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "version":
+        print(version())
+        return 0
+    if args.command == "check-config":
+        return check_config(args.file)
+    return launch.main(_launch_argv(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""``chainproxy check-config``: one paragraph that says what a valid config
+deploys, so an operator can read back what they wrote (pure: a ``Config`` in,
+text out; no secret ever appears: URLs are the redacted ones)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from common.config import Config
+
+
+def describe(config: Config, path: str) -> str:
+    p = config.proxy
+    nets = []
+    for net in p.networks:
+        kinds = Counter(e.kind for e in config.endpoints if e.network == net)
+        archive = sum(1 for e in config.endpoints if e.network == net and e.archive)
+        parts = [f"{n} {kind}" for kind, n in sorted(kinds.items())] or ["no endpoints"]
+        if archive:
+            parts.append(f"{archive} archive")
+        nets.append(f"{net} ({', '.join(parts)})")
+    rl = p.rate_limit
+    per = "client" if rl.ipv6_prefix == 128 else f"client (IPv6 per /{rl.ipv6_prefix})"
+    fo = p.failover
+    cache = (
+        f"edge cache {p.cache.size_limit_mb} MiB in {config.data_dir / 'cache'}"
+        + (f" (+{len(p.cache.methods)} hash-pinned methods)" if p.cache.methods else "")
+        if p.cache.enabled
+        else "edge cache off"
+    )
+    if config.redis is None:
+        scale = "no redis: the quota is per proxy process and the cache per machine"
+    else:
+        r = config.redis
+        scale = (
+            f"redis {r.safe_url} (prefix {r.key_prefix!r}, {r.timeout_ms:g} ms bound): "
+            "one quota per client across processes and a shared cache tier"
+        )
+    ws = p.websocket
+    subs = (
+        f"WebSocket subscriptions on (≤{ws.max_subscriptions} per socket)"
+        if ws.subscriptions
+        else "WebSocket subscriptions off"
+    )
+    sidecar = config.sidecar
+    token = "token set" if sidecar.token else "no token: internal API open to local callers"
+    return (
+        f"{path}: OK. Serves {', '.join(f'/rpc/v1/{n}' for n in p.networks)} from "
+        f"{len(config.endpoints)} registry endpoints: {'; '.join(nets)}. "
+        f"Rate limit {rl.requests} calls per {rl.window_s:g} s per {per}"
+        f"{f', {len(p.trusted_proxies)} trusted proxies' if p.trusted_proxies else ''}; "
+        f"failover up to {fo.max_attempts} attempts ({fo.attempt_timeout_s:g} s each, "
+        f"{fo.deadline_s:g} s deadline); {cache}; {subs}; {scale}. "
+        f"Sidecar on {sidecar.host}:{sidecar.port} (proxies reach it at {sidecar.url}, "
+        f"{token}); probes every {config.probe.interval_s:g} s (heads every "
+        f"{config.probe.head_interval_s:g} s); data in {config.data_dir}."
+    )
