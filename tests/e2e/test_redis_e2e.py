@@ -1,0 +1,152 @@
+"""Two proxy processes, each with its own data directory (two "machines"), and
+one real redis-server: one quota per client, a shared cache, and Redis dying
+and coming back without a client noticing (DESIGN.md section 10)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chainproxy.commands import proxy_argv
+from chainproxy.supervisor import Child, free_port, wait_http
+from tests.e2e.conftest import PROXY_DEFAULTS, call, next_client_ip, post
+from tests.e2e.harness import BIN, Stack, base_config, http_json
+from tests.redis_server import REDIS_SERVER, RedisServer
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed (make test)"),
+]
+
+
+@dataclass
+class TwoMachines:
+    stack: Stack
+    redis: RedisServer
+    urls: list[str]  # the RPC URL of each proxy
+    procs: list[Child]
+
+    def requests_upstream(self) -> int:
+        return sum(http_json(f"{n.url}/_sim/state")["requests"] for n in self.stack.nodes)
+
+
+@pytest.fixture(scope="module")
+def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoMachines]:
+    tmp = tmp_path_factory.mktemp("two-machines")
+    redis = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    stack = Stack(tmp)
+    try:
+        epoch = time.time() - 600
+        for name in ("alpha", "beta"):
+            stack.start_node(name, epoch=epoch)
+        config = base_config(tmp, stack.nodes, **PROXY_DEFAULTS)
+        config["redis"] = {"url": redis.url, "key_prefix": "e2e:"}
+        stack.write_config(config)
+        stack.start_sidecar()
+        urls, procs = [], []
+        for machine in ("m1", "m2"):
+            own = {**config, "data_dir": str(tmp / machine)}  # its own cache, its own spool
+            path = tmp / f"{machine}.yaml"
+            path.write_text(yaml.safe_dump(own))
+            port = free_port()
+            argv = proxy_argv(
+                BIN / "mitmdump",
+                path,
+                config["sidecar"]["url"],
+                port=port,
+                sets=("termlog_verbosity=warn", "flow_detail=0"),  # warnings: Redis lines
+            )
+            proc = stack.sup.start(f"mitmdump-{machine}", argv)
+            wait_http(f"http://127.0.0.1:{port}/rpc/", proc)
+            urls.append(f"http://127.0.0.1:{port}/rpc/v1/finney")
+            procs.append(proc)
+        yield TwoMachines(stack, redis, urls, procs)
+    finally:
+        stack.stop()
+        redis.stop()
+
+
+async def _wait_redis_up(m: TwoMachines, ip: str, timeout: float = 15.0) -> None:
+    """Until both proxies use Redis again: a call through each is counted in Redis."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = [await post(u, call("system_health"), client_ip=ip) for u in m.urls]
+        key = f"e2e:rl:100;w=60:{ip}"
+        if int(m.redis.command("LLEN", key).strip(b":\r\n") or 0) == 2:
+            assert all(r.status == 200 for r in before)
+            return
+        m.redis.command("DEL", key)
+        await asyncio.sleep(0.5)
+    pytest.fail("the proxies did not go back to Redis")
+
+
+async def test_one_quota_for_a_client_across_both_machines(machines: TwoMachines) -> None:
+    ip = next_client_ip()
+    statuses = []
+    for i in range(150):
+        r = await post(machines.urls[i % 2], call("system_health", id_=i), client_ip=ip)
+        statuses.append(r.status)
+        if r.status == 429:
+            assert r.body["error"]["data"]["policy"] == "100;w=60"
+            assert int(r.headers["Retry-After"]) >= 1
+    assert statuses.count(200) == 100 and statuses.count(429) == 50
+    assert statuses[:100] == [200] * 100  # the first 100, whichever machine took them
+
+
+async def test_a_block_fetched_through_one_machine_is_a_hit_on_the_other(
+    machines: TwoMachines,
+) -> None:
+    block_hash = machines.stack.nodes[0].rpc("chain_getBlockHash", [321])["result"]
+    first = await post(machines.urls[0], call("chain_getBlock", [block_hash]))
+    assert first.status == 200 and first.headers["X-Cache"] == "MISS"
+    await asyncio.sleep(0.3)  # the write to Redis is sent after the answer
+    upstream_before = machines.requests_upstream()
+    second = await post(machines.urls[1], call("chain_getBlock", [block_hash], id_="other"))
+    assert second.status == 200 and second.headers["X-Cache"] == "HIT"
+    assert second.body["id"] == "other" and second.body["result"] == first.body["result"]
+    assert machines.requests_upstream() == upstream_before  # no upstream call at all
+    # and now machine 2's own disk has it too
+    third = await post(machines.urls[1], call("chain_getBlock", [block_hash], id_=3))
+    assert third.headers["X-Cache"] == "HIT"
+
+
+async def test_redis_dies_and_comes_back_and_no_client_notices(machines: TwoMachines) -> None:
+    ip = next_client_ip()
+    machines.redis.stop()
+    results = await asyncio.gather(
+        *(post(machines.urls[i % 2], call("system_health", id_=i), client_ip=ip) for i in range(40))
+    )
+    assert [r.status for r in results] == [200] * 40  # 0 errors: local limiters answered
+    block_hash = machines.stack.nodes[0].rpc("chain_getBlockHash", [77])["result"]
+    fresh = await post(machines.urls[0], call("chain_getBlock", [block_hash]))
+    assert fresh.status == 200  # the cache tier down: fetched upstream
+    machines.redis.start()  # empty, same port
+    ip2 = next_client_ip()
+    await _wait_redis_up(machines, ip2)
+    statuses = [
+        (await post(machines.urls[i % 2], call("system_health", id_=i), client_ip=ip2)).status
+        for i in range(100)
+    ]
+    assert statuses.count(200) == 98 and statuses.count(429) == 2  # one quota again (2 taken)
+    metrics = http_text(f"{machines.stack.sidecar_url}/metrics")
+    assert 'chainproxy_redis_fallbacks_total{store="ratelimit"}' in metrics
+
+
+def http_text(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode()
+
+
+def test_the_proxies_log_one_line_each_way(machines: TwoMachines) -> None:
+    logs = [Path(p.log).read_text() for p in machines.procs if p.log is not None]
+    for text in logs:
+        assert text.count("unavailable") >= 1 and "answers again" in text
+        assert "Traceback" not in text
