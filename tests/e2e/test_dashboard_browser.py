@@ -3,7 +3,6 @@ a sidecar fed by simulated nodes, one of them dead, and a 60-endpoint registry."
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
@@ -11,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import REPO, Stack, free_port, http_json
+from tests.e2e.harness import Stack, free_port, http_json
 
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-SCREENSHOT = REPO / "docs" / "dashboard.png"
 
 
 def _registry(stack: Stack) -> list[dict[str, Any]]:
@@ -131,8 +129,9 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
             assert page.locator("#heatmap .legend span").count() == 5
             # Callable list: 60 endpoints, page 2 shows rows 26-50.
             assert "60 of 60" in page.locator("#callable h2").inner_text()
-            # docs/dashboard.png is refreshed on request only: tests leave the tree clean.
-            shot = SCREENSHOT if os.environ.get("UPDATE_SCREENSHOTS") else tmp_path / "d.png"
+            # docs/dashboard.png comes from the page with traffic
+            # (test_dashboard_traffic_browser.py); this one stays in tmp.
+            shot = tmp_path / "d.png"
             page.screenshot(path=str(shot), full_page=False)
             assert shot.stat().st_size > 10_000
             page.locator("#callable .pager a", has_text="2").first.click()
