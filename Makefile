@@ -3,6 +3,8 @@
 
 SHELL := /bin/bash
 CONFIG ?= configs/finney.yaml
+# proxy processes behind one address (DESIGN.md section 10): >1 needs haproxy and redis-server
+WORKERS ?= 1
 VENV := .venv
 PY := $(VENV)/bin/python
 # python3.12 from PATH, else a pyenv or system install; it must really be 3.12.
@@ -10,18 +12,21 @@ PYTHON312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 STAMP := $(VENV)/.installed
 
-.PHONY: run test demo inspect lint bench clean help
+.PHONY: run test demo inspect lint bench clean help check-config
 
 help:
 	@echo "make run      proxy + sidecar on the public endpoints ($(CONFIG)), http://127.0.0.1:8080"
+	@echo "              WORKERS=N: N proxy processes behind HAProxy, one quota in Redis"
 	@echo "make demo     the same, offline, with simulated nodes (configs/demo.yaml)"
 	@echo "make inspect  like run, under mitmweb (UI on http://127.0.0.1:8082)"
+	@echo "make check-config  validate $(CONFIG) and say what it deploys (CONFIG=F for another)"
 	@echo "make test     the test suite"
 	@echo "make lint     ruff"
 	@echo "make bench    benchmarks (QUICK=1 for a short run)"
 	@echo "make profile  py-spy profile of the proxy under load (bench/out/)"
 	@echo "make test-clients     substrate-interface and polkadot.js over chopsticks"
 	@echo "make demo-chopsticks  the stack over a real Substrate runtime (chopsticks), offline"
+	@echo "make scale-deps       redis-server and haproxy (Debian packages) for WORKERS=N and its tests"
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12" >&2; exit 1; }
@@ -33,16 +38,26 @@ $(STAMP): pyproject.toml
 # PROXY_SET="chainproxy_lean=true …": mitmproxy options for the proxy (README "Performance")
 LAUNCH_SETS = $(foreach s,$(PROXY_SET),--set $(s))
 
+# The `chainproxy` console script (chainproxy/cli.py) maps these onto
+# `python -m chainproxy.launch`: demo adds --simulate, inspect adds --inspect (and
+# --simulate when the config is a demo one). PROXY_HOST / PROXY_PORT set the address.
+CHAINPROXY := $(VENV)/bin/chainproxy
+# make demo runs configs/demo.yaml unless CONFIG names another demo config
+DEMO_CONFIG := $(if $(findstring demo,$(CONFIG)),$(CONFIG),configs/demo.yaml)
+
 run: $(STAMP)
-	$(PY) -m chainproxy.launch --config $(CONFIG) $(LAUNCH_SETS)
+	$(CHAINPROXY) run --config $(CONFIG) --workers $(WORKERS) $(LAUNCH_SETS)
 
 demo: $(STAMP)
-	$(PY) -m chainproxy.launch --config configs/demo.yaml --simulate $(LAUNCH_SETS)
+	$(CHAINPROXY) demo --config $(DEMO_CONFIG) --workers $(WORKERS) $(LAUNCH_SETS)
 
 inspect: $(STAMP)
-	$(PY) -m chainproxy.launch --config $(CONFIG) --inspect $(if $(findstring demo,$(CONFIG)),--simulate,) $(LAUNCH_SETS)
+	$(CHAINPROXY) inspect --config $(CONFIG) --workers $(WORKERS) $(LAUNCH_SETS)
 
-test: $(STAMP) js-deps browser-deps asi-deps
+check-config: $(STAMP)
+	$(CHAINPROXY) check-config $(CONFIG)
+
+test: $(STAMP) js-deps browser-deps asi-deps scale-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
@@ -55,7 +70,7 @@ clean:
 
 # Proxy benchmarks against bare mitmdump, a direct call and nginx, plus the
 # statistics, memory and addon benchmarks (docs/BENCHMARKS.md). ~9 min; QUICK=1 < 2 min.
-bench: $(STAMP) bench-deps
+bench: $(STAMP) bench-deps scale-deps
 	$(PY) bench/run.py $(if $(QUICK),--quick,)
 
 # Where the proxy's CPU goes under load (py-spy): PROFILE_ARGS="--path hit", "--lean", "--bare".
@@ -168,4 +183,27 @@ deploy-deps:
 				apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 			case "$$missing" in *prometheus*) service prometheus stop >/dev/null 2>&1 || true;; esac; \
 		else echo "not installed:$$missing (not root): the deploy/ tests that need them are skipped" >&2; fi; \
+	fi
+
+# --- redis-server and haproxy for WORKERS=N (DESIGN.md section 10) and their tests ---
+# Debian packages, installed when missing and we are root; otherwise the Redis and
+# --workers tests are skipped, saying why. The tests (and the launcher) start their own
+# on free loopback ports: the system services the packages start are stopped and disabled.
+.PHONY: scale-deps
+scale-deps:
+	@missing=""; \
+	{ command -v redis-server >/dev/null 2>&1 || test -x /usr/bin/redis-server || test -x /usr/sbin/redis-server; } \
+		|| missing="$$missing redis-server"; \
+	{ command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || test -x /usr/bin/haproxy; } \
+		|| missing="$$missing haproxy"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing (Debian packages) for WORKERS=N and the Redis/workers tests"; \
+			apt-get update -qq && RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+			for svc in $$missing; do \
+				service $$svc stop >/dev/null 2>&1 || true; \
+				{ systemctl disable $$svc || update-rc.d $$svc disable; } >/dev/null 2>&1 || true; \
+			done; \
+		else echo "not installed:$$missing (not root): the Redis/workers tests will be skipped" >&2; fi; \
 	fi

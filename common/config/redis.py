@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from common.config.errors import ConfigError
 from common.config.model import RedisConfig
@@ -23,6 +24,21 @@ from common.endpoint_id import redact_url
 _KEY_PREFIX_MAX = 64
 
 
+def _check_userinfo(url: str) -> None:
+    """An unencoded ``/ ? #`` in a password ends the URL's host part early: the
+    parser reads the rest of the password as port, path or query, and an error
+    message (or ``safe_url``) would echo it. Refused without showing any of it."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return  # get_url says why, without the URL
+    if "@" not in parts.netloc and "@" in parts.path + parts.query + parts.fragment:
+        raise ConfigError(
+            "redis.url",
+            "bad URL: percent-encode / ? # @ in the password (%2F %3F %23 %40)",
+        )
+
+
 def parse_redis(raw: Any, env: Mapping[str, str]) -> RedisConfig | None:
     if raw is None:
         return None
@@ -33,7 +49,9 @@ def parse_redis(raw: Any, env: Mapping[str, str]) -> RedisConfig | None:
     raw_url = r["url"]
     if not isinstance(raw_url, str) or not raw_url:
         raise ConfigError("redis.url", "must be a non-empty URL string")
-    url = get_url(expand_env(raw_url, "redis.url", env), "redis.url", ("redis", "rediss"))
+    expanded = expand_env(raw_url, "redis.url", env)
+    _check_userinfo(expanded)
+    url = get_url(expanded, "redis.url", ("redis", "rediss"))
     prefix = get_str(r, "key_prefix", "chainproxy:", "redis.key_prefix")
     if not prefix or len(prefix) > _KEY_PREFIX_MAX or any(c.isspace() for c in prefix):
         raise ConfigError(
