@@ -27,6 +27,8 @@ T = TypeVar("T")
 
 _DOWN_AFTER = 3  # consecutive failures (timeouts) before the link is marked down
 _PING_EVERY_S = 1.0
+_HARD_CAP_S = 1.0  # however busy this process is, a call waits at most this on Redis
+_LATE_S = 0.005  # a timer this late means the event loop, not Redis, held the call
 
 
 class RedisUnavailable(Exception):
@@ -68,10 +70,22 @@ class RedisLink:
 
     async def run(self, store: str, op: Callable[[], Awaitable[T]]) -> T:
         """``op()`` against Redis within the bound; ``RedisUnavailable`` otherwise
-        (counted as a fallback of ``store``)."""
+        (counted as a fallback of ``store``).
+
+        The bound is Redis's time, not ours: when this process's event loop is
+        saturated (a burst of calls), the timer fires late and the reply may
+        already sit unread in the socket, so a late timer extends the wait
+        instead of blaming Redis (up to ``_HARD_CAP``); a punctual timer with no
+        reply means Redis really is slow."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
-            async with asyncio.timeout(self.timeout_s):
-                result = await op()
+            async with asyncio.timeout(started + self.timeout_s) as cm:
+                guard = _LagGuard(loop, cm, started, self.timeout_s)
+                try:
+                    result = await op()
+                finally:
+                    guard.cancel()
         except (TimeoutError, redis_errors.RedisError, OSError) as e:
             self.failed(store, e)
             raise RedisUnavailable(store) from None
@@ -85,7 +99,11 @@ class RedisLink:
     def failed(self, store: str, e: BaseException) -> None:
         self.on_fallback(store)
         self._failures += 1
-        refused = isinstance(e, redis_errors.ConnectionError | OSError)
+        # a refused or reset connection is down now; a timeout only after a few in a row
+        # (the builtin TimeoutError is an OSError: test it first)
+        refused = not isinstance(e, TimeoutError | redis_errors.TimeoutError) and isinstance(
+            e, redis_errors.ConnectionError | OSError
+        )
         if self.up and (refused or self._failures >= _DOWN_AFTER):
             self.up = False
             log.warning(
@@ -122,6 +140,29 @@ class RedisLink:
             await self.client.aclose()
         except Exception as e:  # closing a dead link: nothing to save
             log.debug("redis close: %s", type(e).__name__)
+
+
+class _LagGuard:
+    """Checks a call's deadline just before ``asyncio.timeout`` would: if the
+    check itself runs late, the loop was busy, so the deadline moves on."""
+
+    __slots__ = ("_cm", "_handle", "_loop", "_started", "_step")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, cm: asyncio.Timeout, started: float, step: float
+    ) -> None:
+        self._loop, self._cm, self._started, self._step = loop, cm, started, step
+        self._handle = loop.call_at(started + step - 0.001, self._check, started + step - 0.001)
+
+    def _check(self, due: float) -> None:
+        now = self._loop.time()
+        if now - due > _LATE_S and now - self._started < _HARD_CAP_S:
+            nxt = now + self._step
+            self._cm.reschedule(min(nxt, self._started + _HARD_CAP_S))
+            self._handle = self._loop.call_at(nxt - 0.001, self._check, nxt - 0.001)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 def _describe(e: BaseException, url: str) -> str:
