@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
+from addon.redis_batch import Batcher
 from common.config import RedisConfig
 
 log = logging.getLogger("chainproxy.redis")
@@ -47,6 +48,7 @@ class RedisLink:
         self.prefix = config.key_prefix
         self.timeout_s = config.timeout_ms / 1000
         self.client = client if client is not None else self._connect(config)
+        self.batcher = Batcher(self.client)  # every command, pipelined on one connection
         self.up = True  # optimistic: the first request finds out
         self.on_fallback = on_fallback  # a counter per store (the metric)
         self._failures = 0
@@ -63,6 +65,7 @@ class RedisLink:
             retry=None,
             health_check_interval=0,
             decode_responses=False,
+            max_connections=8,  # the batcher's one, the watcher's ping, a spare or two
         )
 
     def key(self, *parts: str) -> str:
@@ -136,6 +139,7 @@ class RedisLink:
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
+        self.batcher.close()
         try:
             await self.client.aclose()
         except Exception as e:  # closing a dead link: nothing to save

@@ -6,8 +6,8 @@ deployment is a hit on every other one. Entries are the same keys and JSON
 texts as the local tier, each with a TTL (``redis.cache_ttl_s``) so Redis
 memory stays bounded even without ``maxmemory-policy allkeys-lru``.
 
-Writes never delay an answer: they are queued and sent in one pipeline per
-event-loop turn; past ``MAX_PENDING`` queued entries new ones are dropped
+Writes never delay an answer: they are queued and go out with the next
+pipeline (``addon/redis_batch.py``); past ``MAX_PENDING`` queued entries new ones are dropped
 (counted), and while the link is down nothing is queued.
 """
 
@@ -41,7 +41,7 @@ class SharedCacheTier:
         """The decoded values of ``keys`` (None where absent); None: Redis unavailable."""
         names = [self.key(k) for k in keys]
         try:
-            raw = await self.link.run("cache", lambda: self.link.client.mget(names))
+            raw = await self.link.run("cache", lambda: self.link.batcher.submit("MGET", *names))
         except RedisUnavailable:
             return None
         out: list[Any | None] = []
@@ -69,13 +69,9 @@ class SharedCacheTier:
         while self._pending:
             batch, self._pending = self._pending, {}
 
-            async def write(batch: dict[str, str] = batch) -> None:
-                pipe = self.link.client.pipeline(transaction=False)
-                for name, text in batch.items():
-                    pipe.set(name, text, ex=self.ttl_s)
-                await pipe.execute()
-
+            submit = self.link.batcher.submit
+            sets = [submit("SET", name, text, "EX", self.ttl_s) for name, text in batch.items()]
             try:
-                await self.link.run("cache", write)
+                await self.link.run("cache", lambda sets=sets: asyncio.gather(*sets))
             except RedisUnavailable:
                 return  # these entries stay local only; the link decides when to retry

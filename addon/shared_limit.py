@@ -61,18 +61,25 @@ class SharedLimiter:
         self.limit = local.limit
         self.window_ms = round(local.window * 1000)
         self.policy = local.policy
-        self._script = link.client.register_script(_SCRIPT)
+        self._sha = link.batcher.script(_SCRIPT)
 
     def key(self, client: str) -> str:
         return self.link.key("rl", self.policy, client)
 
     async def check(self, client: str, cost: int = 1, *, take: bool = True) -> Decision:
         """The shared decision; the local one if Redis does not answer in time."""
-        args = (self.limit, self.window_ms, cost, 1 if take else 0)
+        command = (
+            "EVALSHA",
+            self._sha,
+            1,
+            self.key(client),
+            self.limit,
+            self.window_ms,
+            cost,
+            int(take),
+        )
         try:
-            reply = await self.link.run(
-                "ratelimit", lambda: self._script(keys=[self.key(client)], args=args)
-            )
+            reply = await self.link.run("ratelimit", lambda: self.link.batcher.submit(*command))
         except RedisUnavailable:
             return self.local.check(client, cost, take=take)
         return self.decision(reply)

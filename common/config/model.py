@@ -123,7 +123,7 @@ class Endpoint:
 class RedisConfig:
     """``redis:``: one quota per client and a shared cache tier across processes."""
 
-    url: str  # may hold a password: never log or publish it, use ``safe_url``
+    url: str = field(repr=False)  # may hold a password: never log it, use ``safe_url``
     key_prefix: str = "chainproxy:"
     timeout_ms: float = 50.0  # a request waits at most this on Redis, then goes local
     cache_ttl_s: int = 86_400  # shared cache entries expire: Redis memory stays bounded

@@ -77,7 +77,7 @@ async def _traffic(url: str, sidecar: str, ips: list[str]) -> None:
     # believed, the count is in Redis): 50 already taken, 50 more pass, then 429
     seq = [await post(url, call("system_health", id_=i), client_ip=ips[0]) for i in range(60)]
     statuses = [r.status for r in seq]
-    assert statuses.count(200) == 50 and statuses.count(429) == 10, [r.headers.get('X-RateLimit-Remaining') for r in seq]
+    assert statuses.count(200) == 50 and statuses.count(429) == 10
     # a spoofed X-Forwarded-For does not buy a new quota
     spoofed = await post(
         url, call("system_health"), client_ip=ips[0], headers={"X-Forwarded-For": "1.2.3.4"}
@@ -131,7 +131,7 @@ def test_two_workers_serve_one_address_with_one_quota(tmp_path: Path) -> None:
             raise
 
         # usage from both workers reaches the sidecar exactly once per call
-        served = 250
+        served = 200 + 50 + 1  # the burst, one client's quota, the subscribe call
         deadline = time.monotonic() + 30
         while _usage(sidecar)["requests"] < served and time.monotonic() < deadline:
             time.sleep(0.5)
