@@ -7,7 +7,9 @@ Starts its own upstreams (``bench/trivial_upstream.py``: a fast JSON-RPC server
 over a frozen simulated chain; three ``simnode`` nodes for the fault
 scenarios), the sidecar, chainproxy (mitmdump + addon; also in lean mode), bare
 ``mitmdump --mode reverse`` with no addon, and nginx (one worker) where it is
-installed; drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a
+installed; scenario 10 (``bench/redis_scale.py``) runs its own stack with a
+redis-server, N proxy processes and HAProxy, after the others are stopped.
+Drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a
 machine with two or more cores every proxy under test is pinned to core 1 and
 everything else (load generator, upstreams, sidecar, this runner) to core 0, so
 the proxy's core is its own and the load generator does not steal from it.
@@ -15,7 +17,7 @@ the proxy's core is its own and the load generator does not steal from it.
 Each scenario runs its targets alternately (the order rotates every
 repetition) and reports medians over the repetitions; ratios are taken between
 medians measured in the same run. Prints one table and one line per goal; a
-full run takes ~9 minutes, ``--quick`` under 2. Every process is started here
+full run takes ~11 minutes, ``--quick`` under 3. Every process is started here
 and stopped here (also on Ctrl-C), and each has a time limit of its own.
 """
 
@@ -41,11 +43,12 @@ from bench import scripts
 from bench.context import CPUS, FULL, QUICK, Context
 from bench.faults import FaultBench
 from bench.load import generator
+from bench.redis_scale import RedisScale
 from bench.report import Report
 from bench.stack import nginx_path
 from bench.throughput import Throughput
 
-SCENARIOS = ("1", "2", "3", "7", "4", "5", "6", "8", "9", "addon")
+SCENARIOS = ("1", "2", "3", "7", "4", "5", "10", "6", "8", "9", "addon")
 Step = tuple[str, Callable[[], None]]
 
 
@@ -106,6 +109,13 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
             (k, f) for k, f in (("4", fb.slow_upstream), ("5", fb.killed_upstream)) if k in only
         ]
     steps.append(("stop the stacks", ctx.stack.stop))
+    if "10" in only:  # a stack of its own, alone on the machine
+        rs = RedisScale(ctx)
+        steps += [
+            ("setup: redis-server, sidecar, workers, HAProxy", rs.start),
+            ("10", rs.run),
+            ("stop the Redis stack", ctx.stack.stop),
+        ]
     steps += [
         (k, partial(f, ctx))
         for k, f in (
@@ -122,7 +132,9 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer and shorter runs (< 2 min)")
-    ap.add_argument("--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,addon")
+    ap.add_argument(
+        "--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,addon"
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(
         "--before",
