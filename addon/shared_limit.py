@@ -26,20 +26,24 @@ local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local take = tonumber(ARGV[4])
-local entries = redis.call('LRANGE', KEYS[1], 0, limit - 1)
-local used = 0
-for i = 1, #entries do
-  if tonumber(entries[i]) > now - window then used = i else break end
+-- forget the calls that left the window (oldest at the tail; each popped once),
+-- so a check costs the same whatever the limit
+while true do
+  local last = redis.call('LINDEX', KEYS[1], -1)
+  if not last or tonumber(last) > now - window then break end
+  redis.call('RPOP', KEYS[1])
 end
+local used = redis.call('LLEN', KEYS[1])
 local allowed = used + cost <= limit
 local newest = 0
-if used > 0 then newest = tonumber(entries[1]) end
+if used > 0 then newest = tonumber(redis.call('LINDEX', KEYS[1], 0)) end
 local retry_at = 0
 if not allowed then
   if cost > limit then
     retry_at = -1
   else
-    retry_at = tonumber(entries[used - (used + cost - limit) + 1]) + window
+    -- the youngest of the oldest calls that must leave for this one to fit
+    retry_at = tonumber(redis.call('LINDEX', KEYS[1], limit - cost)) + window
   end
 elseif take == 1 then
   for i = 1, cost do redis.call('LPUSH', KEYS[1], now) end
