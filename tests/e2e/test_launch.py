@@ -101,16 +101,7 @@ def test_demo_prints_a_working_curl_and_stops_cleanly(
         start_new_session=True,
     )
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 60
-        assert proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "Ctrl-C stops everything" in line:
-                break
+        lines = read_until_banner(proc, 60)
         text = "".join(lines)
         assert f"http://127.0.0.1:{port}/rpc/v1/finney" in text, text
         curl = next(ln.strip() for ln in lines if ln.strip().startswith("curl "))
@@ -145,6 +136,21 @@ def test_demo_prints_a_working_curl_and_stops_cleanly(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def read_until_banner(proc: subprocess.Popen[str], timeout_s: float) -> list[str]:
+    """The launcher's output lines up to its banner's last line (or its exit)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "Ctrl-C stops everything" in line:
+            break
+    return lines
 
 
 async def _two_heads(url: str) -> list[dict[str, object]]:

@@ -22,7 +22,7 @@ import yaml
 from chainproxy.workers import find_tool
 from tests.e2e.conftest import call, next_client_ip, post
 from tests.e2e.harness import REPO, free_port
-from tests.e2e.test_launch import _demo_config, _two_heads
+from tests.e2e.test_launch import _demo_config, _two_heads, read_until_banner
 
 pytestmark = [
     pytest.mark.e2e,
@@ -103,17 +103,7 @@ def test_two_workers_serve_one_address_with_one_quota(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        assert proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "Ctrl-C stops everything" in line:
-                break
-        text = "".join(lines)
+        text = "".join(read_until_banner(proc, 90))
         assert "2 proxy processes" in text and "redis-server" in text, text[-3000:]
         kids = _descendants(proc.pid)
         names = _names(kids)
