@@ -128,9 +128,14 @@ def run_load(
             Path(body_file).unlink(missing_ok=True)
             Path(samples_file).unlink(missing_ok=True)
         text = out.stdout
+    return parse_result(text, f"load generator failed ({argv[0]}):\n{text}\n{out.stderr}", samples)
+
+
+def parse_result(text: str, failure: str, samples: tuple[float, ...] = ()) -> LoadResult:
+    """The ``BENCHJSON {…}`` line a load generator (wrk script, pyload) prints."""
     line = next((ln for ln in text.splitlines() if ln.startswith("BENCHJSON ")), None)
     if line is None:
-        raise RuntimeError(f"load generator failed ({argv[0]}):\n{text}\n{out.stderr}")
+        raise RuntimeError(failure)
     d = json.loads(line[len("BENCHJSON ") :])
     detail = {k: int(d[k]) for k in ("connect", "read", "write", "status", "timeout")}
     return LoadResult(

@@ -9,7 +9,6 @@ part (proxies, HAProxy, Redis) per request of a load run, sides run alternately.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import statistics
@@ -21,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from bench.load import _LUA, LoadResult
+from bench.load import _LUA, LoadResult, parse_result
 from bench.measure import RPC_PATH
 from bench.stack import Stack
 from bench.throughput import MISS_BODY
@@ -153,21 +152,7 @@ def xff_load(
         )
     finally:
         Path(script).unlink(missing_ok=True)
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("BENCHJSON ")), None)
-    if line is None:
-        raise RuntimeError(f"wrk failed:\n{out.stdout}\n{out.stderr}")
-    d = json.loads(line[len("BENCHJSON ") :])
-    detail = {k: int(d[k]) for k in ("connect", "read", "write", "status", "timeout")}
-    return LoadResult(
-        requests=int(d["requests"]),
-        duration_s=float(d["duration_s"]),
-        p50_ms=float(d["p50_ms"]),
-        p90_ms=float(d["p90_ms"]),
-        p99_ms=float(d["p99_ms"]),
-        max_ms=float(d["max_ms"]),
-        errors=sum(detail.values()),
-        detail=detail,
-    )
+    return parse_result(out.stdout, f"wrk failed:\n{out.stdout}\n{out.stderr}")
 
 
 # --- measuring: one load run with the CPU of each part, sides run alternately ----------
