@@ -69,7 +69,7 @@ clean:
 	rm -rf $(VENV) $(ASI_VENV) $(BT_VENV) data .pytest_cache .ruff_cache
 
 # Proxy benchmarks against bare mitmdump, a direct call and nginx, plus the
-# statistics, memory and addon benchmarks (docs/BENCHMARKS.md). ~9 min; QUICK=1 < 2 min.
+# statistics, memory, addon and Redis benchmarks (docs/BENCHMARKS.md). ~11 min; QUICK=1 < 3 min.
 bench: $(STAMP) bench-deps scale-deps
 	$(PY) bench/run.py $(if $(QUICK),--quick,)
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
-from addon.redis_batch import Batcher
+from addon.redis_pipe import RedisPipe
 from common.config import RedisConfig
 
 log = logging.getLogger("chainproxy.redis")
@@ -41,32 +40,17 @@ class RedisLink:
         self,
         config: RedisConfig,
         *,
-        client: Any | None = None,
         on_fallback: Callable[[str], None] = lambda store: None,
     ) -> None:
         self.config = config
         self.prefix = config.key_prefix
         self.timeout_s = config.timeout_ms / 1000
-        self.client = client if client is not None else self._connect(config)
-        self.batcher = Batcher(self.client)  # every command, pipelined on one connection
+        # every command of this process, pipelined on one connection
+        self.pipe = RedisPipe(config.url, connect_timeout_s=max(0.2, self.timeout_s))
         self.up = True  # optimistic: the first request finds out
         self.on_fallback = on_fallback  # a counter per store (the metric)
         self._failures = 0
         self._watcher: asyncio.Task[None] | None = None
-
-    @staticmethod
-    def _connect(config: RedisConfig) -> Any:
-        # No retries inside redis-py: our bound is the whole budget, the fallback is ours.
-        return aioredis.Redis.from_url(
-            config.url,
-            socket_timeout=max(1.0, config.timeout_ms / 1000),
-            socket_connect_timeout=max(0.2, config.timeout_ms / 1000),
-            retry_on_timeout=False,
-            retry=None,
-            health_check_interval=0,
-            decode_responses=False,
-            max_connections=8,  # the batcher's one, the watcher's ping, a spare or two
-        )
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -126,7 +110,7 @@ class RedisLink:
             await asyncio.sleep(_PING_EVERY_S)
             try:
                 async with asyncio.timeout(max(self.timeout_s, 0.5)):
-                    await self.client.ping()
+                    await self.pipe.ping()
             except (TimeoutError, redis_errors.RedisError, OSError):
                 continue
             self._failures = 0
@@ -139,11 +123,7 @@ class RedisLink:
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
-        self.batcher.close()
-        try:
-            await self.client.aclose()
-        except Exception as e:  # closing a dead link: nothing to save
-            log.debug("redis close: %s", type(e).__name__)
+        self.pipe.close()
 
 
 class _LagGuard:

@@ -7,7 +7,7 @@ texts as the local tier, each with a TTL (``redis.cache_ttl_s``) so Redis
 memory stays bounded even without ``maxmemory-policy allkeys-lru``.
 
 Writes never delay an answer: they are queued and go out with the next
-pipeline (``addon/redis_batch.py``); past ``MAX_PENDING`` queued entries new ones are dropped
+pipeline (``addon/redis_pipe.py``); past ``MAX_PENDING`` queued entries new ones are dropped
 (counted), and while the link is down nothing is queued.
 """
 
@@ -41,7 +41,7 @@ class SharedCacheTier:
         """The decoded values of ``keys`` (None where absent); None: Redis unavailable."""
         names = [self.key(k) for k in keys]
         try:
-            raw = await self.link.run("cache", lambda: self.link.batcher.submit("MGET", *names))
+            raw = await self.link.run("cache", lambda: self.link.pipe.submit("MGET", *names))
         except RedisUnavailable:
             return None
         out: list[Any | None] = []
@@ -69,7 +69,7 @@ class SharedCacheTier:
         while self._pending:
             batch, self._pending = self._pending, {}
 
-            submit = self.link.batcher.submit
+            submit = self.link.pipe.submit
             sets = [submit("SET", name, text, "EX", self.ttl_s) for name, text in batch.items()]
             try:
                 await self.link.run("cache", lambda sets=sets: asyncio.gather(*sets))

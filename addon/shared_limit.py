@@ -65,7 +65,7 @@ class SharedLimiter:
         self.limit = local.limit
         self.window_ms = round(local.window * 1000)
         self.policy = local.policy
-        self._sha = link.batcher.script(_SCRIPT)
+        self._sha = link.pipe.script(_SCRIPT)
 
     def key(self, client: str) -> str:
         return self.link.key("rl", self.policy, client)
@@ -83,7 +83,7 @@ class SharedLimiter:
             int(take),
         )
         try:
-            reply = await self.link.run("ratelimit", lambda: self.link.batcher.submit(*command))
+            reply = await self.link.run("ratelimit", lambda: self.link.pipe.submit(*command))
         except RedisUnavailable:
             return self.local.check(client, cost, take=take)
         return self.decision(reply)

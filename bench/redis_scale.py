@@ -21,7 +21,8 @@ CPU of each part (proxy processes, HAProxy, Redis) per request; (b) c=1 p50
 and CPU per request, with and without ``redis:``; (c) exactness: two fresh
 processes sharing one Redis, quota 1,000 per 60 s, one identity firing
 more than that over 32 connections; (d) Redis's CPU per quota check against
-the number of calls in the client's window.
+the number of calls in the client's window; (e) the proxy process's CPU per
+quota check, the addon's pipe against redis-py's asyncio client.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.context import Context
+from bench.redis_client import client_cost
 from bench.redis_exact import burst, command_calls, script_cost, window_entries
 from bench.redis_stack import (
     IDENTITIES,
@@ -136,6 +138,7 @@ class RedisScale:
             child.stop()
         self.exactness(data)
         self.redis_cost(data)
+        self.client_cost(data)
         r.data["redis"] = data
 
     def throughput(self, data: dict[str, Any]) -> None:
@@ -314,3 +317,20 @@ class RedisScale:
             + " (expired calls are popped once; a check should cost the same at any N)"
         )
         data["script_cost_us"] = {str(k): v for k, v in cost.items()}
+
+    def client_cost(self, data: dict[str, Any]) -> None:
+        cost = client_cost(self.redis_url)
+        for c in (1, 32):
+            base, ours = cost[f"redis-py c={c}"], cost[f"pipe c={c}"]
+            self.ctx.report.row(
+                f"10e. proxy CPU per quota check, c={c} (one process, no HTTP)",
+                f"redis-py asyncio {f0(base)} µs",
+                f"addon/redis_pipe.py {f0(ours)} µs",
+                f2(ratio(ours, base)),
+            )
+        self.ctx.report.goal(
+            "Proxy-side CPU per shared-quota check (addon/redis_pipe.py vs redis-py's asyncio"
+            f" client, same EVALSHA): c=1 {f0(cost['pipe c=1'])} vs {f0(cost['redis-py c=1'])}"
+            f" µs, c=32 {f0(cost['pipe c=32'])} vs {f0(cost['redis-py c=32'])} µs"
+        )
+        data["client_cost_us"] = cost

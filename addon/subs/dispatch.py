@@ -25,6 +25,8 @@ from addon.jsonrpc import (
     error_obj,
     loads,
 )
+from addon.quota import decide
+from addon.ratelimit import Decision
 from addon.runtime import Runtime
 from addon.subs.hub import NoUpstream
 from addon.subs.methods import (
@@ -133,7 +135,9 @@ async def _one(rt: Runtime, sock: ClientSocket, item: dict[str, Any]) -> tuple[A
                 "limit": ws.max_subscriptions,
             },
         ), None
-    decision = rt.limiter.check(sock.client, 1)
+    decision = decide(rt, sock.client, 1)  # the same quota as calls (Redis when shared)
+    if not isinstance(decision, Decision):
+        decision = await decision
     if not decision.allowed:
         rt.metrics.count_request(sock.network, method, "rate_limited")
         return quota_error(call_id, decision, 1, sock.client), None

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
 
@@ -17,6 +18,7 @@ from chainproxy.commands import proxy_argv
 from chainproxy.supervisor import Child, free_port, wait_http
 from tests.e2e.conftest import PROXY_DEFAULTS, call, next_client_ip, post
 from tests.e2e.harness import BIN, Stack, base_config, http_json
+from tests.e2e.test_subscriptions_e2e import Client, _with_wss
 from tests.redis_server import REDIS_SERVER, RedisServer
 
 pytestmark = [
@@ -45,7 +47,7 @@ def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoMachines]:
         epoch = time.time() - 600
         for name in ("alpha", "beta"):
             stack.start_node(name, epoch=epoch)
-        config = base_config(tmp, stack.nodes, **PROXY_DEFAULTS)
+        config = _with_wss(base_config(tmp, stack.nodes, **PROXY_DEFAULTS))
         config["redis"] = {"url": redis.url, "key_prefix": "e2e:"}
         stack.write_config(config)
         stack.start_sidecar()
@@ -97,6 +99,24 @@ async def test_one_quota_for_a_client_across_both_machines(machines: TwoMachines
             assert int(r.headers["Retry-After"]) >= 1
     assert statuses.count(200) == 100 and statuses.count(429) == 50
     assert statuses[:100] == [200] * 100  # the first 100, whichever machine took them
+
+
+async def test_a_subscription_counts_in_the_same_shared_quota(machines: TwoMachines) -> None:
+    ip = next_client_ip()
+    for i in range(99):  # 99 calls through the first machine
+        assert (
+            await post(machines.urls[0], call("system_health", id_=i), client_ip=ip)
+        ).status == 200
+    ws_url = machines.urls[1].replace("http://", "ws://")
+    connector = aiohttp.TCPConnector(local_addr=(ip, 0))
+    async with aiohttp.ClientSession(connector=connector) as s:
+        async with s.ws_connect(ws_url, timeout=aiohttp.ClientWSTimeout(10)) as ws:
+            c = Client(ws)
+            first = await c.ask("chain_subscribeNewHeads")  # the 100th call: allowed
+            assert isinstance(first.get("result"), str), first
+            second = await c.ask("chain_subscribeFinalizedHeads")  # the 101st: refused
+            assert second["error"]["data"]["policy"] == "100;w=60", second
+            c._reader.cancel()
 
 
 async def test_a_block_fetched_through_one_machine_is_a_hit_on_the_other(

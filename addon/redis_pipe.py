@@ -1,0 +1,218 @@
+"""This process's one connection to Redis: every command is pipelined on it.
+
+Commands submitted during one event-loop turn leave in one write; replies are
+parsed by hiredis (the C parser redis-py itself uses) straight from
+``data_received`` and each resolves its caller's future in order. No task per
+command, no pool, no per-command objects: a quota check costs the proxy about
+a third of redis-py's asyncio client (docs/BENCHMARKS.md, Redis follow-up 2),
+which matters because every request pays it.
+
+Why not redis-py's client: its asyncio pipeline builds a pipeline object, takes
+a pooled connection and awaits a read per call (~230 µs of CPU per quota check
+one at a time, against ~80 µs here). redis-py is still used for what it does
+well: URL parsing and the exception types the rest of the addon catches.
+
+A caller that gives up (its deadline) only cancels its own future; the reply
+still arrives in order and is dropped. A lost connection fails every waiting
+future with ``ConnectionError``; the next command reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ssl
+from collections import deque
+from typing import Any
+
+import hiredis
+from redis import exceptions as redis_errors
+from redis.connection import parse_url
+
+MAX_IN_FLIGHT = 20_000  # commands written and not answered: beyond, Redis is not keeping up
+
+
+def pack(command: tuple[Any, ...]) -> bytes:
+    """One command in RESP (an array of bulk strings)."""
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        elif isinstance(arg, int | float):
+            data = repr(arg).encode()
+        else:
+            raise TypeError(f"redis argument of type {type(arg).__name__}")
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+class _Waiter:
+    __slots__ = ("command", "future", "retried")
+
+    def __init__(self, command: tuple[Any, ...] | None, future: asyncio.Future[Any] | None) -> None:
+        self.command = command
+        self.future = future  # None: a reply nobody waits for (AUTH, SELECT, SCRIPT LOAD)
+        self.retried = False
+
+
+class RedisPipe(asyncio.Protocol):
+    def __init__(self, url: str, *, connect_timeout_s: float) -> None:
+        opts = parse_url(url)
+        self.host: str = opts.get("host") or "localhost"
+        self.port: int = int(opts.get("port") or 6379)
+        self.db = int(opts.get("db") or 0)
+        self.username: str | None = opts.get("username")
+        self.password: str | None = opts.get("password")
+        self.tls = url.startswith("rediss://")
+        self.verify = opts.get("ssl_cert_reqs", "required") not in ("none", "optional")
+        self.connect_timeout_s = connect_timeout_s
+        self._scripts: dict[str, bytes] = {}  # sha -> source, for NOSCRIPT after a restart
+        self._transport: asyncio.Transport | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._reader = hiredis.Reader(replyError=redis_errors.ResponseError)
+        self._out: list[bytes] = []  # packed commands not yet written
+        self._waiting: deque[_Waiter] = deque()  # written or queued, in reply order
+        self._flush_scheduled = False
+        self._closed = False
+
+    # -- the API the stores use ------------------------------------------------
+
+    def script(self, source: str) -> str:
+        """Register a Lua script; its SHA1 for ``EVALSHA`` (loaded again on NOSCRIPT)."""
+        sha = hashlib.sha1(source.encode()).hexdigest()
+        self._scripts[sha] = source.encode()
+        return sha
+
+    def submit(self, *command: Any) -> asyncio.Future[Any]:
+        """Queue one command; its reply (or the error) arrives on the future."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if self._closed:
+            fut.set_exception(redis_errors.ConnectionError("redis link closed"))
+            return fut
+        if len(self._waiting) >= MAX_IN_FLIGHT:
+            fut.set_exception(redis_errors.ConnectionError("too many redis commands in flight"))
+            return fut
+        self._queue(command, fut)
+        if self._transport is None:
+            if self._connecting is None or self._connecting.done():
+                self._connecting = loop.create_task(self._connect())
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return fut
+
+    async def ping(self) -> Any:
+        return await self.submit("PING")
+
+    def close(self) -> None:
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self._transport is not None:
+            self._transport.close()
+        self._fail_all(redis_errors.ConnectionError("redis link closed"))
+
+    # -- connection ----------------------------------------------------------------
+
+    def _queue(self, command: tuple[Any, ...], fut: asyncio.Future[Any] | None) -> None:
+        self._out.append(pack(command))
+        self._waiting.append(_Waiter(command, fut))
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        context = None
+        if self.tls:
+            context = ssl.create_default_context()
+            if not self.verify:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                await loop.create_connection(lambda: self, self.host, self.port, ssl=context)
+        except (OSError, TimeoutError) as e:
+            self._fail_all(redis_errors.ConnectionError(f"cannot connect to redis: {e}"))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._reader = hiredis.Reader(replyError=redis_errors.ResponseError)
+        # AUTH and SELECT go ahead of whatever was queued while connecting
+        hello: list[tuple[Any, ...]] = []
+        if self.password is not None:
+            user = (self.username,) if self.username else ()
+            hello.append(("AUTH", *user, self.password))
+        if self.db:
+            hello.append(("SELECT", self.db))
+        for command in reversed(hello):
+            self._out.insert(0, pack(command))
+            self._waiting.appendleft(_Waiter(None, None))
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._fail_all(redis_errors.ConnectionError(f"redis connection lost: {exc or 'closed'}"))
+
+    def _fail_all(self, error: Exception) -> None:
+        self._out.clear()
+        waiting, self._waiting = self._waiting, deque()
+        for w in waiting:
+            if w.future is not None and not w.future.done():
+                w.future.set_exception(error)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._transport is not None and self._out:
+            out, self._out = self._out, []
+            self._transport.write(b"".join(out))
+
+    # -- replies -------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        while True:
+            try:
+                reply = self._reader.gets()
+            except hiredis.ProtocolError as e:  # not Redis on the other end
+                if self._transport is not None:
+                    self._transport.close()
+                self._fail_all(redis_errors.ConnectionError(f"redis protocol error: {e}"))
+                return
+            if reply is False:
+                return
+            if not self._waiting:
+                continue  # nobody waits (cannot happen with an honest server)
+            self._answer(self._waiting.popleft(), reply)
+
+    def _answer(self, w: _Waiter, reply: Any) -> None:
+        if isinstance(reply, redis_errors.ResponseError):
+            if w.command is None:  # AUTH/SELECT/SCRIPT LOAD refused: this link cannot work
+                if self._transport is not None:
+                    self._transport.close()
+                self._fail_all(redis_errors.AuthenticationError(str(reply)[:200]))
+                return
+            if str(reply).startswith("NOSCRIPT") and not w.retried and self._reload(w):
+                return
+        if w.future is None or w.future.done():
+            return
+        if isinstance(reply, Exception):
+            w.future.set_exception(reply)
+        else:
+            w.future.set_result(reply)
+
+    def _reload(self, w: _Waiter) -> bool:
+        """A restarted Redis forgot our script: load it and send the call again
+        (same future; Redis runs them in order, so the script is there)."""
+        assert w.command is not None
+        source = self._scripts.get(str(w.command[1]))
+        if source is None or self._transport is None:
+            return False
+        w.retried = True
+        self._out.append(pack(("SCRIPT", "LOAD", source)))
+        self._waiting.append(_Waiter(None, None))
+        self._out.append(pack(w.command))
+        self._waiting.append(w)
+        self._flush()
+        return True

@@ -1,0 +1,116 @@
+"""The one pipelined connection to Redis (``addon/redis_pipe.py``) against a
+real redis-server: packing, order, AUTH/SELECT, NOSCRIPT after a restart, a
+lost connection, a caller that gives up, and a peer that is not Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis import exceptions as redis_errors
+
+from addon.redis_pipe import RedisPipe, pack
+from tests.redis_server import RedisServer
+
+
+def test_pack_is_resp_arrays_of_bulk_strings() -> None:
+    assert pack(("SET", b"k\r\n", 7, 1.5)) == (
+        b"*4\r\n$3\r\nSET\r\n$3\r\nk\r\n\r\n$1\r\n7\r\n$3\r\n1.5\r\n"
+    )
+    assert pack(("GET", "é")) == b"*2\r\n$3\r\nGET\r\n$2\r\n\xc3\xa9\r\n"
+    with pytest.raises(TypeError, match="NoneType"):
+        pack(("GET", None))
+
+
+async def test_a_burst_is_one_write_and_replies_come_back_in_order(
+    redis_server: RedisServer,
+) -> None:
+    pipe = RedisPipe(redis_server.url, connect_timeout_s=2)
+    sets = [pipe.submit("SET", f"k{i}", i) for i in range(300)]
+    gets = [pipe.submit("GET", f"k{i}") for i in range(300)]
+    assert await asyncio.gather(*sets) == [b"OK"] * 300
+    assert await asyncio.gather(*gets) == [str(i).encode() for i in range(300)]
+    assert await pipe.submit("MGET", "k1", "nope", "k2") == [b"1", None, b"2"]
+    with pytest.raises(redis_errors.ResponseError, match="unknown command"):
+        await pipe.submit("NOSUCHCOMMAND")
+    assert await pipe.ping() == b"PONG"  # an error reply does not shift the others
+    pipe.close()
+
+
+async def test_password_and_database_from_the_url(redis_server: RedisServer) -> None:
+    redis_server.command("CONFIG", "SET", "requirepass", "s3cret")
+    base = f"127.0.0.1:{redis_server.port}"
+    pipe = RedisPipe(f"redis://:s3cret@{base}/3", connect_timeout_s=2)
+    await pipe.submit("SET", "where", "db3")
+    other = RedisPipe(f"redis://:s3cret@{base}/0", connect_timeout_s=2)
+    assert await other.submit("GET", "where") is None  # SELECT 3 happened on the first
+    assert await pipe.submit("GET", "where") == b"db3"
+    wrong = RedisPipe(f"redis://:nope@{base}/0", connect_timeout_s=2)
+    with pytest.raises(redis_errors.AuthenticationError, match=r"WRONGPASS|invalid"):
+        await wrong.submit("GET", "where")
+    for p in (pipe, other, wrong):
+        p.close()
+
+
+async def test_a_forgotten_script_is_loaded_again_once(redis_server: RedisServer) -> None:
+    pipe = RedisPipe(redis_server.url, connect_timeout_s=2)
+    sha = pipe.script("return ARGV[1] + 1")
+    assert await pipe.submit("EVALSHA", sha, 0, 41) == 42  # first use: NOSCRIPT, load, again
+    redis_server.command("SCRIPT", "FLUSH")  # what a restarted Redis looks like
+    results = await asyncio.gather(*(pipe.submit("EVALSHA", sha, 0, i) for i in range(5)))
+    assert results == [1, 2, 3, 4, 5]
+    unknown = "0" * 40  # never registered: the NOSCRIPT error reaches the caller
+    with pytest.raises(redis_errors.ResponseError, match="NOSCRIPT"):
+        await pipe.submit("EVALSHA", unknown, 0)
+    pipe.close()
+
+
+async def test_a_caller_that_gives_up_does_not_shift_the_replies(
+    redis_server: RedisServer,
+) -> None:
+    pipe = RedisPipe(redis_server.url, connect_timeout_s=2)
+    await pipe.ping()
+    slow = pipe.submit("BLPOP", "never", "0.3")  # answered after 0.3 s
+    after = pipe.submit("ECHO", "mine")
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await slow
+    assert await after == b"mine"
+    assert await pipe.submit("ECHO", "next") == b"next"
+    pipe.close()
+
+
+async def test_a_lost_connection_fails_the_waiters_and_the_next_call_reconnects(
+    redis_server: RedisServer,
+) -> None:
+    pipe = RedisPipe(redis_server.url, connect_timeout_s=0.5)
+    await pipe.ping()
+    waiting = pipe.submit("BLPOP", "never", "5")
+    await asyncio.sleep(0.05)
+    redis_server.stop()
+    with pytest.raises(redis_errors.ConnectionError, match="lost"):
+        await waiting
+    with pytest.raises(redis_errors.ConnectionError, match="cannot connect"):
+        await pipe.ping()
+    redis_server.start()
+    assert await pipe.ping() == b"PONG"
+    pipe.close()
+    with pytest.raises(redis_errors.ConnectionError, match="closed"):
+        await pipe.ping()
+
+
+async def test_a_peer_that_is_not_redis_fails_cleanly() -> None:
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pipe = RedisPipe(f"redis://127.0.0.1:{port}/0", connect_timeout_s=1)
+    with pytest.raises(redis_errors.ConnectionError, match="protocol error"):
+        await pipe.ping()
+    pipe.close()
+    server.close()
