@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 
 from mitmproxy import http
 
+from addon.blocks import answered_header
+from addon.coalesce import coalesce_key
 from addon.context import RpcContext
 from addon.forward import ForwardResult, forward, new_session
 from addon.jsonrpc import INTERNAL_ERROR, Call, error_obj
@@ -15,6 +18,8 @@ from addon.respond import finish, json_response
 from addon.runtime import Runtime
 
 log = logging.getLogger("chainproxy")
+
+_HEADER_METHODS = ("chain_getHeader", "chain_getBlock")
 
 
 async def forward_pending(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
@@ -29,17 +34,34 @@ async def forward_pending(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> 
     calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
     tip = rt.tips.get(rpc.network)
     hint = hints(calls, tip=tip, index=rt.blocks)
-    result = await forward(
-        calls,
-        is_batch=rpc.parsed.is_batch,
-        pool=rt.pools[rpc.network],
-        transport=rt.transport,
-        budget=rt.budget,
-        clock=rt.clock,
-        tip=tip,
-        min_block=hint.min_block,
-        prefer_archive=hint.prefer_archive,
-    )
+    p = rt.config.proxy
+    is_batch = rpc.parsed.is_batch
+
+    def start() -> Awaitable[ForwardResult]:
+        assert rt.transport is not None
+        return forward(
+            calls,
+            is_batch=is_batch,
+            pool=rt.pools[rpc.network],
+            transport=rt.transport,
+            budget=rt.budget,
+            clock=rt.clock,
+            tip=tip,
+            min_block=hint.min_block,
+            prefer_archive=hint.prefer_archive,
+            hedger=rt.hedgers.get(rpc.network) if p.hedge.enabled else None,
+        )
+
+    if p.coalesce.enabled:
+        key = coalesce_key(rpc.network, calls, is_batch)
+        result, rpc.coalesced = await rt.coalescer.run(key, start)
+        if rpc.coalesced:
+            rt.metrics.count_extra("chainproxy_coalesced_total", network=rpc.network)
+    else:
+        result = await start()
+    rpc.hedged = result.hedged and not rpc.coalesced  # counted once, by the call that sent it
+    if rpc.hedged:
+        rt.metrics.count_extra("chainproxy_hedged_total", network=rpc.network)
     rpc.result = result
     rpc.attempts = result.attempts
     if result.upstream is not None:
@@ -73,14 +95,19 @@ def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtim
 
 
 def learn(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
-    """Heights of block hashes, from the upstream's results (for archive routing)."""
+    """Heights of block hashes, from the upstream's results (for archive routing),
+    and the best head with its hash (for head pinning), before the client sees it."""
     if rpc.result is None or rpc.result.answers is None:
         return
     assert rpc.parsed is not None
+    now = rt.clock()
     for i in rpc.forwarded:
         item, answer = rpc.parsed.items[i], rpc.answers[i]
         if isinstance(item, Call) and answer is not None and "result" in answer:
             rt.blocks.learn(item, answer["result"])
+            if item.method in _HEADER_METHODS:
+                header = answered_header(item.method, answer["result"])
+                rt.heads.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
 
 
 def record(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
@@ -118,5 +145,11 @@ def respond(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
     if rpc.upstream:
         headers.append(("X-Chainproxy-Upstream", rpc.upstream))
         headers.append(("X-Chainproxy-Attempts", str(len(rpc.attempts))))
+    if rpc.pinned:
+        headers.append(("X-Chainproxy-Pinned", rpc.pinned))
+    if rpc.coalesced:
+        headers.append(("X-Chainproxy-Coalesced", "1"))
+    if rpc.hedged:
+        headers.append(("X-Chainproxy-Hedged", "1"))
     doc = rpc.answers if rpc.parsed.is_batch else rpc.answers[0]
     finish(flow, json_response(200, doc, headers), rpc, now=rt.clock(), outcome="ok")

@@ -7,6 +7,9 @@
   height 1; a list is answered only when every height in it is cached.
 * configured methods (``proxy.cache.methods``: method -> index of the block-hash
   param): cached when that param is a block hash.
+* hash-optional state reads (``addon/head_pin.py``'s table: ``state_getStorage``,
+  ``state_call``, ``state_getMetadata`` …): cached when their block-hash param
+  is a hash — state at a block never changes (head pinning makes most reads so).
 * Never: errors, ``null``, anything not pinned to a block.
 
 Keys carry the network and a canonical form of the params (sorted keys, hex
@@ -21,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from addon.head_pin import HASH_POSITION
 from addon.jsonrpc import Call
 
 KEY_VERSION = "v1"
@@ -50,7 +54,9 @@ def _canonical(value: Any) -> Any:
 def _hash_index(method: str, extra: Mapping[str, int]) -> int | None:
     if method in _HASH_PINNED:
         return _HASH_PINNED[method]
-    return extra.get(method)
+    if method in extra:
+        return extra[method]
+    return HASH_POSITION.get(method)
 
 
 def plan(

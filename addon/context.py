@@ -40,6 +40,9 @@ class RpcContext:
     upstream: str | None = None
     provider: str | None = None
     cache: str = "MISS"
+    pinned: str | None = None  # the head's hash the hash-optional reads were pinned to
+    coalesced: bool = False  # answered by an identical call already in flight
+    hedged: bool = False  # a second upstream raced a slow first one
 
     def pending(self) -> list[int]:
         """Indexes of the items that still need an upstream answer."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -17,6 +18,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from addon.failover import assess
+from addon.hedge import Hedger
 from addon.jsonrpc import Call, dumps
 from addon.upstreams import Upstream, UpstreamPool
 
@@ -58,6 +60,7 @@ class ForwardResult:
     answers: tuple[dict[str, Any], ...] | None  # one per call, in order (ok / soft)
     attempts: tuple[Attempt, ...]
     upstream: Upstream | None  # whose answer it is
+    hedged: bool = False  # a second upstream raced a slow first one
 
     @property
     def failover(self) -> bool:
@@ -92,64 +95,110 @@ async def forward(
     tip: int | None = None,
     min_block: int | None = None,
     prefer_archive: bool = False,
+    hedger: Hedger | None = None,
 ) -> ForwardResult:
+    """Attempts one after the other (failover); with a ``hedger``, an attempt
+    not answered within its delay gets a second one racing it on the next-best
+    upstream, the first good answer wins and the other is cancelled."""
     body = outbound_body(calls, is_batch)
     deadline = clock() + budget.deadline_s
     tried: set[str] = set()
     attempts: list[Attempt] = []
     soft: tuple[tuple[dict[str, Any], ...], Upstream] | None = None
-    timed_out_by_deadline = False
+    by_deadline = False
+    hedged = False  # a second upstream was sent the call
+    waited = False  # the hedge delay passed once (one hedge per call at most)
+    running: dict[asyncio.Task[tuple[int, bytes]], tuple[Upstream, float, float]] = {}
+    if hedger is not None:
+        hedger.call()
 
-    for _ in range(budget.max_attempts):
+    def launch() -> bool:
+        nonlocal by_deadline
         remaining = deadline - clock()
         if remaining <= 0:
-            timed_out_by_deadline = True
-            break
+            by_deadline = True
+            return False
         upstream = pool.choose(tried, prefer_archive=prefer_archive, min_block=min_block)
         if upstream is None:
-            break
+            return False
         tried.add(upstream.id)
         timeout = min(budget.attempt_timeout_s, remaining)
-        start = clock()
         pool.started(upstream)
-        try:
-            status, raw = await transport.post(upstream.url, body, timeout)
-        except TransportError as e:
-            latency = (clock() - start) * 1000
-            pool.failed(upstream, latency)
-            attempts.append(
-                Attempt(upstream.id, upstream.provider, "hard", e.reason, round(latency))
-            )
-            if e.reason == "timeout" and timeout < budget.attempt_timeout_s:
-                timed_out_by_deadline = True
+        task = asyncio.ensure_future(transport.post(upstream.url, body, timeout))
+        running[task] = (upstream, clock(), timeout)
+        return True
+
+    try:
+        while True:
+            # a hedge is an extra racer, not one of the failover attempts
+            limit = budget.max_attempts + hedged
+            if not running and (len(tried) >= limit or not launch()):
                 break
-            continue
-        except BaseException:
-            # Cancelled flow, closed session: settle the in-flight count, then propagate.
+            wait: float | None = None
+            if hedger is not None and not waited and len(tried) < budget.max_attempts:
+                wait = hedger.delay()
+            done, _ = await asyncio.wait(running, timeout=wait, return_when=FIRST_COMPLETED)
+            if not done:  # the first is slow: race it on the next-best upstream, once
+                waited = True
+                assert hedger is not None
+                if hedger.can_hedge() and launch():
+                    hedger.hedged()
+                    hedged = True
+                continue
+            for task in done:
+                upstream, start, timeout = running.pop(task)
+                latency = (clock() - start) * 1000
+                try:
+                    status, raw = task.result()
+                except TransportError as e:
+                    pool.failed(upstream, latency)
+                    attempts.append(
+                        Attempt(upstream.id, upstream.provider, "hard", e.reason, round(latency))
+                    )
+                    if e.reason == "timeout" and timeout < budget.attempt_timeout_s:
+                        by_deadline = True
+                    continue
+                except BaseException:  # a closed session, a cancelled post: settle, raise
+                    pool.abandoned(upstream, latency)
+                    raise
+                verdict = assess(status, raw, calls, is_batch=is_batch, tip=tip)
+                attempts.append(
+                    Attempt(
+                        upstream.id,
+                        upstream.provider,
+                        verdict.verdict,
+                        verdict.reason,
+                        round(latency),
+                    )
+                )
+                if verdict.verdict == "hard":
+                    pool.failed(upstream, latency)
+                    continue
+                pool.succeeded(upstream, latency)  # a soft answer is a healthy node, behind
+                if hedger is not None:
+                    hedger.observe(latency)
+                assert verdict.answers is not None
+                if verdict.verdict == "ok":
+                    return ForwardResult("ok", verdict.answers, tuple(attempts), upstream, hedged)
+                soft = (verdict.answers, upstream)
+                prefer_archive = prefer_archive or verdict.prefer_archive
+            if by_deadline and not running:
+                break
+    finally:
+        # the other racer, or everything when the flow itself was cancelled
+        for task, (upstream, start, _) in running.items():
+            task.cancel()
             pool.abandoned(upstream, (clock() - start) * 1000)
-            raise
-        latency = (clock() - start) * 1000
-        verdict = assess(status, raw, calls, is_batch=is_batch, tip=tip)
-        attempts.append(
-            Attempt(upstream.id, upstream.provider, verdict.verdict, verdict.reason, round(latency))
-        )
-        if verdict.verdict == "hard":
-            pool.failed(upstream, latency)
-            continue
-        pool.succeeded(upstream, latency)  # a soft answer is a healthy node, just behind
-        assert verdict.answers is not None
-        if verdict.verdict == "ok":
-            return ForwardResult("ok", verdict.answers, tuple(attempts), upstream)
-        soft = (verdict.answers, upstream)
-        prefer_archive = prefer_archive or verdict.prefer_archive
 
     if soft is not None:
-        return ForwardResult("soft", soft[0], tuple(attempts), soft[1])
-    if timed_out_by_deadline:
-        return ForwardResult("deadline", None, tuple(attempts), None)
+        return ForwardResult("soft", soft[0], tuple(attempts), soft[1], hedged)
+    # every upstream tried kept silent: a gateway timeout (504), however the time
+    # was split between racers and attempts
+    if by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
+        return ForwardResult("deadline", None, tuple(attempts), None, hedged)
     if not attempts:
-        return ForwardResult("no-upstream", None, (), None)
-    return ForwardResult("failed", None, tuple(attempts), None)
+        return ForwardResult("no-upstream", None, (), None, hedged)
+    return ForwardResult("failed", None, tuple(attempts), None, hedged)
 
 
 # built once: aiohttp would otherwise turn a dict into a CIMultiDict on every call

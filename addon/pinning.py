@@ -1,6 +1,7 @@
 """Which block a call is pinned to, for block-height-aware routing (pure).
 
-* ``chain_getBlockHash(n)`` needs an upstream whose best block is >= n.
+* ``chain_getBlockHash(n)`` needs an upstream whose best block is >= n, and so
+  does a call pinned to a block hash whose height is known (head pinning).
 * A ``state_*`` read pinned to a block hash whose height is known and older
   than the pruning window should go to an archive upstream first. Heights of
   hashes are learned from answers passing through the proxy (clients usually
@@ -35,12 +36,13 @@ def hints(calls: Sequence[Call], *, tip: int | None, index: BlockIndex) -> Hints
         if facts.heights:
             top = max(facts.heights)
             min_block = top if min_block is None else max(min_block, top)
-        elif facts.hashes and tip is not None and not archive:
-            if not c.method.startswith(_STATE_PREFIXES):
-                continue
+        elif facts.hashes:
             for _, block_hash in facts.hashes:
                 height = index.get(block_hash)
-                if height is not None and height < tip - PRUNING_WINDOW:
-                    archive = True
-                    break
+                if height is None:
+                    continue
+                # a node behind this block cannot answer it (head-pinned reads above all)
+                min_block = height if min_block is None else max(min_block, height)
+                if tip is not None and c.method.startswith(_STATE_PREFIXES):
+                    archive = archive or height < tip - PRUNING_WINDOW
     return Hints(min_block, archive)

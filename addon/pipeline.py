@@ -3,7 +3,7 @@
 An RPC call (a POST to ``/rpc/v1/<network>``, or one WebSocket message) goes
 through ``STEPS`` after the gate (route, body limit, parse; ``addon/gate.py``)::
 
-    allowlist → rate_limit → cache_lookup → forward_pending → learn
+    allowlist → rate_limit → pin_to_head → cache_lookup → forward_pending → learn
               → cache_store → record → respond
 
 Each step is a plain function ``step(flow, rpc, runtime)`` around a pure core;
@@ -27,6 +27,7 @@ from addon.context import META_KEY, WS_KEY, RpcContext
 from addon.gate import open_rpc
 from addon.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.lean import ProxyTuning
+from addon.pin_stage import pin_to_head
 from addon.respond import json_response
 from addon.runtime import Runtime, RuntimeHolder
 from addon.session import HttpSession
@@ -43,6 +44,7 @@ Step = Callable[[http.HTTPFlow, RpcContext, Runtime], Awaitable[None] | None]
 STEPS: tuple[Step, ...] = (
     allowlist,
     rate_limit,
+    pin_to_head,
     cache_lookup,
     forward_pending,
     learn,
@@ -107,10 +109,20 @@ class RpcPipeline:
     async def _resume(
         self, pending: Awaitable[None], flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime, nxt: int
     ) -> None:
-        await pending
-        more = self._run(flow, rpc, rt, nxt)
-        if more is not None:
-            await more
+        try:
+            await pending
+            more = self._run(flow, rpc, rt, nxt)
+            if more is not None:
+                await more
+        except Exception:
+            # A bug in an awaited step: mitmproxy would stop this event's addons
+            # here (the Guard never runs) and forward the flow to its reverse
+            # target itself. Answer it, loudly, instead.
+            log.exception("pipeline step failed on %s", flow.request.path[:200])
+            if flow.response is None and flow.live:
+                flow.response = json_response(
+                    500, error_obj(None, INTERNAL_ERROR, "internal proxy error")
+                )
 
 
 class Guard:

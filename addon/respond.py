@@ -91,6 +91,9 @@ def finish(
         "attempts": [a.as_dict() for a in rpc.attempts],
         "failover": len(rpc.attempts) > 1,
         "cache": rpc.cache,
+        "pinned": rpc.pinned,
+        "coalesced": rpc.coalesced,
+        "hedged": rpc.hedged,
         "latency_ms": latency_ms,
         "outcome": outcome,
         "status": response.status_code,
@@ -114,6 +117,15 @@ def _comment(
         parts.append(f"{len(rpc.attempts)} attempt{'s' * (len(rpc.attempts) > 1)} ({trail})")
     parts.append(f"{latency_ms} ms")
     parts.append(rpc.cache)
+    parts.extend(
+        word
+        for word, on in (
+            ("PINNED", rpc.pinned),
+            ("COALESCED", rpc.coalesced),
+            ("HEDGED", rpc.hedged),
+        )
+        if on
+    )
     if outcome != "ok":
         parts.append(f"{outcome} {status}")
     return " · ".join(parts)

@@ -16,7 +16,10 @@ import aiohttp
 
 from addon.blocks import BlockIndex
 from addon.cache_store import CacheStore, DiskCacheStore
+from addon.coalesce import Coalescer
 from addon.forward import AiohttpTransport, Budget, Transport
+from addon.heads import HeadBook
+from addon.hedge import Hedger
 from addon.live_metrics import LiveMetrics
 from addon.ratelimit import RateLimiter
 from addon.redis_link import RedisLink
@@ -54,6 +57,10 @@ class Runtime:
     redis: RedisLink | None = None
     shared_limiter: SharedLimiter | None = None
     shared_cache: SharedCacheTier | None = None
+    # Fewer upstream calls, shorter tail (DESIGN-NOTES "Upstream calls")
+    heads: HeadBook = field(default_factory=HeadBook)  # best block + hash seen, per network
+    coalescer: Coalescer = field(default_factory=Coalescer)
+    hedgers: dict[str, Hedger] = field(default_factory=dict)  # per network
 
     @classmethod
     def build(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Runtime:
@@ -96,6 +103,8 @@ class Runtime:
             subs=None,  # type: ignore[arg-type]  # set below: it reads the runtime's heads
             metrics=LiveMetrics(p.allowlist | SUBSCRIBE.keys() | UNSUBSCRIBE.keys()),
         )
+        runtime.coalescer = Coalescer(p.coalesce.max_keys)
+        runtime.hedgers = {net: Hedger(p.hedge) for net in p.networks}
         ws = p.websocket
         runtime.subs = SubscriptionHub(
             ws_pools,
@@ -111,6 +120,7 @@ class Runtime:
             on_move=lambda net: runtime.metrics.count_extra(
                 "chainproxy_subscription_moves_total", network=net
             ),
+            on_head=lambda net, header: runtime.heads.learn(net, header, runtime.clock()),
         )
         if config.redis is not None:
             runtime.use_redis(
@@ -150,6 +160,11 @@ class Runtime:
         old.subs.reconfigure(self.ws_pools, self.subs.settings, heads=self.subs.heads)
         self.subs = old.subs
         self.blocks = old.blocks
+        self.heads = old.heads
+        self.coalescer = old.coalescer  # calls in flight stay shareable
+        for net, hedger in old.hedgers.items():
+            if net in self.hedgers and hedger.config == self.hedgers[net].config:
+                self.hedgers[net] = hedger  # its latency window
         self.usage = old.usage  # records not yet shipped stay with the process
         if old.config.data_dir == self.config.data_dir:
             self.spool = old.spool

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from addon.header_hash import header_hash
+
 FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
 ZERO_HASH = "0x" + "0" * 64
 # Default pruning of a substrate full node: state of the last 256 blocks is kept.
@@ -60,6 +62,10 @@ def is_hash(value: object) -> bool:
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+LINKED_DEPTH = 1024  # blocks below the start height with real, linked header hashes
+LINKED_MAX = 5_000_000  # beyond this many blocks above that, a seeded stand-in
 
 
 @lru_cache(maxsize=65_536)
@@ -122,6 +128,8 @@ class Chain:
         self._frozen_at: int | None = None
         self._index: dict[str, int] = {}
         self._indexed_hi = 0
+        self._linked_from = max(1, config.start_height - LINKED_DEPTH)
+        self._linked: list[str] = []
 
     # ---- chain-level faults -------------------------------------------------
 
@@ -183,10 +191,14 @@ class Chain:
         return self._genesis_override or self._genesis
 
     def block_hash(self, n: int) -> str:
-        """Hash of block n whether or not it is reached yet (n >= 0)."""
+        """Hash of block n whether or not it is reached yet (n >= 0). From
+        ``start_height - LINKED_DEPTH`` on it is the real Substrate hash of the
+        block's header (blake2b-256 of its SCALE encoding, parent linked), as a
+        node's is, so a proxy can hash a header it saw; deeper history uses a
+        seeded stand-in (computing millions of linked hashes would be slow)."""
         if n == 0:
             return self.genesis_hash()
-        h = seeded_hash(self._seed, n)
+        h = self._linked_hash(n) if n >= self._linked_from else seeded_hash(self._seed, n)
         # Remember it: a client that got this hash may come back with it.
         index = self._index
         if h not in index:
@@ -226,9 +238,9 @@ class Chain:
         if len(self._index) + (top - lo + 1) > INDEX_MAX:
             self._reset_index()
             lo = max(1, top - INDEX_WINDOW + 1)
-        index, seed = self._index, self._seed
+        index = self._index
         for n in range(lo, top + 1):
-            index[seeded_hash(seed, n)] = n
+            index[self.block_hash(n)] = n
         self._indexed_hi = top
 
     # ---- blocks and state ---------------------------------------------------
@@ -237,10 +249,25 @@ class Chain:
         # Block 0 is shared by every fork of a genesis, so derive it from the genesis.
         return self._genesis if n == 0 else self._seed
 
+    def _linked_hash(self, n: int) -> str:
+        linked = self._linked  # hashes of _linked_from, _linked_from + 1, ...
+        if n - self._linked_from > LINKED_MAX:
+            return seeded_hash(self._seed, n)  # absurdly far in the future
+        while len(linked) <= n - self._linked_from:
+            k = self._linked_from + len(linked)
+            parent = linked[-1] if linked else self.block_hash(k - 1)
+            h = header_hash(self._header(k, parent))
+            assert h is not None
+            linked.append(h)
+        return linked[n - self._linked_from]
+
     def header(self, n: int) -> dict[str, Any]:
+        return self._header(n, self.block_hash(n - 1) if n > 0 else ZERO_HASH)
+
+    def _header(self, n: int, parent: str) -> dict[str, Any]:
         root = self._root(n)
         return {
-            "parentHash": self.block_hash(n - 1) if n > 0 else ZERO_HASH,
+            "parentHash": parent,
             "number": hex(n),
             "stateRoot": _derived(root, n, "state"),
             "extrinsicsRoot": _derived(root, n, "extrinsics"),

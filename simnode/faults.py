@@ -27,6 +27,8 @@ class Faults:
 
     latency_ms: float = 0.0
     error_rate: float = 0.0
+    stall_rate: float = 0.0  # this share of requests waits stall_ms more (a tail)
+    stall_ms: float = 2000.0
     http_status: int | None = None
     hang: bool = False
     close: bool = False
@@ -46,6 +48,7 @@ class Faults:
         return bool(
             self.latency_ms
             or self.error_rate
+            or self.stall_rate
             or self.http_status is not None
             or self.hang
             or self.close
@@ -67,13 +70,13 @@ def check_fault(key: str, value: Any) -> Any:
             raise ValueError(f"{key} must be a boolean")
         return value
     is_num = isinstance(value, int | float) and not isinstance(value, bool)
-    if key == "latency_ms":
+    if key in ("latency_ms", "stall_ms"):
         if not is_num or value < 0:
-            raise ValueError("latency_ms must be a number >= 0")
+            raise ValueError(f"{key} must be a number >= 0")
         return float(value)
-    if key == "error_rate":
+    if key in ("error_rate", "stall_rate"):
         if not is_num or not 0 <= value <= 1:
-            raise ValueError("error_rate must be a number in [0, 1]")
+            raise ValueError(f"{key} must be a number in [0, 1]")
         return float(value)
     if key == "http_status":
         if value is not None and (
@@ -135,6 +138,9 @@ class FaultState:
     def roll_error(self) -> bool:
         return self._rng.random() < self.faults.error_rate
 
+    def roll(self, rate: float) -> bool:
+        return self._rng.random() < rate
+
 
 # makes the JSON-RPC answer; ``fail()``, when given, says whether one call fails
 Respond = Callable[[Callable[[], bool] | None], bytes]
@@ -161,6 +167,8 @@ async def faulted_answer(
     if stopping():
         return Answer("stopping")
     latency = state.faults.latency_ms
+    if state.faults.stall_rate and state.roll(state.faults.stall_rate):
+        latency += state.faults.stall_ms
     if latency > 0:
         await asyncio.sleep(latency / 1000)
         if stopping():

@@ -16,6 +16,7 @@ from typing import Any
 from .chain import (
     METADATA,
     Chain,
+    _sha,
     call_result,
     extrinsic_hash,
     is_hash,
@@ -205,6 +206,9 @@ class Dispatcher:
             "state_getStorageAt": self._storage,
             "state_call": self._call,
             "state_callAt": self._call,
+            "state_getKeysPaged": self._keys_paged,
+            "state_getKeysPagedAt": self._keys_paged,
+            "state_queryStorageAt": self._query_storage_at,
             "author_submitExtrinsic": self._submit,
             "rpc_methods": self._rpc_methods,
         }
@@ -341,6 +345,25 @@ class Dispatcher:
         key = _hex(key, "key")
         self._state_block(_opt_hash(h))
         return storage_value(key)
+
+    def _keys_paged(self, params: Any) -> Any:
+        prefix, count, start, h = _args(params, ("prefix", "count", "startKey", "at"), required=2)
+        prefix = _hex(prefix, "prefix")
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 1000:
+            raise _bad_params("count must be an integer in [0, 1000]")
+        self._state_block(_opt_hash(h))
+        # 64 deterministic keys under any prefix, in order, paged after startKey
+        keys = sorted(prefix + _sha(f"{prefix}:{i}")[:32] for i in range(64))
+        after = _hex(start, "startKey").lower() if start is not None else ""
+        return [k for k in keys if k > after][:count]
+
+    def _query_storage_at(self, params: Any) -> Any:
+        keys, h = _args(params, ("keys", "at"), required=1)
+        if not isinstance(keys, list):
+            raise _bad_params("keys must be a list")
+        n = self._state_block(_opt_hash(h))
+        changes = [[k, storage_value(_hex(k, "key"))] for k in keys]
+        return [{"block": self.chain.block_hash(n), "changes": changes}]
 
     def _call(self, params: Any) -> Any:
         method, data, h = _args(params, ("name", "bytes", "at"), required=2)

@@ -56,6 +56,7 @@ class SubscriptionHub:
         clock: Callable[[], float],
         settings: HubSettings = HubSettings(),
         on_move: Callable[[str], None] = lambda network: None,
+        on_head: Callable[[str, Any], object] = lambda network, header: None,
     ) -> None:
         self.pools = pools
         self._session = session
@@ -63,6 +64,7 @@ class SubscriptionHub:
         self._clock = clock
         self.settings = settings
         self._on_move = on_move  # a subscription moved to another node (a metric)
+        self._on_head = on_head  # a new best head delivered to clients (head pinning)
         self.shared: dict[str, SharedSubscription] = {}
         self.by_id: dict[str, SharedSubscription] = {}  # client subscription id -> shared
         self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
@@ -95,6 +97,7 @@ class SubscriptionHub:
                 params,
                 clock=self._clock,
                 call_timeout_s=self.settings.call_timeout_s,
+                on_deliver=self._on_head if kind.kind == "new_heads" else None,
             )
             self.shared[key] = sh
             sh.start()

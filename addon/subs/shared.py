@@ -59,6 +59,7 @@ class SharedSubscription:
         *,
         clock: Callable[[], float],
         call_timeout_s: float,
+        on_deliver: Callable[[str, Any], object] | None = None,
     ) -> None:
         self.key = key
         self.network = network
@@ -78,6 +79,7 @@ class SharedSubscription:
         self.mover: asyncio.Task[None] | None = None
         self._clock = clock
         self._timeout = call_timeout_s
+        self._on_deliver = on_deliver  # told each value before clients see it
         self._queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
 
@@ -137,6 +139,8 @@ class SharedSubscription:
         ).encode()
 
     def _deliver(self, result: Any) -> None:
+        if self._on_deliver is not None:
+            self._on_deliver(self.network, result)  # a head is known before it is shown
         self.sequencer.delivered(result)
         self.delivered += 1
         encoded = json.dumps(result, separators=(",", ":"))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.allowlist_default import DEFAULT_ALLOWLIST
+from common.config.upstream_calls import CoalesceConfig, HeadPinningConfig, HedgeConfig
 
 KINDS = ("node-rpc", "node-wss", "data-artifact", "sse")
 
@@ -79,6 +80,9 @@ class ProxyConfig:
     max_response_bytes: int = 64 * 1_048_576  # an upstream answer larger than this fails over
     sidecar_timeout_s: float = 10.0  # for dashboard/API requests passed to the sidecar
     websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
+    coalesce: CoalesceConfig = field(default_factory=CoalesceConfig)
+    head_pinning: HeadPinningConfig = field(default_factory=HeadPinningConfig)
+    hedge: HedgeConfig = field(default_factory=HedgeConfig)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from common.config.readers import (
     mapping,
     str_list,
 )
+from common.config.upstream_calls import parse_coalesce, parse_head_pinning, parse_hedge
 
 
 def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
@@ -48,6 +49,9 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
             "max_response_bytes",
             "sidecar_timeout_s",
             "websocket",
+            "coalesce",
+            "head_pinning",
+            "hedge",
         ),
         "proxy",
     )
@@ -134,6 +138,9 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
         ),
         sidecar_timeout_s=get_num(p, "sidecar_timeout_s", 10.0, "proxy.sidecar_timeout_s"),
         websocket=_websocket(p.get("websocket")),
+        coalesce=parse_coalesce(p.get("coalesce")),
+        head_pinning=parse_head_pinning(p.get("head_pinning")),
+        hedge=parse_hedge(p.get("hedge")),
     )
 
 

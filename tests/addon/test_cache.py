@@ -58,7 +58,8 @@ def test_hash_pinned_reads_are_cached_with_canonical_params() -> None:
     assert p("chain_getBlock", ["0x1234"]) is None  # not a block hash
     assert p("state_getStorage", ["0xkey", H]) is not None
     assert p("state_getStorage", ["0x00"]) is None  # no block: the latest state
-    assert p("state_getMetadata", [H]) is None  # not configured
+    assert p("state_getMetadata", [H]) is not None  # a hash-optional read at a hash
+    assert p("state_getMetadata", []) is None  # at the head: not pinned, not cached
     assert p("state_call", ["Core_version", "0x", H]) is not None
     assert p("chain_getBlock", {"hash": H}) is None  # named params: not cached
     assert p("chain_getBlock", [H], net="test") != p("chain_getBlock", [H])
@@ -221,6 +222,7 @@ def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() ->
     assert names == [
         "allowlist",
         "rate_limit",
+        "pin_to_head",
         "cache_lookup",
         "forward_pending",
         "learn",

@@ -98,7 +98,7 @@ def test_state_read_pinned_to_an_old_hash_prefers_archive() -> None:
     idx = index_with(old)
     got = hints([call("state_getStorage", STORAGE_KEY, h(old))], tip=tip, index=idx)
     assert got.prefer_archive is True
-    assert got.min_block is None
+    assert got.min_block == old  # and only a node that has reached that block
 
 
 @pytest.mark.parametrize("age", [0, 1, 10, PRUNING_WINDOW - 1, PRUNING_WINDOW])
@@ -151,7 +151,7 @@ def test_one_old_state_read_in_a_batch_is_enough() -> None:
         call("state_getStorage", STORAGE_KEY, h(1)),
     ]
     got = hints(calls, tip=tip, index=index_with(1, tip))
-    assert got.prefer_archive is True and got.min_block == 20
+    assert got.prefer_archive is True and got.min_block == tip  # the highest block needed
 
 
 def test_hash_lookup_ignores_case() -> None:
@@ -303,3 +303,11 @@ def test_when_nobody_has_the_block_yet_the_most_advanced_goes_first() -> None:
     tried = {"b"}
     nxt = p.choose(tried, min_block=100)
     assert nxt is not None and nxt.id == "c"
+
+
+def test_a_call_pinned_to_a_known_recent_hash_needs_a_node_at_that_height() -> None:
+    tip = 10_000
+    got = hints([call("state_call", "Core_version", "0x", h(tip))], tip=tip, index=index_with(tip))
+    assert got.min_block == tip and got.prefer_archive is False
+    unknown = hints([call("state_call", "Core_version", "0x", h(5))], tip=tip, index=BlockIndex())
+    assert unknown.min_block is None  # nothing known of that hash: any node

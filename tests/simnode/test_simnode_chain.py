@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from addon.header_hash import header_hash
 from simnode.chain import (
     FINNEY_GENESIS,
     PRUNING_DEPTH,
@@ -78,10 +79,22 @@ def test_hash_format_and_genesis() -> None:
     assert chain.block_hash(0) == FINNEY_GENESIS
     h = chain.block_hash(5)
     assert HASH.fullmatch(h)
-    # documented formula: sha256(f"{seed}:{n}")
+    # recent blocks: the real Substrate hash of the header, parent linked
+    assert h == header_hash(chain.header(5))
+    assert chain.header(6)["parentHash"] == h
+
+
+def test_deep_history_uses_the_seeded_stand_in() -> None:
     import hashlib
 
-    assert h == "0x" + hashlib.sha256(b"finney:5").hexdigest()
+    from simnode.chain import LINKED_DEPTH, Chain, ChainConfig
+
+    start = LINKED_DEPTH + 100
+    chain = Chain(ChainConfig(seed="finney", genesis=FINNEY_GENESIS, start_height=start))
+    assert chain.block_hash(50) == "0x" + hashlib.sha256(b"finney:50").hexdigest()
+    top = start + 10
+    assert chain.block_hash(top) == header_hash(chain.header(top))
+    assert chain.header(top)["parentHash"] == chain.block_hash(top - 1)
 
 
 def test_replicas_agree() -> None:

@@ -61,9 +61,10 @@ async def test_cli_serves_and_exits_cleanly_on_sigterm() -> None:
         async with s.post(url, json=body) as r:
             out = await r.json()
         assert out[0]["result"] == "Simnet"
-        import hashlib
+        from simnode.chain import Chain, ChainConfig
 
-        assert out[1]["result"] == "0x" + hashlib.sha256(b"finney:1").hexdigest()
+        replica = Chain(ChainConfig(seed="finney", start_height=1000, epoch=float(epoch)))
+        assert out[1]["result"] == replica.block_hash(1)  # the same chain from the same flags
         async with s.get(url + "/_sim/state") as r:
             state = await r.json()
         assert state["name"] == "cli-a"

@@ -1,0 +1,63 @@
+"""Identical reads in flight at the same time share one upstream call.
+
+The key is the network and the outbound request itself (method and params,
+after head pinning, so the pinned block is part of it); ids are not in it:
+each caller's answer gets its own id when the pending slots are filled. The
+shared call runs as a task of its own, so a caller that goes away (a closed
+connection cancels its flow) never cancels it for the others; they all get
+the same ``ForwardResult``, failover included. Every call is a read here (the
+allowlist refuses writes), so sharing is always safe, cacheable or not
+(``chain_getHeader``, ``system_health``). Bounded: past ``max_keys`` distinct
+calls in flight a new one simply goes alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from addon.forward import ForwardResult
+from addon.jsonrpc import Call, dumps
+
+
+def coalesce_key(network: str, calls: Sequence[Call], is_batch: bool) -> bytes:
+    """The identity of an outbound request, without ids (a batch is keyed whole)."""
+    body: Any = (
+        [[c.method, c.params] for c in calls] if is_batch else [calls[0].method, calls[0].params]
+    )
+    return network.encode() + b"\x00" + dumps(body)
+
+
+class Coalescer:
+    def __init__(self, max_keys: int = 10_000) -> None:
+        self.max_keys = max_keys
+        self._inflight: dict[bytes, asyncio.Task[ForwardResult]] = {}
+
+    def __len__(self) -> int:
+        return len(self._inflight)
+
+    async def run(
+        self, key: bytes, start: Callable[[], Awaitable[ForwardResult]]
+    ) -> tuple[ForwardResult, bool]:
+        """The result of the call ``key`` names, and whether it was shared (another
+        caller's call already in flight) rather than started here."""
+        task = self._inflight.get(key)
+        if task is not None:
+            return await asyncio.shield(task), True
+        if len(self._inflight) >= self.max_keys:
+            return await start(), False
+        task = asyncio.get_running_loop().create_task(_run(start))
+        self._inflight[key] = task
+        task.add_done_callback(lambda t: self._done(key, t))
+        return await asyncio.shield(task), False
+
+    def _done(self, key: bytes, task: asyncio.Task[ForwardResult]) -> None:
+        if self._inflight.get(key) is task:
+            del self._inflight[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter has seen it already
+
+
+async def _run(start: Callable[[], Awaitable[ForwardResult]]) -> ForwardResult:
+    return await start()

@@ -1,0 +1,68 @@
+"""When to send a slow read to a second upstream (pure; time injected).
+
+The delay is the network's recent ``quantile`` (p95 by default) of good
+answers' latencies, clamped to [``min_delay_ms``, ``max_delay_ms``]: a call
+still unanswered then is in the slowest 5 %, and a second upstream is likely
+to answer first. Until enough answers were seen there is no delay (no hedge).
+
+The budget keeps hedges at most ``max_ratio`` of calls: every call earns
+``max_ratio`` of a token (up to a small burst), a hedge spends one. So a
+network where every node is slow (p95 itself is high) is not doubled: the
+delay follows the latencies, and the budget caps the extra load.
+"""
+
+from __future__ import annotations
+
+from common.config.upstream_calls import HedgeConfig
+
+_WINDOW = 512  # recent good latencies kept
+_MIN_SAMPLES = 20  # before this many, no hedging (no idea what "slow" is yet)
+_RECOMPUTE_EVERY = 32  # samples between two quantile computations
+_BURST = 5.0  # tokens a quiet network can save up
+
+
+class Hedger:
+    """One network's hedge delay and budget."""
+
+    def __init__(self, config: HedgeConfig) -> None:
+        self.config = config
+        self._samples: list[float] = []
+        self._next = 0  # ring position once the window is full
+        self._since = 0
+        self._delay_s: float | None = None
+        self._tokens = 1.0
+        self.calls = 0
+        self.hedges = 0
+
+    def call(self) -> None:
+        """A call starts: it earns its share of the budget."""
+        self.calls += 1
+        self._tokens = min(_BURST, self._tokens + self.config.max_ratio)
+
+    def delay(self) -> float | None:
+        """Seconds to wait for the first upstream before hedging; None: do not hedge."""
+        return self._delay_s if self.config.enabled else None
+
+    def can_hedge(self) -> bool:
+        return self.config.enabled and self._tokens >= 1.0
+
+    def hedged(self) -> None:
+        self.hedges += 1
+        self._tokens -= 1.0
+
+    def observe(self, latency_ms: float) -> None:
+        """A good answer's latency (an ok or behind-the-tip verdict)."""
+        if len(self._samples) < _WINDOW:
+            self._samples.append(latency_ms)
+        else:
+            self._samples[self._next] = latency_ms
+            self._next = (self._next + 1) % _WINDOW
+        self._since += 1
+        if len(self._samples) >= _MIN_SAMPLES and (
+            self._delay_s is None or self._since >= _RECOMPUTE_EVERY
+        ):
+            self._since = 0
+            ordered = sorted(self._samples)
+            q = ordered[min(len(ordered) - 1, int(self.config.quantile * len(ordered)))]
+            c = self.config
+            self._delay_s = min(c.max_delay_ms, max(c.min_delay_ms, q)) / 1000

@@ -1,0 +1,42 @@
+"""The head-pinning step: hash-optional reads sent without a block hash get
+the hash of the network's best block (``addon/head_pin.py``), when this
+proxy knows a fresh one (``addon/heads.py``); otherwise they go on unpinned,
+as without the feature. Runs before the cache, so a pinned read can be a hit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mitmproxy import http
+
+from addon.context import RpcContext
+from addon.head_pin import pin
+from addon.jsonrpc import Call
+from addon.runtime import Runtime
+
+
+def pin_to_head(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+    cfg = rt.config.proxy.head_pinning
+    if not cfg.enabled:
+        return
+    assert rpc.parsed is not None
+    head = None
+    items = list(rpc.parsed.items)
+    for i in rpc.pending():
+        call = items[i]
+        if not isinstance(call, Call):
+            continue
+        if head is None:
+            head = rt.heads.fresh(
+                rpc.network, rt.clock(), max_age_s=cfg.max_age_s, probe_tip=rt.tips.get(rpc.network)
+            )
+            if head is None:
+                return  # no fresh head known: everything goes as sent
+        pinned = pin(call, head.hash, cfg.exclude)
+        if pinned is not None:
+            items[i] = pinned
+            rpc.pinned = head.hash
+    if rpc.pinned is not None and head is not None:
+        rpc.parsed = replace(rpc.parsed, items=tuple(items))
+        rt.blocks.put(head.hash, head.number)  # routing: only nodes that have this block

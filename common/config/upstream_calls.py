@@ -1,0 +1,90 @@
+"""``proxy.coalesce``, ``proxy.head_pinning``, ``proxy.hedge``: the parts that
+save upstream calls and cut the tail (issue 15). Each is on by default."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from common.config.errors import ConfigError
+from common.config.readers import check_keys, get_bool, get_int, get_num, mapping, str_list
+
+_METHOD = re.compile(r"[A-Za-z][A-Za-z0-9_]{1,63}")
+
+
+@dataclass(frozen=True, slots=True)
+class CoalesceConfig:
+    """Identical reads in flight at the same time share one upstream call."""
+
+    enabled: bool = True
+    max_keys: int = 10_000  # distinct calls in flight that can be shared; beyond, not shared
+
+
+@dataclass(frozen=True, slots=True)
+class HeadPinningConfig:
+    """Hash-optional state reads sent without a hash get the current best block's."""
+
+    enabled: bool = True
+    exclude: frozenset[str] = frozenset()  # methods never pinned
+    max_age_s: float = 30.0  # a head seen longer ago than this is not used (2.5 blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class HedgeConfig:
+    """A read not answered within the network's recent p95 goes to a second upstream."""
+
+    enabled: bool = True
+    quantile: float = 0.95  # of recent good latencies: the hedge delay
+    min_delay_ms: float = 50.0
+    max_delay_ms: float = 2_000.0
+    max_ratio: float = 0.10  # hedges per call, over the recent calls
+
+
+def parse_coalesce(raw: Any) -> CoalesceConfig:
+    c = mapping(raw, "proxy.coalesce")
+    check_keys(c, ("enabled", "max_keys"), "proxy.coalesce")
+    return CoalesceConfig(
+        enabled=get_bool(c, "enabled", True, "proxy.coalesce.enabled"),
+        max_keys=get_int(c, "max_keys", 10_000, "proxy.coalesce.max_keys", minimum=1),
+    )
+
+
+def parse_head_pinning(raw: Any) -> HeadPinningConfig:
+    h = mapping(raw, "proxy.head_pinning")
+    check_keys(h, ("enabled", "exclude", "max_age_s"), "proxy.head_pinning")
+    exclude = str_list(h.get("exclude", []), "proxy.head_pinning.exclude")
+    for m in exclude:
+        if not _METHOD.fullmatch(m):
+            raise ConfigError("proxy.head_pinning.exclude", f"bad method name {m!r}")
+    return HeadPinningConfig(
+        enabled=get_bool(h, "enabled", True, "proxy.head_pinning.enabled"),
+        exclude=frozenset(exclude),
+        max_age_s=get_num(h, "max_age_s", 30.0, "proxy.head_pinning.max_age_s"),
+    )
+
+
+def parse_hedge(raw: Any) -> HedgeConfig:
+    h = mapping(raw, "proxy.hedge")
+    key = "proxy.hedge."
+    check_keys(
+        h, ("enabled", "quantile", "min_delay_ms", "max_delay_ms", "max_ratio"), "proxy.hedge"
+    )
+    d = HedgeConfig()
+    quantile = get_num(h, "quantile", d.quantile, key + "quantile")
+    if not 0.5 <= quantile < 1:
+        raise ConfigError(key + "quantile", f"must be in [0.5, 1), got {quantile}")
+    low = get_num(h, "min_delay_ms", d.min_delay_ms, key + "min_delay_ms")
+    high = get_num(h, "max_delay_ms", d.max_delay_ms, key + "max_delay_ms")
+    if high < low:
+        raise ConfigError(key + "max_delay_ms", f"must be >= min_delay_ms ({low:g}), got {high:g}")
+    ratio = get_num(h, "max_ratio", d.max_ratio, key + "max_ratio")
+    if ratio > 1:
+        raise ConfigError(key + "max_ratio", f"must be <= 1, got {ratio}")
+    return HedgeConfig(
+        enabled=get_bool(h, "enabled", True, key + "enabled"),
+        quantile=quantile,
+        min_delay_ms=low,
+        max_delay_ms=high,
+        max_ratio=ratio,
+    )

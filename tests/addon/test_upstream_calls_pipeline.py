@@ -1,0 +1,112 @@
+"""Head pinning, sharing and hedging inside the real pipeline (mitmproxy test
+flows, an in-process fake upstream): what is sent upstream, what the client
+sees (headers, mitmweb annotation), the off switches, and a failing step."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from addon.context import META_KEY
+from addon.header_hash import header_hash
+from addon.pipeline import Guard, RpcPipeline
+from addon.runtime import RuntimeHolder
+from tests.addon.test_stages import A, B, body, call, make, rpc_flow, run
+
+HEADER = {
+    "parentHash": "0x" + "11" * 32,
+    "number": hex(4_000_000),
+    "stateRoot": "0x" + "22" * 32,
+    "extrinsicsRoot": "0x" + "33" * 32,
+    "digest": {"logs": []},
+}
+HEAD = header_hash(HEADER)
+
+
+def _header_upstream(doc: Any) -> tuple[int, bytes]:
+    result = HEADER if doc["method"] == "chain_getHeader" else f"{doc['method']}-ok"
+    return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": result}).encode()
+
+
+async def test_a_read_after_a_head_was_shown_is_pinned_to_it() -> None:
+    stages, fake, _ = make()
+    fake.behaviour = {A: _header_upstream, B: _header_upstream}
+    shown = await run(stages, rpc_flow(call("chain_getHeader")))
+    assert body(shown)["result"] == HEADER  # the head the client saw; the proxy learned it
+    f = await run(stages, rpc_flow(call("state_getStorage", ["0x01"], id_=5)))
+    assert fake.seen[-1][1]["params"] == ["0x01", HEAD]  # sent pinned
+    assert body(f) == {"jsonrpc": "2.0", "id": 5, "result": "state_getStorage-ok"}
+    assert f.response.headers["X-Chainproxy-Pinned"] == HEAD
+    assert f.metadata[META_KEY]["pinned"] == HEAD and "PINNED" in f.comment
+    # (with the edge cache open, the same read again is a hit: tests/e2e/test_upstream_calls_e2e)
+
+
+async def test_no_fresh_head_means_the_read_goes_as_sent() -> None:
+    stages, fake, rt = make()
+    fake.behaviour = {A: _header_upstream, B: _header_upstream}
+    f = await run(stages, rpc_flow(call("state_getStorage", ["0x01"])))
+    assert fake.seen[-1][1]["params"] == ["0x01"]  # nothing seen yet
+    assert "X-Chainproxy-Pinned" not in f.response.headers
+    await run(stages, rpc_flow(call("chain_getHeader")))
+    rt.clock.t += 31  # type: ignore[attr-defined]  # older than max_age_s
+    await run(stages, rpc_flow(call("state_getStorage", ["0x02"])))
+    assert fake.seen[-1][1]["params"] == ["0x02"]
+    await run(stages, rpc_flow(call("chain_getHeader")))  # seen again: fresh
+    rt.tips["finney"] = 4_000_001  # but the probes saw a newer block
+    await run(stages, rpc_flow(call("state_getStorage", ["0x03"])))
+    assert fake.seen[-1][1]["params"] == ["0x03"]
+
+
+async def test_pinning_and_sharing_can_be_switched_off() -> None:
+    stages, fake, _ = make(head_pinning={"enabled": False}, coalesce={"enabled": False})
+    fake.behaviour = {A: _header_upstream, B: _header_upstream}
+    await run(stages, rpc_flow(call("chain_getHeader")))
+    await run(stages, rpc_flow(call("state_getStorage", ["0x01"])))
+    assert fake.seen[-1][1]["params"] == ["0x01"]
+    flows = [rpc_flow(call("system_health", id_=i)) for i in range(5)]
+    before = len(fake.seen)
+    await asyncio.gather(*(run(stages, f) for f in flows))
+    assert len(fake.seen) - before == 5  # each its own upstream call
+
+
+async def test_identical_calls_in_flight_share_one_upstream_call() -> None:
+    stages, _, rt = make()
+    gate = asyncio.Event()
+
+    async def slow(doc: Any) -> tuple[int, bytes]:
+        await gate.wait()
+        return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": "ok"}).encode()
+
+    class Slow:
+        seen: list[Any] = []
+
+        async def post(self, url: str, raw: bytes, timeout: float) -> tuple[int, bytes]:
+            self.seen.append(raw)
+            return await slow(json.loads(raw))
+
+    rt.transport = Slow()
+    flows = [rpc_flow(call("system_health", id_=i)) for i in range(10)]
+    tasks = [asyncio.ensure_future(run(stages, f)) for f in flows]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert len(Slow.seen) == 1
+    assert [body(f)["id"] for f in flows] == list(range(10))  # each its own id
+    joined = [f for f in flows if f.response.headers.get("X-Chainproxy-Coalesced") == "1"]
+    assert len(joined) == 9 and all("COALESCED" in f.comment for f in joined)
+    assert rt.metrics._extra[("chainproxy_coalesced_total", (("network", "finney"),))] == 9
+
+
+async def test_a_failing_awaited_step_is_a_500_not_a_forwarded_flow() -> None:
+    _, _, rt = make()
+    holder = RuntimeHolder()
+    holder.runtime = rt
+
+    async def broken(flow: Any, rpc: Any, runtime: Any) -> None:
+        raise RuntimeError("a bug")
+
+    stages = [RpcPipeline(holder, steps=(broken,)), Guard()]
+    f = await run(stages, rpc_flow(call("system_health")))
+    assert f.response.status_code == 500
+    assert body(f)["error"]["message"] == "internal proxy error"
