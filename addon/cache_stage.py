@@ -13,6 +13,7 @@ from addon.cache_rules import answer_from, entries_to_store, plan
 from addon.context import RpcContext
 from addon.jsonrpc import Call
 from addon.runtime import Runtime
+from addon.runtime_cache import metadata_hash, runtime_key, version_key
 
 
 def cache_lookup(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
@@ -41,6 +42,12 @@ def cache_lookup(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> Awaitable
         else:
             _hit(rpc, i, call, values)
             continue
+        by_runtime = _runtime_entry(rpc.network, call, rt)
+        if by_runtime is not None:
+            metadata = rt.cache.get(by_runtime)
+            if metadata is not None:
+                _hit(rpc, i, call, [metadata])
+                continue
         missed.append(i)
     shared = rt.shared_cache
     if missed and shared is not None:
@@ -90,7 +97,25 @@ def cache_store(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
         p, answer = rpc.plans.get(i), rpc.answers[i]
         if p is None or answer is None or "result" not in answer:
             continue
-        for key, value in entries_to_store(p, answer["result"]):
+        entries = entries_to_store(p, answer["result"])
+        call = rpc.parsed.items[i] if rpc.parsed is not None else None
+        if entries and isinstance(call, Call):
+            by_runtime = _runtime_entry(rpc.network, call, rt)
+            if by_runtime is not None:
+                entries.append((by_runtime, answer["result"]))
+        for key, value in entries:
             rt.cache.set(key, value)
             if rt.shared_cache is not None:
                 rt.shared_cache.put(key, value)
+
+
+def _runtime_entry(network: str, call: Call, rt: Runtime) -> str | None:
+    """For a metadata read at a block whose runtime version is cached: the
+    per-runtime entry (``addon/runtime_cache.py``)."""
+    if rt.cache is None:
+        return None
+    block_hash = metadata_hash(call)
+    if block_hash is None:
+        return None
+    vkey = version_key(network, block_hash)
+    return runtime_key(network, rt.cache.get(vkey)) if vkey is not None else None

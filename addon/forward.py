@@ -186,9 +186,13 @@ async def forward(
                 break
     finally:
         # the other racer, or everything when the flow itself was cancelled
+        outraced = hedged and bool(attempts) and attempts[-1].outcome == "ok"
         for task, (upstream, start, _) in running.items():
             task.cancel()
-            pool.abandoned(upstream, (clock() - start) * 1000)
+            if outraced:
+                pool.outraced(upstream, (clock() - start) * 1000)
+            else:
+                pool.abandoned(upstream, (clock() - start) * 1000)
 
     if soft is not None:
         return ForwardResult("soft", soft[0], tuple(attempts), soft[1], hedged)

@@ -169,6 +169,13 @@ class UpstreamPool:
         """The attempt ended without an outcome (cancelled): no health verdict."""
         self._settle(u, latency_ms)
 
+    def outraced(self, u: Upstream, latency_ms: float) -> None:
+        """A hedge answered first and this attempt was cancelled: no health verdict,
+        but it took at least ``latency_ms``, so its latency estimate learns that
+        (a node that stalls stops being first choice, and stops costing hedges)."""
+        self._settle(u, latency_ms)
+        self._observe(u, latency_ms)
+
     def succeeded(self, u: Upstream, latency_ms: float) -> None:
         self._settle(u, latency_ms)
         u.consecutive_failures = 0

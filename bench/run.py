@@ -47,8 +47,9 @@ from bench.redis_scale import RedisScale
 from bench.report import Report
 from bench.stack import nginx_path
 from bench.throughput import Throughput
+from bench.upstream_calls import UpstreamCalls
 
-SCENARIOS = ("1", "2", "3", "7", "4", "5", "10", "6", "8", "9", "addon")
+SCENARIOS = ("1", "2", "3", "7", "4", "5", "11", "10", "6", "8", "9", "addon")
 Step = tuple[str, Callable[[], None]]
 
 
@@ -109,6 +110,13 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
             (k, f) for k, f in (("4", fb.slow_upstream), ("5", fb.killed_upstream)) if k in only
         ]
     steps.append(("stop the stacks", ctx.stack.stop))
+    if "11" in only:  # simulated nodes with fast blocks, four proxies of its own
+        uc = UpstreamCalls(ctx)
+        steps += [
+            ("setup: simulated nodes, sidecar, chainproxy on/off, bare mitmdump", uc.start),
+            ("11", uc.run),
+            ("stop the upstream-calls stack", ctx.stack.stop),
+        ]
     if "10" in only:  # a stack of its own, alone on the machine
         rs = RedisScale(ctx)
         steps += [
@@ -133,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer and shorter runs (< 2 min)")
     ap.add_argument(
-        "--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,addon"
+        "--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,addon"
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(

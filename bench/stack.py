@@ -94,7 +94,13 @@ class Stack:
         return f"http://127.0.0.1:{port}"
 
     def start_node(
-        self, name: str, *, epoch: float, port: int | None = None, wait: bool = True
+        self,
+        name: str,
+        *,
+        epoch: float,
+        port: int | None = None,
+        wait: bool = True,
+        block_time: float = 12,
     ) -> Node:
         port = port or free_port()
         argv = simnode_argv(
@@ -102,7 +108,7 @@ class Stack:
             name=name,
             seed="finney",
             epoch=epoch,
-            block_time=12,
+            block_time=block_time,
             start_height=4_000_000,
             genesis=FINNEY_GENESIS,
         )
