@@ -102,12 +102,13 @@ class UpstreamCalls:
     def run(self) -> None:
         print("\n[11] upstream calls: validator sync, stall", flush=True)
         data: dict[str, Any] = {}
-        blocks = 2 if self.ctx.p.quick else 5
+        quick = self.ctx.p.stats_quick  # the quick run
+        blocks = 2 if quick else 5
         sync = {
             name: self._sync(name, blocks)
             for name in ("bare mitmdump", "features off", "chainproxy")
         }
-        stall = self._stall(150 if self.ctx.p.quick else 400)
+        stall = self._stall(150 if quick else 400)
         self._report(sync, stall, blocks)
         data["sync"], data["stall"] = sync, stall
         self.ctx.report.data["upstream_calls"] = data
