@@ -102,7 +102,8 @@ def cache_store(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
         if entries and isinstance(call, Call):
             by_runtime = _runtime_entry(rpc.network, call, rt)
             if by_runtime is not None:
-                entries.append((by_runtime, answer["result"]))
+                # one copy per runtime, not one per block (hundreds of KB each)
+                entries = [(by_runtime, answer["result"])]
         for key, value in entries:
             rt.cache.set(key, value)
             if rt.shared_cache is not None:
