@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 
 from mitmproxy import http
 
-from addon.blocks import answered_header
+from addon.blocks import HEADER_METHODS, answered_header
 from addon.coalesce import coalesce_key
 from addon.context import RpcContext
 from addon.forward import ForwardResult, forward, new_session
@@ -18,8 +18,6 @@ from addon.respond import finish, json_response
 from addon.runtime import Runtime
 
 log = logging.getLogger("chainproxy")
-
-_HEADER_METHODS = ("chain_getHeader", "chain_getBlock")
 
 
 async def forward_pending(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
@@ -49,7 +47,7 @@ async def forward_pending(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> 
             tip=tip,
             min_block=hint.min_block,
             prefer_archive=hint.prefer_archive,
-            hedger=rt.hedgers.get(rpc.network) if p.hedge.enabled else None,
+            hedger=rt.hedgers.get(rpc.network),  # off: it never hedges
         )
 
     if p.coalesce.enabled:
@@ -105,7 +103,7 @@ def learn(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
         item, answer = rpc.parsed.items[i], rpc.answers[i]
         if isinstance(item, Call) and answer is not None and "result" in answer:
             rt.blocks.learn(item, answer["result"])
-            if item.method in _HEADER_METHODS:
+            if item.method in HEADER_METHODS:
                 header = answered_header(item.method, answer["result"])
                 rt.heads.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 PRUNING_WINDOW = 256  # blocks of state a non-archive Substrate node keeps
 HASH_RE = re.compile(r"^0x[0-9a-fA-F]{64}$")
 _HASH_LEN = 66
-_HEADER_METHODS = ("chain_getHeader", "chain_getBlock")
+HEADER_METHODS = ("chain_getHeader", "chain_getBlock")  # answers that carry a header
 
 
 def is_block_hash(value: Any) -> bool:
@@ -143,7 +143,7 @@ class BlockIndex:
             for n, h in zip(facts.heights, results, strict=False):
                 if is_block_hash(h):
                     self.put(h, n)
-        elif method in _HEADER_METHODS:
+        elif method in HEADER_METHODS:
             asked = facts.hash_at(0)
             header = answered_header(method, result)
             number = parse_height(header.get("number")) if isinstance(header, dict) else None

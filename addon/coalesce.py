@@ -47,7 +47,7 @@ class Coalescer:
             return await asyncio.shield(task), True
         if len(self._inflight) >= self.max_keys:
             return await start(), False
-        task = asyncio.get_running_loop().create_task(_run(start))
+        task = asyncio.ensure_future(start())
         self._inflight[key] = task
         task.add_done_callback(lambda t: self._done(key, t))
         return await asyncio.shield(task), False
@@ -57,7 +57,3 @@ class Coalescer:
             del self._inflight[key]
         if not task.cancelled():
             task.exception()  # retrieved: every waiter has seen it already
-
-
-async def _run(start: Callable[[], Awaitable[ForwardResult]]) -> ForwardResult:
-    return await start()

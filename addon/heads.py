@@ -46,11 +46,10 @@ class HeadBook:
         if h is None:
             return False
         h = h.lower()
-        if best is not None and number == best.number and h == best.hash:
-            self._best[network] = Head(number, h, now)  # seen again: still the head
-            return False
-        self._best[network] = Head(number, h, now)  # higher, or a re-org at the same height
-        return True
+        # higher, or a re-org at the same height; the same head seen again stays fresh
+        new = best is None or number > best.number or h != best.hash
+        self._best[network] = Head(number, h, now)
+        return new
 
     def fresh(
         self, network: str, now: float, *, max_age_s: float, probe_tip: int | None
