@@ -47,6 +47,9 @@ class RedisLink:
         self.timeout_s = config.timeout_ms / 1000
         # every command of this process, pipelined on one connection
         self.pipe = RedisPipe(config.url, connect_timeout_s=max(0.2, self.timeout_s))
+        # connected before the first burst: a cold connect under load would
+        # exceed the bound and send those calls to the local limiter
+        self.pipe.connect()
         self.up = True  # optimistic: the first request finds out
         self.on_fallback = on_fallback  # a counter per store (the metric)
         self._failures = 0

@@ -104,6 +104,17 @@ class RedisPipe(asyncio.Protocol):
             loop.call_soon(self._flush)
         return fut
 
+    def connect(self) -> None:
+        """Open the connection now (in the background), so the first requests do
+        not pay for it inside their bound; without a running loop, the first
+        command opens it."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._transport is None and (self._connecting is None or self._connecting.done()):
+            self._connecting = loop.create_task(self._connect())
+
     async def ping(self) -> Any:
         return await self.submit("PING")
 

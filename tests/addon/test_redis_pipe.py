@@ -114,3 +114,24 @@ async def test_a_peer_that_is_not_redis_fails_cleanly() -> None:
         await pipe.ping()
     pipe.close()
     server.close()
+
+
+async def test_connect_opens_the_connection_before_the_first_command(
+    redis_server: RedisServer,
+) -> None:
+    pipe = RedisPipe(redis_server.url, connect_timeout_s=2)
+    pipe.connect()
+    for _ in range(100):
+        if pipe._transport is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert pipe._transport is not None  # connected with no command sent
+    pipe.connect()  # already connected: nothing happens
+    assert await pipe.ping() == b"PONG"
+    pipe.close()
+
+
+def test_connect_without_a_running_loop_waits_for_the_first_command() -> None:
+    pipe = RedisPipe("redis://127.0.0.1:1/0", connect_timeout_s=0.1)
+    pipe.connect()  # no loop here: nothing scheduled, nothing raised
+    assert pipe._connecting is None and pipe._transport is None
