@@ -10,6 +10,7 @@ over, as it does on ``null``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,10 @@ def forks(genesis: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
         for n in nodes:
             n.wait_ready()
         ahead, behind = nodes
+        # Block #1's timestamp is chopsticks' clock rounded to a slot: two instances
+        # building it within one slot would build the same block. Put the fork an
+        # hour ahead so the two chains really differ from block #1 on.
+        behind.rpc("dev_timeTravel", [int(time.time() * 1000) + 3_600_000])
         ahead.new_blocks(5)  # best 6
         behind.new_blocks(1)  # best 2: more than max_lag_blocks (3) behind
         stack.write_config(
