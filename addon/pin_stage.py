@@ -11,8 +11,8 @@ from dataclasses import replace
 from mitmproxy import http
 
 from addon.context import RpcContext
-from addon.head_pin import pin
-from addon.jsonrpc import Call
+from addon.head_pin import HASH_POSITION, pin
+from addon.jsonrpc import Call, Item
 from addon.runtime import Runtime
 
 
@@ -21,12 +21,13 @@ def pin_to_head(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
     if not cfg.enabled:
         return
     assert rpc.parsed is not None
+    parsed = rpc.parsed
     head = None
-    items = list(rpc.parsed.items)
+    items: list[Item] | None = None  # copied only when something is pinned
     for i in rpc.pending():
-        call = items[i]
-        if not isinstance(call, Call):
-            continue
+        call = parsed.items[i]
+        if not isinstance(call, Call) or call.method not in HASH_POSITION:
+            continue  # most calls: no head lookup, no copy
         if head is None:
             head = rt.heads.fresh(
                 rpc.network, rt.clock(), max_age_s=cfg.max_age_s, probe_tip=rt.tips.get(rpc.network)
@@ -35,8 +36,10 @@ def pin_to_head(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
                 return  # no fresh head known: everything goes as sent
         pinned = pin(call, head.hash, cfg.exclude)
         if pinned is not None:
+            if items is None:
+                items = list(parsed.items)
             items[i] = pinned
-            rpc.pinned = head.hash
-    if rpc.pinned is not None and head is not None:
-        rpc.parsed = replace(rpc.parsed, items=tuple(items))
+    if items is not None and head is not None:
+        rpc.pinned = head.hash
+        rpc.parsed = replace(parsed, items=tuple(items))
         rt.blocks.put(head.hash, head.number)  # routing: only nodes that have this block
