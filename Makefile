@@ -23,6 +23,7 @@ help:
 	@echo "make test     the test suite"
 	@echo "make lint     ruff"
 	@echo "make bench    benchmarks (QUICK=1 for a short run)"
+	@echo "make soak     chaos soak, SOAK_S seconds (600): figures into docs/RELIABILITY.md"
 	@echo "make profile  py-spy profile of the proxy under load (bench/out/)"
 	@echo "make test-clients     substrate-interface and polkadot.js over chopsticks"
 	@echo "make demo-chopsticks  the stack over a real Substrate runtime (chopsticks), offline"
@@ -72,6 +73,13 @@ clean:
 # statistics, memory, addon and Redis benchmarks (docs/BENCHMARKS.md). ~11 min; QUICK=1 < 3 min.
 bench: $(STAMP) bench-deps scale-deps
 	$(PY) bench/run.py $(if $(QUICK),--quick,)
+
+# Mixed traffic for SOAK_S seconds while nodes, the sidecar, a proxy and Redis fail at
+# random; figures printed and written into docs/RELIABILITY.md; exit 1 when a goal is missed.
+SOAK_S ?= 600
+.PHONY: soak
+soak: $(STAMP) scale-deps
+	$(PY) -m bench.soak --seconds $(SOAK_S) $(SOAK_ARGS)
 
 # Where the proxy's CPU goes under load (py-spy): PROFILE_ARGS="--path hit", "--lean", "--bare".
 .PHONY: profile

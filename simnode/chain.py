@@ -126,6 +126,7 @@ class Chain:
         self._genesis_override: str | None = None
         self._lag = 0
         self._frozen_at: int | None = None
+        self._fork_at: int | None = None
         self._index: dict[str, int] = {}
         self._indexed_hi = 0
         self._linked_from = max(1, config.start_height - LINKED_DEPTH)
@@ -161,10 +162,28 @@ class Chain:
             raise ValueError(f"genesis must be a 0x-prefixed 32-byte hex hash: {genesis!r}")
         self._genesis_override = genesis.lower() if genesis is not None else None
 
+    @property
+    def forked(self) -> bool:
+        return self._fork_at is not None
+
+    def set_fork(self, fork: bool) -> None:
+        """Fork off (or back): the blocks above today's head get other hashes,
+        as a node that followed a minority fork reports them. Numbers go on as before;
+        turning it off is a reorg back to the main chain."""
+        at = self.head() if fork and self._fork_at is None else None
+        if (at is None) == (self._fork_at is None):
+            return
+        above = min(x for x in (at, self._fork_at) if x is not None)
+        self._fork_at = at
+        # hashes above the fork point change: recompute them, forget the old ones
+        del self._linked[max(0, above + 1 - self._linked_from) :]
+        self._reset_index()
+
     def reset_faults(self) -> None:
         self._lag = 0
         self._frozen_at = None
         self._genesis_override = None
+        self.set_fork(False)
 
     # ---- heights ------------------------------------------------------------
 
@@ -198,7 +217,7 @@ class Chain:
         seeded stand-in (computing millions of linked hashes would be slow)."""
         if n == 0:
             return self.genesis_hash()
-        h = self._linked_hash(n) if n >= self._linked_from else seeded_hash(self._seed, n)
+        h = self._linked_hash(n) if n >= self._linked_from else seeded_hash(self._root(n), n)
         # Remember it: a client that got this hash may come back with it.
         index = self._index
         if h not in index:
@@ -247,12 +266,16 @@ class Chain:
 
     def _root(self, n: int) -> str:
         # Block 0 is shared by every fork of a genesis, so derive it from the genesis.
-        return self._genesis if n == 0 else self._seed
+        if n == 0:
+            return self._genesis
+        if self._fork_at is not None and n > self._fork_at:
+            return self._seed + "/fork"
+        return self._seed
 
     def _linked_hash(self, n: int) -> str:
         linked = self._linked  # hashes of _linked_from, _linked_from + 1, ...
         if n - self._linked_from > LINKED_MAX:
-            return seeded_hash(self._seed, n)  # absurdly far in the future
+            return seeded_hash(self._root(n), n)  # absurdly far in the future
         while len(linked) <= n - self._linked_from:
             k = self._linked_from + len(linked)
             parent = linked[-1] if linked else self.block_hash(k - 1)

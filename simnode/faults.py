@@ -36,6 +36,7 @@ class Faults:
     garbage: bool = False
     lag: int = 0
     freeze: bool = False
+    fork: bool = False  # blocks from now on get other hashes (a minority fork)
     genesis: str | None = None
     die: bool = False
 
@@ -58,7 +59,7 @@ class Faults:
 
 
 FAULT_KEYS = frozenset(f.name for f in dataclasses.fields(Faults))
-_BOOL_KEYS = frozenset({"hang", "close", "truncate", "garbage", "freeze", "die"})
+_BOOL_KEYS = frozenset({"hang", "close", "truncate", "garbage", "freeze", "fork", "die"})
 
 
 def check_fault(key: str, value: Any) -> Any:
@@ -111,6 +112,7 @@ class FaultState:
         faults = dataclasses.replace(self.faults, **checked)
         chain.set_lag(faults.lag)
         chain.set_frozen(faults.freeze)
+        chain.set_fork(faults.fork)
         chain.set_genesis_override(faults.genesis)
         self.faults = faults
         self.slow = faults.slow_path

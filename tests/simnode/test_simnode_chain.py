@@ -395,3 +395,25 @@ def test_envelope_batch_order_and_fail_hook() -> None:
     assert [o["error"] for o in json.loads(raw)] == [
         {"code": -32603, "message": "Internal error"}
     ] * 3
+
+
+def test_fork_gives_the_blocks_above_the_head_other_linked_hashes() -> None:
+    chain, clock = make_chain()
+    main, _ = make_chain()  # a replica that stays on the main chain
+    clock.now += 12 * 3  # head 1003
+    main._clock = clock
+    chain.set_fork(True)
+    clock.now += 12 * 5  # head 1008
+    assert chain.best() == main.best() == 1008
+    assert chain.block_hash(1003) == main.block_hash(1003)  # shared history
+    for n in range(1004, 1009):
+        assert chain.block_hash(n) != main.block_hash(n)
+        header = chain.header(n)
+        assert header["parentHash"] == chain.block_hash(n - 1)  # a chain of its own
+        assert header_hash(header) == chain.block_hash(n)
+    assert chain.number_of(main.block_hash(1006)) is None  # the other fork's block
+    assert chain.number_of(chain.block_hash(1006)) == 1006
+    forked = chain.block_hash(1006)
+    chain.reset_faults()  # a reorg back to the main chain
+    assert chain.block_hash(1006) == main.block_hash(1006)
+    assert chain.number_of(forked) is None

@@ -1,0 +1,82 @@
+"""The chaos schedule: what fails, when, for how long. Pure and seeded.
+
+One rule keeps the figure meaningful: at any moment at least one node is
+untouched, so every client-visible error counts against the proxy ("errors
+while a healthy upstream existed", goal 0)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+# Faults a simulated node takes at run time (``/_sim/control``), by action name.
+NODE_FAULTS: dict[str, dict[str, Any]] = {
+    "stall": {"stall_rate": 0.3, "stall_ms": 3000.0},  # a long tail
+    "lag": {"lag": 40},  # far behind the others
+    "garbage": {"garbage": True},  # an HTML page instead of JSON
+    "errors": {"error_rate": 0.6},  # internal errors on most calls
+    "freeze": {"freeze": True},  # the head stops (a stuck node)
+    "fork": {"fork": True},  # a minority fork from now on
+    "hang": {"hang": True},  # accepts, never answers
+}
+NODE_ACTIONS = ("kill", *NODE_FAULTS)
+STACK_ACTIONS = ("sidecar", "proxy", "redis")  # restarts
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    at: float  # seconds after the traffic started
+    kind: str  # a NODE_ACTIONS or STACK_ACTIONS name
+    target: str  # node name, or the stack part
+    duration: float  # how long the fault (or the outage) lasts
+
+    @property
+    def until(self) -> float:
+        return self.at + self.duration
+
+
+def schedule(
+    seconds: float,
+    nodes: list[str],
+    *,
+    seed: int,
+    mean_gap_s: float = 6.0,
+    warmup_s: float = 15.0,
+    redis: bool = True,
+) -> list[Action]:
+    """Actions at random intervals from ``warmup_s`` until ``seconds`` minus a
+    quiet end (faults are over before the last figures are read). Never more
+    than ``len(nodes) - 1`` nodes faulted at once; stack restarts of one kind
+    never overlap."""
+    rng = random.Random(seed)
+    kinds = [*NODE_ACTIONS, *STACK_ACTIONS] if redis else [*NODE_ACTIONS, "sidecar", "proxy"]
+    weights = [3 if k in NODE_ACTIONS else 1 for k in kinds]
+    end = seconds - max(10.0, seconds * 0.1)
+    busy: dict[str, float] = {}  # target -> until
+    out: list[Action] = []
+    t = warmup_s
+    while True:
+        t += rng.uniform(0.5 * mean_gap_s, 1.5 * mean_gap_s)
+        kind = rng.choices(kinds, weights)[0]
+        duration = rng.uniform(4.0, 20.0) if kind in NODE_ACTIONS else rng.uniform(1.0, 6.0)
+        if t + duration > end:
+            break
+        if kind in NODE_ACTIONS:
+            free = [n for n in nodes if busy.get(n, 0.0) < t]
+            faulted = len(nodes) - len(free)
+            if not free or faulted >= len(nodes) - 1:
+                continue
+            target = rng.choice(free)
+        else:
+            target = kind
+            if busy.get(target, 0.0) >= t:
+                continue
+        busy[target] = t + duration + 2.0  # and a moment to recover
+        out.append(Action(round(t, 3), kind, target, round(duration, 3)))
+    return out
+
+
+def faulted_at(actions: list[Action], t: float, nodes: list[str]) -> set[str]:
+    """The nodes under a fault at time ``t``."""
+    return {a.target for a in actions if a.target in nodes and a.at <= t < a.until}

@@ -1,0 +1,138 @@
+"""The soak's figures: printed, and written into docs/RELIABILITY.md between
+its ``soak`` markers (the rest of the file is left as it is). Pure but for
+``write``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.soak.plan import Action
+from bench.soak.tally import Tally
+
+BEGIN = "<!-- soak:begin (written by make soak) -->"
+END = "<!-- soak:end -->"
+
+
+@dataclass
+class Result:
+    seconds: float
+    seed: int
+    nodes: int
+    redis: bool
+    tally: Tally
+    actions: list[Action]
+    restarts: dict[str, int]
+    usage_records: int | None
+    resources_warm: dict[str, tuple[int, int]]
+    resources_end: dict[str, tuple[int, int]]
+    warm_s: float
+    chaos_failures: list[str]
+
+
+def during(actions: list[Action], t: float) -> str:
+    kinds = sorted({f"{a.kind}" for a in actions if a.at <= t < a.until + 2})
+    return "+".join(kinds) or "no fault"
+
+
+def figures(r: Result) -> dict[str, Any]:
+    counts = r.tally.counts()
+    minutes = r.tally.minute_p99()
+    worst = max(minutes, key=lambda m: m[1], default=(0, 0.0, 0))
+    growth = {}
+    for part, (rss, _fds) in r.resources_end.items():
+        warm = r.resources_warm.get(part)
+        if warm and warm[0] and not r.restarts.get(part):
+            growth[part] = round(100 * (rss - warm[0]) / warm[0], 1)
+    return {
+        "counts": counts,
+        "heads": r.tally.head_figures(),
+        "worst_minute": {"minute": worst[0], "p99_ms": round(worst[1], 1), "calls": worst[2]},
+        "rss_growth_pct": growth,
+        "usage_records": r.usage_records,
+        "sockets_closed": len(r.tally.sockets_closed),
+    }
+
+
+def render(r: Result) -> str:
+    f = figures(r)
+    c = f["counts"]
+    h = f["heads"]
+    kinds = Counter(a.kind for a in r.actions)
+    errors = r.tally.errors()
+    by_cause = Counter((during(r.actions, e.t), e.detail[:90]) for e in errors)
+    lines = [
+        BEGIN,
+        f"### Last soak: {r.seconds:.0f} s, seed {r.seed}, {r.nodes} simulated nodes, "
+        f"two proxies behind HAProxy{', Redis' if r.redis else ''}",
+        "",
+        "Chaos actions: "
+        + ", ".join(f"{k} x {n}" for k, n in sorted(kinds.items()))
+        + f" ({len(r.actions)} in all; restarts done: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(r.restarts.items())) or "none")
+        + ")",
+        "",
+        "| figure | value | goal |",
+        "|---|---|---|",
+        f"| calls sent (a batch of n is n) | {c['sent']:,} | |",
+        f"| answered (results and node errors) / refused as asked (403, 429) | "
+        f"{c.get('ok', 0):,} / {c.get('refused', 0):,} | |",
+        f"| client-visible errors while ≥ 1 healthy upstream existed | {c.get('error', 0)} | 0 |",
+        f"| usage records in the sidecar / calls that must leave one | "
+        f"{f['usage_records'] if f['usage_records'] is not None else 'unread'} / {c['recorded']:,} "
+        "| equal |",
+        f"| head subscriptions / with a gap / with a duplicate | "
+        f"{h['subscriptions']} / {h['with_gap']} / {h['with_duplicate']} | - / 0 / 0 |",
+        f"| heads delivered / reorgs delivered / longest silence | "
+        f"{h['delivered']:,} / {h['reorgs']} / {h['longest_silence_s']:.1f} s | |",
+        f"| client sockets closed under a client | {f['sockets_closed']} "
+        "| 0 but for proxy restarts |",
+        f"| worst minute's p99 | {f['worst_minute']['p99_ms']} ms (minute "
+        f"{f['worst_minute']['minute']}, {f['worst_minute']['calls']} calls) | |",
+    ]
+    for part in sorted(r.resources_end):
+        warm = r.resources_warm.get(part, (0, 0))
+        end = r.resources_end[part]
+        note = (
+            f"{f['rss_growth_pct'][part]:+.1f} %"
+            if part in f["rss_growth_pct"]
+            else f"restarted {r.restarts.get(part, 0)}x"
+        )
+        lines.append(
+            f"| {part}: RSS after {r.warm_s:.0f} s warm-up → end; open fds | "
+            f"{warm[0] / 1024:.1f} → {end[0] / 1024:.1f} MiB ({note}); {warm[1]} → {end[1]} "
+            "| growth < 10 % |"
+        )
+    if by_cause:
+        lines += ["", "Errors by what was failing at the time, and what the client saw:", ""]
+        lines += [
+            f"* {n} x during {cause}: `{detail}`" for (cause, detail), n in by_cause.most_common(12)
+        ]
+    if r.tally.sockets_closed:
+        lines += ["", "Client sockets closed:", ""]
+        lines += [
+            f"* {t:.0f} s (during {during(r.actions, t)}): {why}"
+            for t, why in r.tally.sockets_closed[:12]
+        ]
+    if r.chaos_failures:
+        lines += ["", "Chaos steps that failed:", ""] + [f"* {x}" for x in r.chaos_failures]
+    lines += [
+        "",
+        "Per minute (p99 ms / calls): "
+        + ", ".join(f"{m}: {p:.0f}/{n}" for m, p, n in r.tally.minute_p99()),
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def write(path: Path, text: str) -> None:
+    doc = path.read_text() if path.exists() else "# Reliability\n"
+    if BEGIN in doc and END in doc:
+        head, rest = doc.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        doc = head + text + tail
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
+    path.write_text(doc)

@@ -1,0 +1,208 @@
+"""The soak's processes, all on 127.0.0.1, and what chaos does to them:
+simulated nodes (HTTP and WebSocket on one port, so each is a node-rpc and a
+node-wss endpoint), the sidecar, a redis-server, two proxies behind HAProxy
+(what ``chainproxy run --workers 2`` starts). Every restart keeps the port
+and the data directory, as an operator's restart does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.redis_stack import start_haproxy
+from bench.stack import BIN, Node, Stack
+from chainproxy.commands import proxy_argv, sidecar_argv
+from chainproxy.supervisor import Child, free_port, wait_http, wait_port
+from chainproxy.workers import BALANCER_SOURCE, find_tool, redis_argv
+from common.config import FINNEY_GENESIS
+
+BLOCK_S = 3.0
+QUOTA = 1200  # calls per client per 60 s: the normal clients stay under it, one does not
+
+
+def soak_config(
+    nodes: list[Node], *, data_dir: Path, sidecar_port: int, redis_url: str | None
+) -> dict[str, Any]:
+    endpoints = []
+    for n in nodes:
+        common = {"provider": f"sim-{n.name}", "network": "finney", "archive": True}
+        endpoints.append({"url": n.url, "kind": "node-rpc", **common})
+        endpoints.append({"url": n.url.replace("http://", "ws://"), "kind": "node-wss", **common})
+    config: dict[str, Any] = {
+        "proxy": {
+            "networks": ["finney"],
+            "rate_limit": {"requests": QUOTA, "window_s": 60},
+            "usage": {"flush_s": 1},
+            "websocket": {"stall_s": 3 * BLOCK_S, "upstream_linger_s": 5},
+        },
+        "sidecar": {
+            "host": "127.0.0.1",
+            "port": sidecar_port,
+            "url": f"http://127.0.0.1:{sidecar_port}",
+        },
+        "data_dir": str(data_dir),
+        "networks": {"finney": {"genesis": FINNEY_GENESIS}},
+        "probe": {"interval_s": 3, "head_interval_s": 1, "timeout_s": 2},
+        "registry": {"endpoints": endpoints},
+    }
+    if redis_url is not None:
+        config["redis"] = {"url": redis_url}
+    return config
+
+
+@dataclass
+class SoakStack:
+    tmp: Path
+    node_count: int = 3
+    with_redis: bool = True
+    base: Stack = field(init=False)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    sidecar: Child | None = None
+    redis: Child | None = None
+    proxies: list[Child] = field(default_factory=list)
+    proxy_ports: list[int] = field(default_factory=list)
+    balancer: Child | None = None
+    url: str = ""  # HAProxy: where the clients go
+    sidecar_url: str = ""
+    restarts: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.base = Stack(self.tmp)
+        self._redis_port = free_port()
+
+    def start(self) -> None:
+        epoch = time.time() - 600
+        names = ["alpha", "beta", "gamma", "delta", "epsilon"][: self.node_count]
+        for name in names:
+            self.nodes[name] = self.base.start_node(name, epoch=epoch, block_time=BLOCK_S)
+        redis_url = None
+        if self.with_redis:
+            self.start_redis()
+            redis_url = f"redis://127.0.0.1:{self._redis_port}/0"
+        sidecar_port = free_port()
+        self.sidecar_url = f"http://127.0.0.1:{sidecar_port}"
+        config = soak_config(
+            list(self.nodes.values()),
+            data_dir=self.tmp / "data",
+            sidecar_port=sidecar_port,
+            redis_url=redis_url,
+        )
+        self.config_path = self.tmp / "soak.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.start_sidecar()
+        self.proxy_ports = [free_port(), free_port()]
+        self.proxies = [self._spawn_proxy(i) for i in range(2)]
+        for child, port in zip(self.proxies, self.proxy_ports, strict=True):
+            wait_http(f"http://127.0.0.1:{port}/healthz", child)
+        self.balancer, self.url = start_haproxy(self.base, "haproxy", self.proxy_ports)
+
+    def stop(self) -> None:
+        self.base.stop()
+
+    # --- the parts ---------------------------------------------------------------------
+
+    def start_redis(self) -> None:
+        tool = find_tool("redis-server")
+        assert tool is not None, "redis-server is not installed (make scale-deps)"
+        directory = self.tmp / "redis"
+        directory.mkdir(exist_ok=True)
+        self.redis = self.base.spawn("redis", redis_argv(tool, self._redis_port, directory))
+        wait_port(self._redis_port, self.redis)
+
+    def start_sidecar(self) -> None:
+        self.sidecar = self.base.spawn("sidecar", sidecar_argv(self.config_path))
+        wait_http(f"{self.sidecar_url}/healthz", self.sidecar, timeout_s=60)
+
+    def _spawn_proxy(self, i: int) -> Child:
+        argv = proxy_argv(
+            BIN / "mitmdump",
+            self.config_path,
+            self.sidecar_url,
+            port=self.proxy_ports[i],
+            sets=(f"chainproxy_trusted_proxies={BALANCER_SOURCE}/32",),
+            quiet=True,
+        )
+        return self.base.spawn(f"proxy-{i + 1}", argv)
+
+    # --- chaos -------------------------------------------------------------------------
+
+    def node_fault(self, name: str, faults: dict[str, Any]) -> None:
+        self.nodes[name].control(**faults)
+
+    def node_heal(self, name: str) -> None:
+        self.nodes[name].reset()
+
+    def kill_node(self, name: str) -> None:
+        self.nodes[name].proc.stop(signal.SIGKILL)
+
+    def restart_node(self, name: str) -> None:
+        self.nodes[name] = self.base.restart_node(self.nodes[name])
+        self._count(f"node-{name}")
+
+    def kill_sidecar(self) -> None:
+        assert self.sidecar is not None
+        self.sidecar.stop(signal.SIGKILL)
+        self.base.sup.forget(self.sidecar)
+
+    def kill_redis(self) -> None:
+        assert self.redis is not None
+        self.redis.stop(signal.SIGKILL)
+        self.base.sup.forget(self.redis)
+
+    def restart_sidecar(self) -> None:
+        self.start_sidecar()
+        self._count("sidecar")
+
+    def restart_redis(self) -> None:
+        self.start_redis()
+        self._count("redis")
+
+    def stop_proxy(self, i: int) -> int | None:
+        """SIGTERM (mitmproxy's graceful stop), SIGKILL after 10 s; its exit code."""
+        code = self.proxies[i].stop(signal.SIGTERM, grace_s=10.0)
+        self.base.sup.forget(self.proxies[i])
+        return code
+
+    def start_proxy(self, i: int) -> None:
+        self.proxies[i] = self._spawn_proxy(i)
+        wait_http(f"http://127.0.0.1:{self.proxy_ports[i]}/healthz", self.proxies[i])
+        self._count(f"proxy-{i + 1}")
+
+    def _count(self, part: str) -> None:
+        self.restarts[part] = self.restarts.get(part, 0) + 1
+
+    # --- resources ---------------------------------------------------------------------
+
+    def resources(self) -> dict[str, tuple[int, int]]:
+        """(RSS in KiB, open descriptors) of each long-lived process now."""
+        parts = {"proxy-1": self.proxies[0], "proxy-2": self.proxies[1]}
+        if self.sidecar is not None:
+            parts["sidecar"] = self.sidecar
+        out = {}
+        for name, child in parts.items():
+            if child.alive():
+                out[name] = (rss_kib(child.pid), open_fds(child.pid))
+        return out
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
