@@ -103,6 +103,7 @@ def goals_met(r: Result) -> bool:
         and f["usage_records"] == f["counts"]["recorded"]
         and f["heads"]["with_gap"] == 0
         and f["heads"]["with_duplicate"] == 0
+        and f["sockets_closed_unexplained"] == 0
     )
 
 
