@@ -1,7 +1,11 @@
 """The edge cache's storage: diskcache in ``data_dir/cache``, size-bounded with
 LRU eviction, shared by every proxy process on the machine (diskcache is
 process-safe through SQLite). A corrupt, unreadable or full cache is a miss
-plus a log line and a counter, never an error for the client.
+and a counter, never an error for the client; a failing store is logged once
+when it starts failing and once when it works again (a full disk fails every
+write, many times a second). A corrupt database is set aside at start; one
+that cannot be opened for another reason (a full disk) is left alone and
+opened again later.
 
 In front of the disk, each process keeps the most recently used entries in
 memory (bounded by count and bytes): every cached answer is pinned to a block,
@@ -15,12 +19,15 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Protocol
 
 import diskcache
+
+from common.outage import Outage
 
 log = logging.getLogger("chainproxy.cache")
 
@@ -31,6 +38,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"))
 MEMO_MAX_ENTRIES = 4096
 MEMO_MAX_BYTES = 16 * 1_048_576
 MEMO_MAX_VALUE_BYTES = 256 * 1024
+REOPEN_AFTER_S = 30.0  # a cache that could not be opened (a full disk) is tried again
 
 
 class CacheStore(Protocol):
@@ -39,24 +47,59 @@ class CacheStore(Protocol):
     def set(self, key: str, value: Any) -> None: ...
 
 
+def _is_corrupt(e: BaseException) -> bool:
+    """ "file is not a database" / "malformed": a DatabaseError that is not an
+    operational one (a full disk, I/O error, lock: the file itself is fine)."""
+    return isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
+
+
 class DiskCacheStore:
-    def __init__(self, directory: Path, *, size_limit_mb: int) -> None:
+    def __init__(
+        self, directory: Path, *, size_limit_mb: int, reopen_after_s: float = REOPEN_AFTER_S
+    ) -> None:
         self.directory = directory
         self.errors = 0
+        self.reopen_after_s = reopen_after_s
+        self._outage = Outage()
         self._size_limit = size_limit_mb * 1_048_576
         self._cache: diskcache.Cache | None = None
+        self._next_open = 0.0
         self._memo: OrderedDict[str, str] = OrderedDict()
         self._memo_bytes = 0
         try:
             self._cache = self._open()
-        except Exception as e:  # a corrupt database: set it aside and start empty
-            aside = directory.with_name(f"{directory.name}.corrupt-{int(time.time())}")
-            log.error("cache at %s unreadable (%s); moved to %s", directory, e, aside.name)
-            try:
-                directory.rename(aside)
-                self._cache = self._open()
-            except Exception as e2:
-                self._failed("open", e2)  # runs without a cache: every lookup a miss
+        except Exception as e:
+            if _is_corrupt(e):
+                self._set_aside(e)
+            else:  # a full disk at start: the cache is fine, opened again later
+                self._failed("open", e)
+                self._next_open = time.monotonic() + reopen_after_s
+
+    def _set_aside(self, e: BaseException) -> None:
+        """A corrupt database: set it aside and start empty."""
+        directory = self.directory
+        aside = directory.with_name(f"{directory.name}.corrupt-{int(time.time())}")
+        log.error("cache at %s unreadable (%s); moved to %s", directory, e, aside.name)
+        try:
+            directory.rename(aside)
+            self._cache = self._open()
+        except Exception as e2:
+            self._failed("open", e2)  # every lookup a miss until an open works
+            self._next_open = time.monotonic() + self.reopen_after_s
+
+    def _reopen(self) -> diskcache.Cache | None:
+        """After an open that failed: try again, at most every ``reopen_after_s``."""
+        now = time.monotonic()
+        if now < self._next_open:
+            return None
+        self._next_open = now + self.reopen_after_s
+        try:
+            self._cache = self._open()
+        except Exception as e:
+            self._failed("open", e)
+            return None
+        self._worked()
+        return self._cache
 
     def _open(self) -> diskcache.Cache:
         return diskcache.Cache(
@@ -70,8 +113,18 @@ class DiskCacheStore:
 
     def _failed(self, op: str, e: BaseException) -> None:
         self.errors += 1
-        if self.errors == 1 or self.errors % 100 == 0:
-            log.warning("cache %s failed (%s: %s); treated as a miss", op, type(e).__name__, e)
+        if self._outage.failed():
+            log.warning(
+                "cache %s failed (%s: %s); treated as a miss until it works again",
+                op,
+                type(e).__name__,
+                e,
+            )
+
+    def _worked(self) -> None:
+        n = self._outage.ok()
+        if n is not None:
+            log.info("cache works again (%d failed operations while it did not)", n)
 
     def _remember(self, key: str, text: str) -> None:
         if len(text) > MEMO_MAX_VALUE_BYTES:
@@ -86,19 +139,23 @@ class DiskCacheStore:
             self._memo_bytes -= len(dropped)
 
     def get(self, key: str) -> Any | None:
-        if self._cache is None:
+        # Not ``self._cache or …``: an empty Cache is falsy, and its len() is a query.
+        cache = self._cache if self._cache is not None else self._reopen()
+        if cache is None:
             return None
         text = self._memo.get(key)
         if text is not None:
             self._memo.move_to_end(key)
             return json.loads(text)  # a fresh object per caller, like a disk read
         try:
-            raw = self._cache.get(key, default=_MISSING)
+            raw = cache.get(key, default=_MISSING)
         except Exception as e:  # corrupt db, disk error, lock timeout
             self._failed("read", e)
             return None
         if raw is _MISSING:
-            return None
+            return None  # proves nothing: on a full disk a miss is read, a hit fails (LRU write)
+        if self._outage.failing:
+            self._worked()
         try:
             value = json.loads(raw)
         except (TypeError, ValueError) as e:
@@ -109,14 +166,17 @@ class DiskCacheStore:
         return value
 
     def set(self, key: str, value: Any) -> None:
-        if self._cache is None:
+        cache = self._cache if self._cache is not None else self._reopen()
+        if cache is None:
             return
         text = _ENCODER.encode(value)
         try:
-            self._cache.set(key, text)
+            cache.set(key, text)
         except Exception as e:  # full disk, lock timeout, removed directory
             self._failed("write", e)
             return
+        if self._outage.failing:
+            self._worked()
         self._remember(key, text)
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """The usage shipper's life as an addon: started when mitmproxy runs, and at a
 graceful stop or reload the records not yet sent are drained into the on-disk
-spool synchronously (delivered after the restart)."""
+spool synchronously (delivered after the restart). If the spool cannot take
+them (a full disk), what stays in memory is lost with the process: logged."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class UsageShipping:
             rt.spool,
             rt.sidecar.post_usage,
             flush_s=rt.config.proxy.usage.flush_s,
+            memory_max_batches=rt.config.proxy.usage.memory_max_batches,
             metrics=rt.metrics,
             gauges=self._gauges,
         )
@@ -40,4 +42,5 @@ class UsageShipping:
             self._task = None
         if self.shipper is not None:
             self.shipper.spool_pending()
+            self.shipper.lost_at_stop()
             self.shipper = None

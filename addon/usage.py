@@ -10,8 +10,14 @@ the background, spooled on disk so that nothing is lost.
   delivers spooled batches oldest first. A batch leaves the spool only when
   the sidecar accepted it; batch ids make a repeated delivery harmless. Past
   ``spool_max_batches`` the oldest batch is dropped, counted and logged.
+  When the spool cannot be written (a full disk), batches wait in a bounded
+  memory backlog (``memory_max_batches``; past it the oldest is dropped,
+  counted and logged) and are delivered from there, or moved to the spool
+  once it works again; the outage is logged once, and its end once.
   On a graceful stop or reload the last records are drained into the spool
   synchronously, and delivered after the restart.
+
+The spool and the backlog themselves are in ``addon.usage_spool``.
 """
 
 from __future__ import annotations
@@ -22,16 +28,17 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import diskcache
-
 from addon.live_metrics import LiveMetrics
+from addon.usage_spool import Backlog, Spool, SpoolError, calls_in
 from common import latency_hist
 from common.metrics_wire import HEARTBEAT_S
+from common.outage import Outage
 
 log = logging.getLogger("chainproxy.usage")
+
+__all__ = ["Spool", "SpoolError", "UsageAggregator", "UsageShipper", "new_batch"]
 
 Key = tuple[int, str, str | None, str]  # minute, network, endpoint id, method
 
@@ -108,48 +115,6 @@ def new_batch(
     return batch
 
 
-class Spool:
-    """Bounded, ordered, on-disk, process-safe: diskcache Index keyed by batch id."""
-
-    def __init__(self, directory: Path, *, max_batches: int) -> None:
-        self._index = diskcache.Index(str(directory))
-        self.max_batches = max_batches
-        self.dropped = 0
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def append(self, batch: dict[str, Any]) -> None:
-        self._index[batch["batch_id"]] = batch
-        while len(self._index) > self.max_batches:
-            try:
-                oldest, dropped = self._index.popitem(last=False)
-            except KeyError:
-                break
-            self.dropped += 1
-            n = sum(r["requests"] for r in dropped.get("rollups", ()))
-            log.error(
-                "usage spool full (%d batches): dropped the oldest batch %s (%d calls)",
-                self.max_batches,
-                oldest,
-                n,
-            )
-
-    def oldest(self, n: int) -> list[tuple[str, dict[str, Any]]]:
-        out = []
-        for key in self._index.keys():  # insertion order: oldest first
-            try:
-                out.append((key, self._index[key]))
-            except KeyError:  # another process delivered it meanwhile
-                continue
-            if len(out) >= n:
-                break
-        return out
-
-    def remove(self, batch_id: str) -> None:
-        self._index.pop(batch_id, None)
-
-
 Deliver = Callable[[dict[str, Any]], Any]  # async: True when accepted
 
 
@@ -158,7 +123,7 @@ class UsageShipper:
         self,
         aggregator: UsageAggregator,
         spool: Spool,
-        deliver: Callable[[dict[str, Any]], Any],
+        deliver: Deliver,
         *,
         flush_s: float,
         clock: Callable[[], float] = time.time,
@@ -166,6 +131,7 @@ class UsageShipper:
         metrics: LiveMetrics | None = None,
         gauges: Callable[[], dict[str, Any]] = dict,
         heartbeat_s: float = HEARTBEAT_S,
+        memory_max_batches: int = 1000,
     ) -> None:
         self.aggregator = aggregator
         self.metrics = metrics
@@ -173,6 +139,13 @@ class UsageShipper:
         self.heartbeat_s = heartbeat_s
         self._last_batch = float("-inf")
         self.spool = spool
+        # Batches the spool could not take (a full disk): kept here, bounded,
+        # moved to the spool once it works again or delivered from here.
+        self.backlog = Backlog(memory_max_batches)
+        self.spool_outage = Outage()
+        # Delivered, but the spool could not forget them (a deletion needs disk
+        # space too): not sent again, removed again at every flush.
+        self._unremoved: set[str] = set()
         self._deliver = deliver
         self.flush_s = flush_s
         self.max_retry_s = max_retry_s
@@ -193,18 +166,92 @@ class UsageShipper:
             or (self.metrics is not None and now - self._last_batch >= self.heartbeat_s)
         ):
             metrics = self.metrics.drain(self._gauges()) if self.metrics is not None else None
-            self.spool.append(new_batch(rollups, now, metrics))
+            dropped = self.backlog.push(new_batch(rollups, now, metrics))
+            if dropped is not None:
+                self._log_drop(dropped)
             self._last_batch = now
+        self._flush_backlog()
         return len(rollups)
 
+    def _flush_backlog(self) -> None:
+        """Move the batches kept in memory to the spool, oldest first, while it takes them."""
+        wrote = False  # only a write proves the spool works again (an empty backlog does not)
+        for batch_id in list(self._unremoved):
+            try:
+                self.spool.remove(batch_id)
+            except SpoolError as e:
+                self._spool_failed(e)
+                return
+            self._unremoved.discard(batch_id)
+            wrote = True
+        while len(self.backlog):
+            batch = self.backlog.first()
+            try:
+                self.spool.append(batch)
+            except SpoolError as e:
+                self._spool_failed(e)
+                return
+            self.backlog.remove(batch)
+            wrote = True
+        n = self.spool_outage.ok() if wrote else None
+        if n is not None:
+            log.info("usage spool works again (%d failed operations while it did not)", n)
+
+    def _spool_failed(self, e: SpoolError) -> None:
+        if self.spool_outage.failed():  # once per outage, not once per batch
+            log.error(
+                "usage spool unusable (%s): keeping up to %d batches in memory until it works",
+                e,
+                self.backlog.max_batches,
+            )
+
+    def _log_drop(self, dropped: dict[str, Any]) -> None:
+        b = self.backlog
+        if b.dropped == 1 or b.dropped % 100 == 0:
+            log.error(
+                "usage batches in memory over %d: dropped the oldest (%s, %d calls);"
+                " %d batches (%d calls) dropped so far",
+                b.max_batches,
+                dropped.get("batch_id"),
+                calls_in(dropped),
+                b.dropped,
+                b.dropped_calls,
+            )
+
     async def deliver_spooled(self, max_batches: int = 50) -> bool:
-        """Send spooled batches, oldest first; stop at the first failure."""
-        for batch_id, batch in self.spool.oldest(max_batches):
+        """Send spooled batches, oldest first, then those kept in memory; stop at
+        the first failure."""
+        try:
+            spooled = self.spool.oldest(max_batches + len(self._unremoved))
+        except SpoolError as e:  # unreadable: what memory holds can still go
+            self._spool_failed(e)
+            spooled = []
+        for batch_id, batch in spooled:
+            if batch_id in self._unremoved:
+                continue
             if not await self._deliver(batch):
                 return False
-            self.spool.remove(batch_id)
+            self.delivered += 1
+            try:
+                self.spool.remove(batch_id)
+            except SpoolError as e:
+                self._unremoved.add(batch_id)
+                self._spool_failed(e)
+        for batch in self.backlog:  # a copy, oldest first
+            if not await self._deliver(batch):
+                return False
+            self.backlog.remove(batch)
             self.delivered += 1
         return True
+
+    def lost_at_stop(self) -> None:
+        """At stop: what memory still holds dies with the process; say so."""
+        if len(self.backlog):
+            log.error(
+                "usage spool unusable at stop: %d batches (%d calls) kept in memory are lost",
+                len(self.backlog),
+                self.backlog.calls(),
+            )
 
     async def run(self) -> None:
         delay = self.flush_s
@@ -227,7 +274,8 @@ class UsageShipper:
                 self.failures += 1
                 if self.failures == 1 or self.failures % 10 == 0:
                     log.warning(
-                        "sidecar not accepting usage; %d batch(es) spooled on disk",
+                        "sidecar not accepting usage; %d batch(es) spooled on disk, %d in memory",
                         len(self.spool),
+                        len(self.backlog),
                     )
                 delay = min(self.max_retry_s, max(self.flush_s, delay * 2))

@@ -3,8 +3,8 @@
 One file in ``data_dir``, opened by ``sidecar.db`` (WAL: readers never wait
 for the prober). Probe history is bounded (age and rows per endpoint); health
 is one row per endpoint, so a restart resumes with the statuses it had.
-Errors (locked or full disk) are logged and counted, never raised into the
-probe loop.
+Errors (locked or full disk) are counted, never raised into the probe loop,
+and logged once when writing starts failing and once when it works again.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from common.outage import Outage
 from sidecar.db import open_db
 from sidecar.health import Health
 from sidecar.model import ProbeResult
@@ -57,6 +58,7 @@ class Store:
         self.retention_s = retention_s
         self.max_per_endpoint = max_probes_per_endpoint
         self.errors = 0
+        self._outage = Outage()
         self._writes = 0
         self._db = open_db(path, _SCHEMA)
 
@@ -93,12 +95,20 @@ class Store:
                     " ON CONFLICT(endpoint_id) DO UPDATE SET state = excluded.state",
                     states,
                 )
-            self._writes += 1
-            if self._writes % 100 == 1:
-                self.prune(now)
         except sqlite3.Error as e:
-            self.errors += 1
-            log.error("probe store write failed (%s): %s", type(e).__name__, e)
+            self._failed("write", e)
+            return
+        n = self._outage.ok()
+        if n is not None:
+            log.warning("probe store works again (%d failed operations while it did not)", n)
+        self._writes += 1
+        if self._writes % 100 == 1:
+            self.prune(now)
+
+    def _failed(self, what: str, e: sqlite3.Error) -> None:
+        self.errors += 1
+        if self._outage.failed():  # once: a full disk fails every probe round
+            log.error("probe store %s failed (%s): %s", what, type(e).__name__, e)
 
     def prune(self, now: float) -> int:
         """Drop probes past the retention age and beyond the per-endpoint cap."""
@@ -114,8 +124,7 @@ class Store:
                 )
                 return removed + cur.rowcount
         except sqlite3.Error as e:
-            self.errors += 1
-            log.error("probe store prune failed: %s", e)
+            self._failed("prune", e)
             return 0
 
     def load_health(self) -> dict[str, Health]:

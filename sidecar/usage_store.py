@@ -18,9 +18,11 @@ the hour cut by the window's start from the minute tables).
 
 Rollups older than the window are dropped on ingest and pruned (every
 ``prune_interval_s`` of ingest time, and by the caller's timer), always after
-the in-memory window moved past them. SQLite or disk errors are logged,
-counted and raised as ``StoreUnavailable`` (the API answers 503, the addon
-keeps the batch).
+the in-memory window moved past them. SQLite or disk errors are counted and
+raised as ``StoreUnavailable`` (the API answers 503, the addon keeps the
+batch); they are logged once when the store starts failing and once when an
+ingest works again (a full disk fails every batch until space is freed, while
+the in-memory totals keep serving reads).
 
 The store is synchronous and thread-safe (one lock around the connection and
 the totals), so the API runs it off the event loop with ``asyncio.to_thread``.
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.outage import Outage
 from sidecar import usage_sql as sql
 from sidecar.db import open_db
 from sidecar.stats.batch import Batch
@@ -77,6 +80,7 @@ class UsageStore:
         self.batch_retention_s = batch_retention_s
         self.prune_interval_s = prune_interval_s
         self.errors = 0
+        self._outage = Outage()
         self.rebuilds = 0  # times the in-memory totals were rebuilt from the database
         self.updated: float | None = None
         self._next_prune = float("-inf")
@@ -108,8 +112,21 @@ class UsageStore:
 
     def _fail(self, what: str, e: Exception) -> StoreUnavailable:
         self.errors += 1
-        log.error("usage %s failed (%s): %s", what, type(e).__name__, e)
+        if self._outage.failed():  # once, not once per batch: a full disk fails them all
+            log.error(
+                "usage %s failed (%s): %s; answering 503 until it works again",
+                what,
+                type(e).__name__,
+                e,
+            )
         return StoreUnavailable(f"usage store {what} failed: {e}")
+
+    def _worked(self) -> None:
+        """A batch was stored: the only proof that writing works again (a read
+        or an empty prune works on a full disk too)."""
+        n = self._outage.ok()
+        if n is not None:
+            log.warning("usage store works again (%d failed operations while it did not)", n)
 
     # --- the in-memory window (call with the lock held) -------------------------------------
 
@@ -184,6 +201,8 @@ class UsageStore:
             except (sqlite3.Error, OSError) as e:
                 raise self._fail("ingest", e) from e
             self.updated = now
+            if self._outage.failing:
+                self._worked()
             if self._totals is not None:
                 rows.add_to(self._totals)
         if now >= self._next_prune:

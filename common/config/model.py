@@ -52,6 +52,10 @@ class CacheConfig:
 class UsageConfig:
     flush_s: float = 2.0  # records reach the sidecar within this (plus delivery)
     spool_max_batches: int = 10_000  # past it the oldest batch is dropped (counted, logged)
+    # Batches kept in memory while the spool cannot be written (a full disk);
+    # past it the oldest is dropped (counted, logged). One batch per flush_s at
+    # most: 1000 is 33 min at flush_s 2 (longer while the sidecar refuses too).
+    memory_max_batches: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,7 @@ class ProxyConfig:
     max_batch: int = 100
     max_response_bytes: int = 64 * 1_048_576  # an upstream answer larger than this fails over
     sidecar_timeout_s: float = 10.0  # for dashboard/API requests passed to the sidecar
+    read_timeout_s: float = 30.0  # a request (head, body) must arrive within this of its 1st byte
     websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
     coalesce: CoalesceConfig = field(default_factory=CoalesceConfig)
     head_pinning: HeadPinningConfig = field(default_factory=HeadPinningConfig)

@@ -48,6 +48,7 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
             "max_batch",
             "max_response_bytes",
             "sidecar_timeout_s",
+            "read_timeout_s",
             "websocket",
             "coalesce",
             "head_pinning",
@@ -115,11 +116,14 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
     )
 
     u = mapping(p.get("usage"), "proxy.usage")
-    check_keys(u, ("flush_s", "spool_max_batches"), "proxy.usage")
+    check_keys(u, ("flush_s", "spool_max_batches", "memory_max_batches"), "proxy.usage")
     usage = UsageConfig(
         flush_s=get_num(u, "flush_s", 2.0, "proxy.usage.flush_s"),
         spool_max_batches=get_int(
             u, "spool_max_batches", 10_000, "proxy.usage.spool_max_batches", minimum=1
+        ),
+        memory_max_batches=get_int(
+            u, "memory_max_batches", 1000, "proxy.usage.memory_max_batches", minimum=1
         ),
     )
 
@@ -137,6 +141,7 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
             p, "max_response_bytes", 64 * 1_048_576, "proxy.max_response_bytes", minimum=1024
         ),
         sidecar_timeout_s=get_num(p, "sidecar_timeout_s", 10.0, "proxy.sidecar_timeout_s"),
+        read_timeout_s=get_num(p, "read_timeout_s", 30.0, "proxy.read_timeout_s"),
         websocket=_websocket(p.get("websocket")),
         coalesce=parse_coalesce(p.get("coalesce")),
         head_pinning=parse_head_pinning(p.get("head_pinning")),
