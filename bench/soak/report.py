@@ -139,6 +139,14 @@ def render(r: Result) -> str:
             f"* {t:.0f} s (during {during(r.actions, t)}): {why}"
             for t, why in r.tally.sockets_closed[:12]
         ]
+    slow = sorted((c for c in r.tally.calls if c.outcome != "error"), key=lambda c: -c.latency_ms)
+    if slow and slow[0].latency_ms > 1000:
+        lines += ["", "Slowest answers (what was failing at the time):", ""]
+        lines += [
+            f"* {c.latency_ms:,.0f} ms at {c.t:.0f} s, {c.kind} {c.method} "
+            f"(during {during(r.actions, c.t)})"
+            for c in slow[:6]
+        ]
     if r.chaos_failures:
         lines += ["", "Chaos steps that failed:", ""] + [f"* {x}" for x in r.chaos_failures]
     lines += [
