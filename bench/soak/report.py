@@ -107,8 +107,9 @@ def render(r: Result) -> str:
         "| equal |",
         f"| head subscriptions / with a gap / with a duplicate | "
         f"{h['subscriptions']} / {h['with_gap']} / {h['with_duplicate']} | - / 0 / 0 |",
-        f"| heads delivered / reorgs delivered / longest silence | "
-        f"{h['delivered']:,} / {h['reorgs']} / {h['longest_silence_s']:.1f} s | |",
+        f"| heads delivered / reorgs / fork switches without one / longest silence | "
+        f"{h['delivered']:,} / {h['reorgs']} / {h['unlinked']} / "
+        f"{h['longest_silence_s']:.1f} s | |",
         f"| client sockets closed: in all / not by a proxy restart | {f['sockets_closed']} / "
         f"{f['sockets_closed_unexplained']} | - / 0 |",
         f"| WebSocket calls in flight on a socket a stopping proxy closed | {c['cut']} | |",

@@ -69,17 +69,20 @@ class HeadLog:
     gaps: int = 0  # blocks skipped
     duplicates: int = 0  # a number again with the same hash
     reorgs: int = 0  # a number again with another hash (a node would do the same)
+    unlinked: int = 0  # the next number, but its parent is not the head delivered before
     delivered: int = 0
     longest_silence_s: float = 0.0
     _last_t: float | None = None
 
-    def add(self, t: float, number: int, block_hash: str) -> None:
+    def add(self, t: float, number: int, block_hash: str, parent: str = "") -> None:
         self.delivered += 1
         if self._last_t is not None:
             self.longest_silence_s = max(self.longest_silence_s, t - self._last_t)
         self._last_t = t
         if self.last is not None:
-            if number > self.last + 1:
+            if number == self.last + 1 and parent and parent != self.numbers.get(self.last):
+                self.unlinked += 1  # another fork's head: a switch without a reorg
+            elif number > self.last + 1:
                 self.gaps += number - self.last - 1
             elif number <= self.last:
                 if self.numbers.get(number) == block_hash:
@@ -141,6 +144,7 @@ class Tally:
             "blocks_missed": sum(h.gaps for h in logs),
             "duplicates": sum(h.duplicates for h in logs),
             "reorgs": sum(h.reorgs for h in logs),
+            "unlinked": sum(h.unlinked for h in logs),
             "longest_silence_s": max((h.longest_silence_s for h in logs), default=0.0),
         }
 

@@ -111,7 +111,8 @@ class WsClient:
         if doc["method"] in HEAD_METHODS and isinstance(result, dict):
             number = int(result["number"], 16)
             key = f"{self.name}#{self.socket_no}/{doc['method']}/{sub_id}"
-            self.c.tally.head(key).add(self.c.now(), number, header_hash(result) or "")
+            parent = str(result.get("parentHash", ""))
+            self.c.tally.head(key).add(self.c.now(), number, header_hash(result) or "", parent)
         else:
             self.c.tally.other_notifications += 1
 
