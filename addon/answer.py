@@ -12,6 +12,7 @@ from addon.blocks import HEADER_METHODS, answered_header
 from addon.coalesce import coalesce_key
 from addon.context import RpcContext
 from addon.forward import ForwardResult, forward, new_session
+from addon.heads import HASH_METHODS
 from addon.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.pinning import hints
 from addon.respond import finish, json_response
@@ -94,7 +95,10 @@ def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtim
 
 def learn(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
     """Heights of block hashes, from the upstream's results (for archive routing),
-    and the best head with its hash (for head pinning), before the client sees it."""
+    and the best head with its hash (for head pinning), before the client sees it;
+    a head hash shown without its header pauses pinning (``addon/heads.py``)."""
+    if rpc.hits and rt.heads.unseen(rpc.network):
+        _learn_cached_headers(rpc, rt)
     if rpc.result is None or rpc.result.answers is None:
         return
     assert rpc.parsed is not None
@@ -106,6 +110,21 @@ def learn(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
             if item.method in HEADER_METHODS:
                 header = answered_header(item.method, answer["result"])
                 rt.heads.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
+            elif item.method in HASH_METHODS and isinstance(answer["result"], str):
+                block_hash = answer["result"]
+                rt.heads.shown(rpc.network, block_hash, now, rt.blocks.get(block_hash))
+
+
+def _learn_cached_headers(rpc: RpcContext, rt: Runtime) -> None:
+    """While pinning waits for a shown hash's header: that header may come from
+    the cache (another proxy process fetched it), which is as good."""
+    assert rpc.parsed is not None
+    now = rt.clock()
+    for i in rpc.hits:
+        item, answer = rpc.parsed.items[i], rpc.answers[i]
+        if isinstance(item, Call) and item.method in HEADER_METHODS and answer is not None:
+            header = answered_header(item.method, answer.get("result"))
+            rt.heads.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
 
 
 def record(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:

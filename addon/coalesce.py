@@ -8,7 +8,8 @@ connection cancels its flow) never cancels it for the others; they all get
 the same ``ForwardResult``, failover included. Every call is a read here (the
 allowlist refuses writes), so sharing is always safe, cacheable or not
 (``chain_getHeader``, ``system_health``). Bounded: past ``max_keys`` distinct
-calls in flight a new one simply goes alone.
+calls in flight a new one simply goes alone. A call stays shareable until its
+starter has stored the answer (the cache answers the next one from there on).
 """
 
 from __future__ import annotations
@@ -49,8 +50,17 @@ class Coalescer:
             return await start(), False
         task = asyncio.ensure_future(start())
         self._inflight[key] = task
-        task.add_done_callback(lambda t: self._done(key, t))
-        return await asyncio.shield(task), False
+        try:
+            return await asyncio.shield(task), False
+        finally:
+            # The starter takes the key out itself when it resumes, in the same
+            # step as it stores the answer in the edge cache: a call arriving
+            # after the answer but before that joins the finished call instead of
+            # going upstream again. A starter that left first: when the call ends.
+            if task.done():
+                self._done(key, task)
+            else:
+                task.add_done_callback(lambda t: self._done(key, t))
 
     def _done(self, key: bytes, task: asyncio.Task[ForwardResult]) -> None:
         if self._inflight.get(key) is task:

@@ -120,6 +120,44 @@ def test_a_reorg_at_the_same_height_replaces_the_head() -> None:
     assert book.get("finney").hash == header_hash(header(5, parent=OTHER))  # type: ignore[union-attr]
 
 
+def test_a_new_hash_shown_without_its_header_pauses_pinning_until_the_header() -> None:
+    book = HeadBook()
+    book.learn("finney", header(100), now=0.0)
+    book.shown("finney", H.upper().replace("0X", "0x"), now=1.0, height=None)  # chain_getHead
+    assert book.unseen("finney")
+    assert book.fresh("finney", 2.0, max_age_s=30, probe_tip=100) is None
+    assert not book.learn("finney", header(99), now=3.0)  # another block's header: still waiting
+    assert book.fresh("finney", 3.0, max_age_s=30, probe_tip=100) is None
+    assert book.learn("finney", header(101), now=4.0, block_hash=H)  # its header
+    head = book.fresh("finney", 5.0, max_age_s=30, probe_tip=100)
+    assert head is not None and head.hash == H and not book.unseen("finney")
+
+
+def test_a_shown_hash_that_is_the_head_or_older_changes_nothing() -> None:
+    book = HeadBook()
+    book.learn("finney", header(100), now=0.0, block_hash=H)
+    book.shown("finney", H, now=1.0, height=None)  # the head itself
+    book.shown("finney", OTHER, now=1.0, height=99)  # chain_getBlockHash(99): older
+    assert book.fresh("finney", 2.0, max_age_s=30, probe_tip=None) is not None
+    book.shown("finney", OTHER, now=3.0, height=101)  # chain_getBlockHash(101): newer
+    assert book.fresh("finney", 4.0, max_age_s=30, probe_tip=None) is None
+    book.learn("finney", header(101), now=5.0)  # a header at that height: the head is there
+    assert book.fresh("finney", 6.0, max_age_s=30, probe_tip=None) is not None
+
+
+def test_a_shown_hash_that_was_older_or_never_explained_stops_pausing() -> None:
+    book = HeadBook()
+    book.learn("finney", header(100), now=0.0)
+    book.shown("finney", OTHER, now=1.0, height=None)  # a lagging node's head, say
+    book.learn("finney", header(98), now=2.0, block_hash=OTHER)  # it was #98
+    assert book.fresh("finney", 2.0, max_age_s=30, probe_tip=100) is not None
+    book.shown("finney", H, now=3.0, height=None)  # a header that never comes
+    book.learn("finney", header(100), now=20.0)  # the head stays fresh meanwhile
+    assert book.fresh("finney", 33.0, max_age_s=30, probe_tip=100) is None  # within max_age_s
+    assert book.fresh("finney", 34.0, max_age_s=30, probe_tip=100) is not None  # then the tip
+    assert not book.unseen("finney")
+
+
 # --- coalescing --------------------------------------------------------------------------------
 
 
@@ -159,6 +197,29 @@ async def test_identical_calls_in_flight_share_one_upstream_call() -> None:
     assert started == 2
 
 
+async def test_a_call_after_the_answer_but_before_its_starter_resumed_joins_it() -> None:
+    co = Coalescer()
+    started = 0
+    gate = asyncio.Event()
+
+    async def upstream() -> ForwardResult:
+        nonlocal started
+        started += 1
+        await gate.wait()
+        return _result("z")
+
+    first = asyncio.ensure_future(co.run(b"k", upstream))
+    await asyncio.sleep(0)  # the starter sent it
+    task = co._inflight[b"k"]
+    gate.set()
+    await task  # answered; the starter resumes (and stores the answer) after this test
+    assert not first.done()
+    result, shared = await co.run(b"k", upstream)  # not a second upstream call
+    assert shared and started == 1 and result.answers == ({"result": "z"},)
+    await first
+    assert len(co) == 0
+
+
 async def test_the_first_caller_leaving_does_not_cancel_the_others() -> None:
     co = Coalescer()
     gate = asyncio.Event()
@@ -175,6 +236,7 @@ async def test_the_first_caller_leaving_does_not_cancel_the_others() -> None:
     gate.set()
     result, shared = await second
     assert shared and result.answers == ({"result": "x"},)
+    assert len(co) == 0  # the key went with the call, though its starter had left
 
 
 async def test_a_failure_reaches_every_waiter_and_the_bound_holds() -> None:
