@@ -23,6 +23,7 @@ help:
 	@echo "make test     the test suite"
 	@echo "make lint     ruff"
 	@echo "make bench    benchmarks (QUICK=1 for a short run)"
+	@echo "make bench-real  real clients (async-substrate-interface) on chopsticks: upstream calls"
 	@echo "make soak     chaos soak, SOAK_S seconds (600): figures into docs/RELIABILITY.md"
 	@echo "make profile  py-spy profile of the proxy under load (bench/out/)"
 	@echo "make test-clients     substrate-interface and polkadot.js over chopsticks"
@@ -71,8 +72,14 @@ clean:
 
 # Proxy benchmarks against bare mitmdump, a direct call and nginx, plus the
 # statistics, memory, addon and Redis benchmarks (docs/BENCHMARKS.md). ~11 min; QUICK=1 < 3 min.
-bench: $(STAMP) bench-deps scale-deps
+bench: $(STAMP) bench-deps scale-deps js-deps asi-deps
 	$(PY) bench/run.py $(if $(QUICK),--quick,)
+
+# Scenario 12 alone: async-substrate-interface clients syncing through chainproxy on
+# chopsticks, upstream calls counted at the node (~1 min). CLIENTS=, BLOCKS= change the size.
+.PHONY: bench-real
+bench-real: $(STAMP) js-deps asi-deps
+	$(PY) bench/real_client_sync.py --clients $(or $(CLIENTS),5) --blocks $(or $(BLOCKS),5)
 
 # Mixed traffic for SOAK_S seconds while nodes, the sidecar, a proxy and Redis fail at
 # random; figures printed and written into docs/RELIABILITY.md; exit 1 when a goal is missed.

@@ -8,7 +8,9 @@ over a frozen simulated chain; three ``simnode`` nodes for the fault
 scenarios), the sidecar, chainproxy (mitmdump + addon; also in lean mode), bare
 ``mitmdump --mode reverse`` with no addon, and nginx (one worker) where it is
 installed; scenario 10 (``bench/redis_scale.py``) runs its own stack with a
-redis-server, N proxy processes and HAProxy, after the others are stopped.
+redis-server, N proxy processes and HAProxy, after the others are stopped;
+scenario 12 (``bench/real_client_sync.py``) runs chopsticks, two chainproxy
+processes and async-substrate-interface clients in a process of its own.
 Drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a
 machine with two or more cores every proxy under test is pinned to core 1 and
 everything else (load generator, upstreams, sidecar, this runner) to core 0, so
@@ -43,13 +45,14 @@ from bench import scripts
 from bench.context import CPUS, FULL, QUICK, Context
 from bench.faults import FaultBench
 from bench.load import generator
+from bench.real_client_sync import bench_step as real_client_sync
 from bench.redis_scale import RedisScale
 from bench.report import Report
 from bench.stack import nginx_path
 from bench.throughput import Throughput
 from bench.upstream_calls import UpstreamCalls
 
-SCENARIOS = ("1", "2", "3", "7", "4", "5", "11", "10", "6", "8", "9", "addon")
+SCENARIOS = ("1", "2", "3", "7", "4", "5", "11", "12", "10", "6", "8", "9", "addon")
 Step = tuple[str, Callable[[], None]]
 
 
@@ -117,6 +120,8 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
             ("11", uc.run),
             ("stop the upstream-calls stack", ctx.stack.stop),
         ]
+    if "12" in only:  # chopsticks, real clients and two proxies, in a process of its own
+        steps.append(("12", partial(real_client_sync, ctx)))
     if "10" in only:  # a stack of its own, alone on the machine
         rs = RedisScale(ctx)
         steps += [
@@ -141,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer and shorter runs (< 2 min)")
     ap.add_argument(
-        "--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,addon"
+        "--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,addon"
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(

@@ -12,6 +12,7 @@ from typing import Any
 
 from chainproxy.supervisor import Child, wait_until
 from common.endpoint_id import endpoint_id
+from tests.clients.counting import counts_of
 from tests.clients.js_deps import CHOPSTICKS_CLI
 from tests.e2e.harness import free_port, spawn
 
@@ -88,12 +89,14 @@ def start_chopsticks(name: str, genesis: Path, logdir: Path) -> Chopsticks:
 class Front:
     """A TCP forwarder in front of a node: one registry endpoint (node-rpc at
     ``url``, node-wss at ``ws_url``). ``stop()`` takes the endpoint down
-    (connection refused), ``start()`` brings it back on the same port."""
+    (connection refused), ``start()`` brings it back on the same port. With
+    ``count`` it counts the JSON-RPC calls passing it (``counts()``)."""
 
     name: str
     target: int
     logdir: Path
     delay_ms: float = 0.0
+    count: bool = False
     port: int = field(default_factory=free_port)
     proc: Child | None = None
 
@@ -125,6 +128,7 @@ class Front:
             f"127.0.0.1:{self.target}",
             "--delay-ms",
             str(self.delay_ms),
+            *(["--count"] if self.count else []),
         ]
         proc = self.proc = spawn(self.name, argv, self.logdir)
         # it says so once it listens
@@ -134,6 +138,11 @@ class Front:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.stop()
+
+    def counts(self) -> dict[str, Any]:
+        """Calls that passed so far, by source and method (``tests/clients/counting.py``)."""
+        assert self.count, f"{self.name} does not count"
+        return counts_of(self.port)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.alive()

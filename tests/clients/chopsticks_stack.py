@@ -215,10 +215,18 @@ class ChainStack:
 
 
 def start_chain_stack(
-    tmp: Path, genesis: Path, *, proxy_port: int | None = None, sidecar_port: int | None = None
+    tmp: Path,
+    genesis: Path,
+    *,
+    proxy_port: int | None = None,
+    sidecar_port: int | None = None,
+    count: bool = False,
+    proxy_extra: dict[str, Any] | None = None,
 ) -> ChainStack:
     """chopsticks + two fronts + sidecar + mitmdump; everything is stopped again if
-    any of it fails to start."""
+    any of it fails to start. ``count``: the fronts count the calls passing them;
+    ``proxy_extra``: keys added to the config's ``proxy`` section."""
+    tmp.mkdir(parents=True, exist_ok=True)
     stack = Stack(tmp)
     try:
         node = start_chopsticks("chopsticks", genesis, tmp)
@@ -227,17 +235,17 @@ def start_chain_stack(
         node.new_blocks(2)  # a little history: blocks 0..3
         fronts = []
         for name, delay_ms in (("front-fast", 0.0), ("front-slow", 40.0)):
-            front = Front(name, node.port, tmp, delay_ms).start()
+            front = Front(name, node.port, tmp, delay_ms, count=count).start()
             assert front.proc is not None
             stack.procs.append(front.proc)
             fronts.append(front)
-        stack.write_config(
-            proxy_config(
-                tmp / "data",
-                [(f.url, f"chopsticks-{f.name}") for f in fronts],
-                sidecar_port=sidecar_port or free_port(),
-            )
+        config = proxy_config(
+            tmp / "data",
+            [(f.url, f"chopsticks-{f.name}") for f in fronts],
+            sidecar_port=sidecar_port or free_port(),
         )
+        config["proxy"].update(proxy_extra or {})
+        stack.write_config(config)
         stack.start_sidecar()
         stack.start_proxy(proxy_port)
         chain = ChainStack(stack, node, fronts)

@@ -1,0 +1,228 @@
+"""Several async-substrate-interface clients syncing at once after each new block
+(``tests/clients/asi/sync_client.py``, one process each, in ``.venv-asi``),
+with the JSON-RPC calls counted where they reach chopsticks: at the counting
+endpoint fronts (``tests/clients/counting.py``). Shared by
+``test_upstream_calls_real_client.py`` and ``bench/real_client_sync.py``.
+
+A *run* is: start the clients against one WebSocket URL (a front itself:
+direct to the node; or a proxy), let them connect, then ``blocks`` times make a
+block (``dev_newBlock``, straight to chopsticks), tell every client to sync
+and wait for all of them. Upstream calls are the fronts' ``rpc`` counts over
+the run's blocks (the sidecar's probes are counted apart, by User-Agent);
+client calls are what the clients counted on their own sockets.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+import subprocess
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from addon.head_pin import pin
+from addon.jsonrpc import Call
+from tests.clients.chopsticks_stack import ChainStack
+from tests.clients.helpers import LineReader
+from tests.e2e.harness import REPO, Stack
+
+ASI_PYTHON = REPO / ".venv-asi" / "bin" / "python"
+ASI_READY = REPO / ".venv-asi" / ".installed"
+SYNC_CLIENT = Path(__file__).parent / "asi" / "sync_client.py"
+# the features of issue 15 off; the edge cache stays on, as in every deployment
+FEATURES_OFF: dict[str, Any] = {
+    "coalesce": {"enabled": False},
+    "head_pinning": {"enabled": False},
+    "hedge": {"enabled": False},
+}
+# every client of every run has a source address of its own (its own quota)
+_client_ips = (f"127.9.{i // 250}.{i % 250 + 2}" for i in itertools.count())
+
+
+@dataclass
+class Run:
+    name: str
+    clients: int
+    blocks: int
+    client_calls: Counter[str] = field(default_factory=Counter)
+    upstream_calls: Counter[str] = field(default_factory=Counter)
+    sync_seconds: list[float] = field(default_factory=list)
+    # per sync: {"block": (number, hash), "client": i, ...what the client reported}
+    syncs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"client {s['client']}: {s['error']}" for s in self.syncs if "error" in s]
+
+    def share(self) -> float:
+        """Upstream ÷ client calls."""
+        return sum(self.upstream_calls.values()) / max(1, sum(self.client_calls.values()))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "clients": self.clients,
+            "blocks": self.blocks,
+            "client_calls": dict(self.client_calls),
+            "upstream_calls": dict(self.upstream_calls),
+            "sync_seconds": self.sync_seconds,
+            "errors": self.errors,
+        }
+
+
+class SyncClient:
+    """One client process: its "@@ {json}" steps, read by a thread."""
+
+    def __init__(self, url: str, cwd: Path) -> None:
+        cwd.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [str(ASI_PYTHON), str(SYNC_CLIENT), url, next(_client_ips)],
+            cwd=cwd,  # its on-disk caches stay in the run's directory
+            env={**os.environ, "HOME": str(cwd), "XDG_CACHE_HOME": str(cwd)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.lines = LineReader(self.proc.stdout)
+
+    def step(self, name: str, timeout: float) -> dict[str, Any]:
+        if not self.lines.wait_for("@@ ", timeout):
+            raise RuntimeError(f"sync client: no {name!r} step in {timeout:g}s:\n{self.lines.text}")
+        doc = json.loads(self.lines.lines[-1].split("@@ ", 1)[1])
+        if doc["step"] != name:
+            raise RuntimeError(f"sync client: {doc['step']!r} instead of {name!r}")
+        return doc
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send("quit")
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def upstream_counts(chain: ChainStack) -> Counter[str]:
+    """Calls that reached the node through any front, the probes' left out."""
+    total: Counter[str] = Counter()
+    for front in chain.fronts:
+        total.update(front.counts()["rpc"])
+    return total
+
+
+def run_syncs(
+    chain: ChainStack, name: str, url: str, clients: int, blocks: int, workdir: Path
+) -> Run:
+    """One run against ``url`` (a WebSocket URL)."""
+    run = Run(name, clients, blocks)
+    procs = [SyncClient(url, workdir / f"{name.replace(' ', '-')}-{i}") for i in range(clients)]
+    try:
+        for p in procs:  # they connect in parallel; each waits here in turn
+            p.step("ready", 120)
+        before = upstream_counts(chain)
+        for b in range(blocks):
+            number = chain.node.new_blocks(1)
+            block = (number, chain.node.rpc("chain_getBlockHash", [number]))
+            for p in procs:  # all at once: the line is all they wait for
+                p.send(f"sync {b}")
+            for i, p in enumerate(procs):
+                doc = p.step("sync", 90)
+                run.client_calls.update(doc["calls"])
+                run.sync_seconds.append(doc["seconds"])
+                run.syncs.append({**doc, "client": i, "block": block})
+        # a call is counted as the front reads it, before its answer exists
+        run.upstream_calls = upstream_counts(chain) - before
+    finally:
+        for p in procs:
+            p.stop()
+    return run
+
+
+def wrong_answers(chain: ChainStack, run: Run) -> list[str]:
+    """Every client answer of ``run`` checked against chopsticks itself at the
+    block the sync ran on: the head is that block, a read sent without a hash
+    answers what the same read asks at that block's hash, anything else what
+    the same call asks. Empty when all are right."""
+    wrong: list[str] = []
+    truth: dict[str, Any] = {}
+    for sync in run.syncs:
+        number, block_hash = sync["block"]
+        if sync.get("head") != block_hash:
+            wrong.append(f"client {sync['client']} at #{number}: head {sync.get('head')}")
+        for answer in sync["answers"]:
+            method, params = answer["method"], answer["params"]
+            if method == "chain_getHead":
+                expected: Any = {"result": block_hash}
+            else:
+                pinned = pin(Call(1, method, params), block_hash)
+                ask = pinned.params if pinned is not None else params
+                key = json.dumps([method, ask])
+                if key not in truth:
+                    truth[key] = _direct(chain, method, ask)
+                expected = truth[key]
+            got = {k: answer[k] for k in ("result", "error") if k in answer}
+            if got != expected:
+                wrong.append(
+                    f"client {sync['client']} at #{number}: {method} {params}: "
+                    f"{str(got)[:200]} != {str(expected)[:200]}"
+                )
+    return wrong
+
+
+def _direct(chain: ChainStack, method: str, params: Any) -> dict[str, Any]:
+    """chopsticks' answer (result or error) to one call, asked directly."""
+    doc = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    req = urllib.request.Request(
+        chain.node.url, json.dumps(doc).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        answer = json.loads(resp.read())
+    return {k: answer[k] for k in ("result", "error") if k in answer}
+
+
+def start_features_off_proxy(chain: ChainStack, tmp: Path) -> ChainStack:
+    """A second mitmdump with ``FEATURES_OFF``, on the same sidecar and endpoints,
+    with a data directory (edge cache) of its own; it has settled on the fast
+    endpoint when this returns. ``.stack.stop()`` stops only it."""
+    config = copy.deepcopy(chain.stack.config)
+    config["proxy"].update(FEATURES_OFF)
+    config["data_dir"] = str(tmp / "data")
+    tmp.mkdir(parents=True, exist_ok=True)
+    stack = Stack(tmp)
+    stack.write_config(config)
+    stack.sidecar_url = chain.stack.sidecar_url
+    try:
+        stack.start_proxy()
+        off = ChainStack(stack, chain.node, chain.fronts)
+        off.prefer_fast()
+    except BaseException:
+        stack.stop()
+        raise
+    return off
+
+
+def run_all(chain: ChainStack, clients: int, blocks: int, workdir: Path) -> list[Run]:
+    """The three runs, in this order: direct to the node (through the fast front),
+    through chainproxy with the features off, through chainproxy as configured."""
+    off = start_features_off_proxy(chain, workdir / "proxy-off")
+    try:
+        return [
+            run_syncs(chain, "direct", chain.fast.ws_url, clients, blocks, workdir),
+            run_syncs(chain, "features off", off.ws_rpc_url, clients, blocks, workdir),
+            run_syncs(chain, "chainproxy", chain.ws_rpc_url, clients, blocks, workdir),
+        ]
+    finally:
+        off.stack.stop()
