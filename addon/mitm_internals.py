@@ -15,6 +15,11 @@ measured reason (docs/BENCHMARKS.md, docs/DESIGN-NOTES.md):
    through ``inject.websocket`` (which runs mitmproxy's whole event dispatch per
    message: ~0.4 ms each, too slow to fan a head out to a thousand subscribers).
 
+A fourth, limits mitmproxy lacks on what a client sends (request head size,
+slow requests, its own 413 page, WebSocket message size, a socket it can leave
+open), lives in ``addon/mitm_limits.py`` (for this file's size), under the
+same version guard.
+
 ``TESTED`` lists the mitmproxy versions these were written and tested
 against. On any other version ``check_version()`` logs one loud error at start
 and every helper here takes the public API instead (slower, same answers).

@@ -12,6 +12,7 @@ import logging
 
 from mitmproxy import ctx, exceptions
 
+from addon import mitm_limits
 from addon.runtime import Runtime, RuntimeHolder
 from common.config import ConfigError, load_config, with_overrides
 
@@ -23,8 +24,12 @@ OPTION = "chainproxy_config"
 # whose X-Forwarded-For is then believed like a configured trusted proxy's.
 REDIS_OPTION = "chainproxy_redis_url"
 TRUST_OPTION = "chainproxy_trusted_proxies"
-# mitmproxy's own request body cap, a memory backstop far above the JSON-RPC
-# limit: bodies between the two get the contract's JSON 413 from the Gate.
+# mitmproxy's own request body cap. With the read limits in place
+# (addon/mitm_limits.py) it is the JSON-RPC limit itself: mitmproxy stops
+# reading a body (chunked too) there and the client gets the contract's JSON
+# 413. Without them (an untested mitmproxy) a memory backstop far above it:
+# bodies between the two get the JSON 413 from the Gate, larger ones
+# mitmproxy's HTML page.
 _BACKSTOP_MIN = 8 * 1_048_576
 
 
@@ -74,9 +79,18 @@ class Settings:
             self._refuse(f"config error: data_dir: cannot use {config.data_dir}: {e.strerror or e}")
             return
         self.holder.runtime = runtime
-        backstop = max(_BACKSTOP_MIN, 4 * config.proxy.max_body_bytes)
-        if "body_size_limit" in ctx.options and ctx.options.body_size_limit != str(backstop):
-            ctx.options.update(body_size_limit=str(backstop))
+        p = config.proxy
+        limited = mitm_limits.install(
+            mitm_limits.Limits(
+                body_bytes=p.max_body_bytes,
+                read_timeout_s=p.read_timeout_s,
+                # a WebSocket message is one JSON-RPC body: past the limit it is not kept
+                ws_message_bytes=p.max_body_bytes,
+            )
+        )
+        cap = p.max_body_bytes if limited else max(_BACKSTOP_MIN, 4 * p.max_body_bytes)
+        if "body_size_limit" in ctx.options and ctx.options.body_size_limit != str(cap):
+            ctx.options.update(body_size_limit=str(cap))
         log.info(
             "chainproxy: networks %s, %d upstream(s), config %s",
             ", ".join(config.proxy.networks),

@@ -32,7 +32,7 @@ from typing import Any
 from mitmproxy import ctx, http
 from mitmproxy.utils.asyncio_utils import create_task
 
-from addon import mitm_internals
+from addon import mitm_internals, mitm_limits
 from addon.admit import quota_error
 from addon.context import WS_CALL_KEY, WS_HEADERS_KEY, WS_KEY
 from addon.jsonrpc import INTERNAL_ERROR, dumps, error_obj
@@ -169,6 +169,12 @@ class WebSocketRpc:
                 msg.drop()  # the sink never speaks; nothing of it reaches the client
             return
         msg.drop()  # answered by us, never relayed to the sink
+        refused = mitm_limits.refused_message(flow.client_conn.id)
+        if refused is not None:
+            # over max_body_bytes: its content was never kept (addon/mitm_limits.py)
+            conn.calls += 1
+            conn.send(dumps(refused))
+            return
         if conn.slots.locked():
             # Back-pressure: the hook waiting pauses only mitmproxy's WebSocket
             # layer; its connection handler would go on reading the socket and
@@ -190,6 +196,7 @@ class WebSocketRpc:
         task.add_done_callback(conn.tasks.discard)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
+        mitm_limits.refused_message(flow.client_conn.id)  # one cut off by the close
         conn = self._conns.pop(flow.id, None)
         if conn is None:
             return

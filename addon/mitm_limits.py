@@ -1,0 +1,312 @@
+"""Read limits mitmproxy 12.2.3 lacks, added to its HTTP/1 and WebSocket layers.
+
+The fourth use of mitmproxy's internals (see ``addon/mitm_internals.py``, whose
+version guard this module obeys: on an untested mitmproxy nothing here is
+installed, ``install`` says so once and returns False). Each closes a hole
+measured here against mitmproxy itself:
+
+1. **Request head size.** mitmproxy buffers a request head until its blank
+   line, with no bound ("FIXME: protect against header size DoS" in
+   ``Http1Server.read_headers``). A head over ``HEAD_LIMIT`` gets a JSON-RPC
+   431 and the connection is closed.
+2. **Slow requests (slow-loris).** mitmproxy's only clock is ``tcp_timeout``
+   (600 s of *silence*), so a client sending one byte a second holds its
+   connection for ever. A request (head and body) must arrive within
+   ``read_timeout_s`` of its first byte, else a JSON-RPC 408 and the connection
+   is closed. Idle keep-alive connections are not affected (no request begun).
+3. **Body over ``body_size_limit``.** mitmproxy stops reading there (a chunked
+   body too) and answers with an HTML page; the contract's JSON-RPC 413 is sent
+   instead, so the limit can be the JSON-RPC limit itself.
+4. **WebSocket message size.** mitmproxy gathers a message whole, with no bound
+   (by repeated ``bytes +=``, quadratic in its pieces; a list entry per frame).
+   A client message passing ``ws_message_bytes`` (or ``MAX_FRAGMENTS`` frames)
+   is not gathered past that point: the rest is read and dropped, and the
+   addon answers it with the contract's -32600 (``refused_message``); the
+   socket stays open.
+5. **Leaked sockets.** When mitmproxy closes a client while that client's
+   reader waits for the handler's event lock (it does when it refuses a body
+   it is still receiving), the cancellation ends the reader before it closes
+   the socket: one open socket, its unread bytes and an fd, for ever, per
+   refused body. The socket is closed when its reader ends, however it ends.
+
+tests/addon/test_mitm_limits.py checks each internal this relies on;
+tests/e2e/test_slow_clients_e2e.py and test_ws_fuzz_e2e.py the behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import wsproto
+import wsproto.events
+from mitmproxy import ctx
+from mitmproxy.net.http import http1
+from mitmproxy.proxy import commands, events, server
+from mitmproxy.proxy.layers import websocket as mitm_ws
+from mitmproxy.proxy.layers.http import _http1
+
+from addon import mitm_internals
+from addon.jsonrpc import INVALID_REQUEST, error_obj
+from addon.respond import json_response
+
+log = logging.getLogger("chainproxy")
+
+HEAD_LIMIT = 65536  # bytes of one request head (request line and headers)
+
+
+@dataclass
+class Limits:
+    body_bytes: int = 0  # mitmproxy's body_size_limit, named in the 413 (0: mitmproxy's page)
+    read_timeout_s: float = 30.0
+    ws_message_bytes: int = 0  # 0: no bound (mitmproxy's own behaviour)
+
+
+LIMITS = Limits()
+_installed = False
+
+
+def install(limits: Limits) -> bool:
+    """Use ``limits`` from now on (a reload passes new ones); patch mitmproxy the
+    first time. False (and one error line) where the patches are not safe."""
+    global _installed
+    LIMITS.body_bytes = limits.body_bytes
+    LIMITS.read_timeout_s = limits.read_timeout_s
+    LIMITS.ws_message_bytes = limits.ws_message_bytes
+    if _installed:
+        return True
+    if not mitm_internals.check_version():
+        return False
+    missing = [name for name, ok in _assumptions() if not ok]
+    if missing:
+        log.error("chainproxy: read limits off, mitmproxy has changed: %s", ", ".join(missing))
+        return False
+    _http1.Http1Server.read_headers = _read_headers  # type: ignore[method-assign]
+    _http1.make_error_response = _error_response
+    mitm_ws.WebsocketConnection.events = _ws_events  # type: ignore[method-assign]
+    server.ConnectionHandler.handle_connection = _handle_connection  # type: ignore[method-assign]
+    _installed = True
+    return True
+
+
+def _assumptions() -> list[tuple[str, bool]]:
+    """What the patches rely on, by name (also checked by the unit tests)."""
+    return [
+        ("Http1Server.read_headers", callable(getattr(_http1.Http1Server, "read_headers", None))),
+        ("Http1Connection.read_body", callable(getattr(_http1.Http1Connection, "read_body", None))),
+        ("Http1Connection.done", callable(getattr(_http1.Http1Connection, "done", None))),
+        ("_http1.make_error_response", callable(getattr(_http1, "make_error_response", None))),
+        ("WebsocketConnection", issubclass(mitm_ws.WebsocketConnection, wsproto.Connection)),
+        ("ConnectionHandler.handle_connection", callable(_ORIGINAL_HANDLE_CONNECTION)),
+        ("ConnectionHandler.transports", "transports" in server.ConnectionHandler.__annotations__),
+    ]
+
+
+def json_error(status: int, message: str, data: dict[str, Any]) -> bytes:
+    """A whole HTTP/1.1 answer: the contract's JSON-RPC error, then a close."""
+    doc = error_obj(None, INVALID_REQUEST, message, data)
+    return bytes(http1.assemble_response(json_response(status, doc, (("Connection", "close"),))))
+
+
+# --- 1 and 2: request heads and slow requests ------------------------------------------
+
+_ORIGINAL_READ_HEADERS = _http1.Http1Server.read_headers
+_READ_BODY = _http1.Http1Connection.read_body
+
+
+def _read_headers(self: Any, event: Any) -> Generator[Any, None, None]:
+    """mitmproxy's ``Http1Server.read_headers``, then: a head still incomplete
+    past ``HEAD_LIMIT`` is refused; a request still incomplete is timed."""
+    yield from _ORIGINAL_READ_HEADERS(self, event)
+    if not isinstance(event, events.DataReceived):
+        return  # a close: mitmproxy ends the connection
+    state = getattr(self.state, "__func__", None)
+    if state is _read_headers:
+        if not self.buf:
+            return  # idle between requests: mitmproxy's tcp_timeout's business
+        if len(self.buf) > HEAD_LIMIT:
+            yield commands.SendData(
+                self.conn,
+                json_error(
+                    431,
+                    f"request head too large: the limit is {HEAD_LIMIT} bytes",
+                    {"limit": HEAD_LIMIT},
+                ),
+            )
+            yield commands.CloseConnection(self.conn)
+            self.state = self.done
+            _SLOW.forget(self)
+            return
+    elif state is not _READ_BODY:
+        return  # the request is complete (the usual case: one read)
+    _SLOW.track(self)
+
+
+def _receiving(layer: Any, stream_id: int) -> bool:
+    """Still reading the request it was timed for."""
+    state = getattr(layer.state, "__func__", None)
+    if layer.stream_id != stream_id:
+        return False
+    return state is _READ_BODY or (state is _read_headers and bool(layer.buf))
+
+
+class SlowRequests:
+    """Requests being received, by their layer; a sweep (only while there are
+    any) closes those older than ``read_timeout_s`` with a 408."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._open: dict[int, tuple[weakref.ref[Any], int, float]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def track(self, layer: Any) -> None:
+        entry = self._open.get(id(layer))
+        if entry is not None and entry[0]() is layer and entry[1] == layer.stream_id:
+            return  # timed since this request's first byte
+        self._open[id(layer)] = (weakref.ref(layer), layer.stream_id, self.clock())
+        if self._timer is None:
+            self._schedule()
+
+    def forget(self, layer: Any) -> None:
+        self._open.pop(id(layer), None)
+
+    def _schedule(self) -> None:
+        period = min(1.0, max(0.05, LIMITS.read_timeout_s / 4))
+        try:
+            self._timer = asyncio.get_running_loop().call_later(period, self.sweep)
+        except RuntimeError:
+            self._open.clear()  # no loop (a layer driven by hand, in a test): nothing to time
+
+    def sweep(self) -> None:
+        self._timer = None
+        now, limit = self.clock(), LIMITS.read_timeout_s
+        for key, (ref, stream_id, started) in list(self._open.items()):
+            layer = ref()
+            if layer is None or not _receiving(layer, stream_id):
+                del self._open[key]
+            elif now - started >= limit:
+                del self._open[key]
+                _close_slow(layer, limit)
+        if self._open:
+            self._schedule()
+
+
+_SLOW = SlowRequests()
+
+
+def _close_slow(layer: Any, limit: float) -> None:
+    """What mitmproxy's own inactivity timeout does (cancel the client's reader,
+    which closes the socket), after a 408 the client can read."""
+    try:
+        handler = ctx.master.addons.get("proxyserver").connections.get(layer.conn.id)
+        io = handler.transports.get(layer.conn) if handler is not None else None
+    except AttributeError:
+        return
+    if io is None or io.handler is None or io.writer is None:
+        return  # closing already
+    if not io.writer.is_closing():
+        with contextlib.suppress(OSError, RuntimeError):
+            io.writer.write(
+                json_error(
+                    408,
+                    f"request not received within {limit:g} s",
+                    {"timeout_s": limit},
+                )
+            )
+    log.info("chainproxy: request from %s incomplete after %g s", layer.conn.peername, limit)
+    io.handler.cancel("chainproxy: request read timeout")
+
+
+# --- 3: mitmproxy's 413 page as the contract's JSON ------------------------------------
+
+_ORIGINAL_ERROR_RESPONSE = _http1.make_error_response
+
+
+def _error_response(status_code: int, message: str = "") -> bytes:
+    limit = LIMITS.body_bytes
+    if status_code != 413 or not limit:
+        return _ORIGINAL_ERROR_RESPONSE(status_code, message)
+    return json_error(
+        413, f"body too large: more than {limit} bytes, the limit is {limit}", {"limit": limit}
+    )
+
+
+# --- 4: WebSocket message size ---------------------------------------------------------
+
+MAX_FRAGMENTS = 4096  # frames of one client message (empty ones cost mitmproxy a list entry)
+_MSG_KEY = "_chainproxy_message"  # (bytes, frames) of the client message being received
+_REFUSED: dict[str, dict[str, Any]] = {}  # client connection id -> the answer to its last message
+
+
+def refused_message(conn_id: str) -> dict[str, Any] | None:
+    """The JSON-RPC error for the client message just received on this
+    connection when it was over the limits (its content was not kept); None for
+    a message within them. Asked once per message (the answer is forgotten)."""
+    return _REFUSED.pop(conn_id, None)
+
+
+def _ws_events(self: Any) -> Generator[wsproto.events.Event, None, None]:
+    """wsproto's ``events()``; on the client's side a message passing the byte
+    limit (or ``MAX_FRAGMENTS``) is no longer gathered: what mitmproxy holds of
+    it is dropped and the rest reaches it empty, so it costs no memory; once it
+    ends, ``refused_message`` has its answer (the contract's -32600, as a POST
+    of it would get) and the socket stays open."""
+    limit = LIMITS.ws_message_bytes
+    if self.client or not limit:  # the sink's side, or no limit
+        yield from wsproto.Connection.events(self)
+        return
+    for event in wsproto.Connection.events(self):
+        if isinstance(event, wsproto.events.Message):
+            data = event.data  # str for text: its UTF-8 length, cheaply when ASCII
+            n = len(data) if not isinstance(data, str) or data.isascii() else len(data.encode())
+            size, frames = getattr(self, _MSG_KEY, (0, 0))
+            size, frames = size + n, frames + event.frame_finished
+            over = size > limit or frames > MAX_FRAGMENTS
+            if over:
+                self.frame_buf = [b""]  # mitmproxy's pieces of this message
+                event = type(event)(
+                    data="" if isinstance(data, str) else b"",
+                    frame_finished=event.frame_finished,
+                    message_finished=event.message_finished,
+                )
+            if event.message_finished:
+                if over:
+                    _REFUSED[self.conn.id] = _too_large(size, frames, limit)
+                size = frames = 0
+            setattr(self, _MSG_KEY, (size, frames))
+        yield event
+
+
+def _too_large(size: int, frames: int, limit: int) -> dict[str, Any]:
+    if size > limit:  # the Gate's words for a POST body (addon/gate.py)
+        message = f"body too large: {size} bytes, the limit is {limit}"
+        return error_obj(None, INVALID_REQUEST, message, {"limit": limit})
+    message = f"message in {frames} fragments, the limit is {MAX_FRAGMENTS}"
+    return error_obj(None, INVALID_REQUEST, message, {"limit_fragments": MAX_FRAGMENTS})
+
+
+# --- 5: a reader that ends closes its socket ---------------------------------------------
+
+_ORIGINAL_HANDLE_CONNECTION = server.ConnectionHandler.handle_connection
+
+
+async def _handle_connection(self: Any, connection: Any) -> None:
+    try:
+        await _ORIGINAL_HANDLE_CONNECTION(self, connection)
+    finally:
+        # mitmproxy pops the connection after closing it; one still here was
+        # left open by a cancellation outside the reader's own try block
+        io = self.transports.get(connection)
+        writer = io.writer if io is not None else None
+        if writer is not None and not writer.is_closing():
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.close()
