@@ -1,27 +1,28 @@
-"""Admission steps: the read-only allowlist and the per-client quota."""
+"""Admission steps: the read-only allowlist and the per-client quota, the same
+for a POST, a WebSocket message and a subscription call."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from typing import Any
 
-from mitmproxy import http
-
 from addon.allowlist import refusal_reason
 from addon.context import RpcContext
-from addon.jsonrpc import LIMIT_EXCEEDED, METHOD_NOT_FOUND, Call, error_obj
+from addon.jsonrpc import LIMIT_EXCEEDED, METHOD_NOT_FOUND, Call, Item, error_obj
 from addon.quota import decide
 from addon.ratelimit import Decision
-from addon.respond import finish, json_response
 from addon.runtime import Runtime
+from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
 
 
-def allowlist(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
-    """Refuse methods that are not on the read-only allowlist (403 / per item)."""
+def allowlist(rpc: RpcContext, rt: Runtime) -> None:
+    """Refuse methods that are not on the read-only allowlist (403 / per item).
+    On a WebSocket the read subscriptions are allowed too (while served) and
+    unsubscribing always is."""
     assert rpc.parsed is not None
     allow = rt.config.proxy.allowlist
     for i, item in enumerate(rpc.parsed.items):
-        if isinstance(item, Call) and item.method not in allow:
+        if isinstance(item, Call) and item.method not in allow and not _socket_call(rpc, rt, item):
             rpc.answers[i] = error_obj(
                 item.id,
                 METHOD_NOT_FOUND,
@@ -32,37 +33,52 @@ def allowlist(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
                 },
             )
     if not rpc.parsed.is_batch and rpc.answers[0] is not None:
-        finish(flow, json_response(403, rpc.answers[0]), rpc, now=rt.clock(), outcome="refused")
+        rpc.refuse(403, rpc.answers[0])
 
 
-def rate_limit(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
-    """Per-client quota; every call of a batch counts, a batch is taken whole or refused.
-    Shared through Redis when configured (then the step awaits one round trip)."""
-    cost = len(rpc.pending())
-    if cost == 0:
+def _socket_call(rpc: RpcContext, rt: Runtime, call: Call) -> bool:
+    if rpc.socket is None:
+        return False
+    if call.method in UNSUBSCRIBE:
+        return True
+    return call.method in SUBSCRIBE and rt.config.proxy.websocket.subscriptions
+
+
+def cost(item: Item) -> int:
+    """Quota units one call takes: 1, and nothing to unsubscribe (giving back
+    what a subscribe took would only teach clients to churn)."""
+    return 0 if isinstance(item, Call) and item.method in UNSUBSCRIBE else 1
+
+
+def rate_limit(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
+    """Per-client quota; every call of a batch counts (subscribe included), a
+    batch is taken whole or refused whole. Shared through Redis when configured
+    (then the step awaits one round trip)."""
+    assert rpc.parsed is not None
+    pending = rpc.pending()
+    units = len(pending)  # a POST: every call costs 1 (unsubscribing is a socket's)
+    if rpc.socket is not None:
+        items = rpc.parsed.items
+        units = sum(cost(items[i]) for i in pending)
+    if units == 0:
         return None
-    decision = decide(rt, rpc.client, cost)
+    decision = decide(rt, rpc.client, units)
     if isinstance(decision, Decision):
-        _apply(flow, rpc, rt, decision, cost)
+        _apply(rpc, decision, units)
         return None
-    return _apply_later(flow, rpc, rt, decision, cost)
+    return _apply_later(rpc, decision, units)
 
 
-async def _apply_later(
-    flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime, pending: Awaitable[Decision], cost: int
-) -> None:
-    _apply(flow, rpc, rt, await pending, cost)
+async def _apply_later(rpc: RpcContext, pending: Awaitable[Decision], units: int) -> None:
+    _apply(rpc, await pending, units)
 
 
-def _apply(
-    flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime, decision: Decision, cost: int
-) -> None:
+def _apply(rpc: RpcContext, decision: Decision, units: int) -> None:
     rpc.rate = decision
     if decision.allowed:
         return
     call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
-    body = quota_error(call_id, decision, cost, rpc.client)
-    finish(flow, json_response(429, body), rpc, now=rt.clock(), outcome="refused")
+    rpc.refuse(429, quota_error(call_id, decision, units, rpc.client))
 
 
 def quota_error(call_id: Any, decision: Decision, cost: int, client: str) -> dict[str, Any]:

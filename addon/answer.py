@@ -6,33 +6,31 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable
 
-from mitmproxy import http
-
 from addon.blocks import HEADER_METHODS, answered_header
 from addon.coalesce import coalesce_key
-from addon.context import RpcContext
-from addon.forward import ForwardResult, forward, new_session
+from addon.context import Reply, RpcContext
+from addon.forward import ForwardResult, forward
 from addon.heads import HASH_METHODS
 from addon.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.pinning import hints
-from addon.respond import finish, json_response
 from addon.runtime import Runtime
 
 log = logging.getLogger("chainproxy")
 
 
-async def forward_pending(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
     assert rpc.parsed is not None
     pending = rpc.pending()
     rpc.forwarded = pending
     if not pending:
         return  # all from the cache
-    if rt.transport is None:
-        rt.attach_session(new_session())
-    assert rt.transport is not None
+    assert rt.transport is not None  # attached by HttpSession.running, before any call
     calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
     tip = rt.tips.get(rpc.network)
     hint = hints(calls, tip=tip, index=rt.blocks)
+    min_block = hint.min_block
+    if rpc.min_block is not None:  # pinned to the head: only nodes that have it
+        min_block = rpc.min_block if min_block is None else max(min_block, rpc.min_block)
     p = rt.config.proxy
     is_batch = rpc.parsed.is_batch
 
@@ -46,7 +44,7 @@ async def forward_pending(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> 
             budget=rt.budget,
             clock=rt.clock,
             tip=tip,
-            min_block=hint.min_block,
+            min_block=min_block,
             prefer_archive=hint.prefer_archive,
             hedger=rt.hedgers.get(rpc.network),  # off: it never hedges
         )
@@ -93,7 +91,7 @@ def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtim
     rpc.error_status = status
 
 
-def learn(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+def learn(rpc: RpcContext, rt: Runtime) -> None:
     """Heights of block hashes, from the upstream's results (for archive routing),
     and the best head with its hash (for head pinning), before the client sees it;
     a head hash shown without its header pauses pinning (``addon/heads.py``)."""
@@ -127,36 +125,37 @@ def _learn_cached_headers(rpc: RpcContext, rt: Runtime) -> None:
             rt.heads.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
 
 
-def record(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
-    """One usage record per call that was answered from the cache or upstream
-    (refusals are not proxied calls). A call counts as an error when its answer
-    is a JSON-RPC error, the proxy's or the upstream's."""
+def record(rpc: RpcContext, rt: Runtime) -> None:
+    """One usage record per call that was answered from the cache or upstream,
+    or that opened a subscription (refusals are not proxied calls). A call
+    counts as an error when its answer is a JSON-RPC error, the proxy's or the
+    upstream's."""
     if rpc.parsed is None:
         return
-    latency_ms = (rt.clock() - rpc.started) * 1000
-    failover = len(rpc.attempts) > 1
+    latency_ms = rpc.stop(rt.clock()) * 1000
+    failover = rpc.failover
     endpoint = rpc.upstream or (rpc.attempts[-1].endpoint if rpc.attempts else None)
-    for i in (*rpc.hits, *rpc.forwarded):
+    for i in (*rpc.hits, *rpc.forwarded, *rpc.subscribed):
         item, answer = rpc.parsed.items[i], rpc.answers[i]
         if not isinstance(item, Call) or answer is None:
             continue
         hit = i in rpc.hits
+        sub = i in rpc.subscribed
         rt.usage.record(
             network=rpc.network,
             method=item.method,
-            endpoint=None if hit else endpoint,
+            endpoint=None if hit else rpc.subscribed[i] if sub else endpoint,
             latency_ms=latency_ms,
             error="error" in answer,
-            failover=failover and not hit,
+            failover=failover and not hit and not sub,
             cache_hit=hit,
         )
 
 
-def respond(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+def respond(rpc: RpcContext, rt: Runtime) -> None:
     assert rpc.parsed is not None
     if rpc.error_status is not None and not rpc.parsed.is_batch:
-        response = json_response(rpc.error_status, rpc.answers[0])
-        finish(flow, response, rpc, now=rt.clock(), outcome="error")
+        rpc.reply = Reply(rpc.error_status, rpc.answers[0], "error")
         return
     headers = [("X-Cache", rpc.cache)]
     if rpc.upstream:
@@ -169,4 +168,4 @@ def respond(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
     if rpc.hedged:
         headers.append(("X-Chainproxy-Hedged", "1"))
     doc = rpc.answers if rpc.parsed.is_batch else rpc.answers[0]
-    finish(flow, json_response(200, doc, headers), rpc, now=rt.clock(), outcome="ok")
+    rpc.reply = Reply(200, doc, "ok", tuple(headers))

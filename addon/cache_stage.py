@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from mitmproxy import http
-
 from addon.cache_rules import answer_from, entries_to_store, plan
 from addon.context import RpcContext
 from addon.jsonrpc import Call
@@ -16,7 +14,7 @@ from addon.runtime import Runtime
 from addon.runtime_cache import metadata_hash, runtime_key, version_key
 
 
-def cache_lookup(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
+def cache_lookup(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
     """Local tier first; the calls it missed ask the shared tier (Redis) in one
     round trip when one is configured and up."""
     if rt.cache is None:
@@ -87,7 +85,7 @@ def _mark(rpc: RpcContext) -> None:
         rpc.cache = "HIT"
 
 
-def cache_store(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+def cache_store(rpc: RpcContext, rt: Runtime) -> None:
     """Cache what the upstream answers allow (results only: never errors or null).
     A soft result is only the best of poor answers (e.g. another block than the
     hash asked for): never cached."""

@@ -1,19 +1,18 @@
-"""The pipeline's first step: route by path, enforce the body limit, parse.
+"""Where a call enters: route by path (a POST), enforce the body limit, parse.
 
-Returns the call's ``RpcContext`` (with the flow already answered when the
-body was refused), or None when the flow is not a call on a known network (a
-route refusal, a CORS preflight) or not an RPC call at all (a sidecar path,
-marked for ``SidecarPassthrough``)."""
+``open_rpc`` takes a POST: it returns the call's ``RpcContext`` (already
+answered when the body was refused), or None when the flow is not a call on a
+known network (a route refusal, a CORS preflight) or not an RPC call at all (a
+sidecar path, marked for ``SidecarPassthrough``). ``open_message`` takes one
+WebSocket message: its route and its client were settled at the handshake."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mitmproxy import http
 
-from addon.context import SIDECAR_PATH_KEY, WS_CALL_KEY, RpcContext
+from addon.context import SIDECAR_PATH_KEY, Origin, Reply, RpcContext, Socket
 from addon.jsonrpc import BadItem, Refusal, error_obj, parse_body
-from addon.paths import Preflight, RpcRoute, SidecarRoute, classify
+from addon.paths import Preflight, SidecarRoute, classify
 from addon.ratelimit import client_identity
 from addon.respond import finish, make_headers, refusal_response
 from addon.runtime import Runtime
@@ -36,26 +35,36 @@ def open_rpc(flow: http.HTTPFlow, rt: Runtime) -> RpcContext | None:
     if isinstance(route, Preflight):
         flow.response = http.Response.make(204, b"", make_headers(_PREFLIGHT_HEADERS))
         return None
-    return _parse(flow, rt, route)
+    return _parse(
+        RpcContext(route.network, rt.clock(), flow, client=flow_client(flow, rt)),
+        flow.request.raw_content or b"",
+        rt,
+    )
 
 
-def _parse(flow: http.HTTPFlow, rt: Runtime, route: RpcRoute) -> RpcContext | None:
+def open_message(content: bytes, sock: Socket, origin: Origin, rt: Runtime) -> RpcContext:
+    return _parse(
+        RpcContext(sock.network, rt.clock(), origin, client=sock.client, socket=sock), content, rt
+    )
+
+
+def flow_client(flow: http.HTTPFlow, rt: Runtime) -> str:
+    """The quota identity of a flow's client: its address, or the one a trusted
+    proxy in front of us names in ``X-Forwarded-For``."""
     p = rt.config.proxy
     peer = flow.client_conn.peername[0] if flow.client_conn.peername else "unknown"
-    rpc = RpcContext(
-        network=route.network,
-        started=rt.clock(),
-        client=client_identity(
-            peer,
-            flow.request.headers.get("X-Forwarded-For"),
-            p.trusted_proxies,
-            ipv6_prefix=p.rate_limit.ipv6_prefix,
-        ),
-        websocket=WS_CALL_KEY in flow.metadata,
+    return client_identity(
+        peer,
+        flow.request.headers.get("X-Forwarded-For"),
+        p.trusted_proxies,
+        ipv6_prefix=p.rate_limit.ipv6_prefix,
     )
-    body = flow.request.raw_content or b""
+
+
+def _parse(rpc: RpcContext, body: bytes, rt: Runtime) -> RpcContext:
+    p = rt.config.proxy
     if len(body) > p.max_body_bytes:
-        parsed: Any = Refusal(
+        parsed: Refusal | object = Refusal(
             413,
             -32600,
             f"body too large: {len(body)} bytes, the limit is {p.max_body_bytes}",
@@ -64,10 +73,11 @@ def _parse(flow: http.HTTPFlow, rt: Runtime, route: RpcRoute) -> RpcContext | No
     else:
         parsed = parse_body(body, max_batch=p.max_batch)
     if isinstance(parsed, Refusal):
-        finish(flow, refusal_response(parsed), rpc, now=rt.clock(), outcome="refused")
-        return rpc  # answered: counted in the live metrics, no step runs
-    rpc.parsed = parsed
+        rpc.reply = Reply.refusal(parsed)  # no step runs; counted in the live metrics
+        return rpc
+    rpc.parsed = parsed  # type: ignore[assignment]
     rpc.answers = [
-        error_obj(i.id, i.code, i.message) if isinstance(i, BadItem) else None for i in parsed.items
+        error_obj(i.id, i.code, i.message) if isinstance(i, BadItem) else None
+        for i in rpc.parsed.items
     ]
     return rpc

@@ -120,6 +120,6 @@ def _call_outcome(rpc: RpcContext, i: int, item: Any, answer: dict[str, Any] | N
     if error is None:
         return "ok"
     data = error.get("data") if isinstance(error, dict) else None
-    if isinstance(data, dict) and data.get("policy") == "allowlist" and i not in rpc.forwarded:
-        return "refused"
+    if isinstance(data, dict) and "policy" in data and i not in rpc.forwarded:
+        return "refused"  # a policy's own answer (allowlist, subscriptions…), not a failure
     return "error"

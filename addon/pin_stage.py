@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mitmproxy import http
-
 from addon.context import RpcContext
 from addon.head_pin import HASH_POSITION, pin
 from addon.jsonrpc import Call, Item
 from addon.runtime import Runtime
 
 
-def pin_to_head(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
+def pin_to_head(rpc: RpcContext, rt: Runtime) -> None:
     cfg = rt.config.proxy.head_pinning
     if not cfg.enabled:
         return
@@ -42,4 +40,4 @@ def pin_to_head(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
     if items is not None and head is not None:
         rpc.pinned = head.hash
         rpc.parsed = replace(parsed, items=tuple(items))
-        rt.blocks.put(head.hash, head.number)  # routing: only nodes that have this block
+        rpc.min_block = head.number  # routing: only nodes that have this block

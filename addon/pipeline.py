@@ -1,15 +1,21 @@
 """The request pipeline, in order, and the list of mitmproxy addons.
 
-An RPC call (a POST to ``/rpc/v1/<network>``, or one WebSocket message) goes
-through ``STEPS`` after the gate (route, body limit, parse; ``addon/gate.py``)::
+An RPC call (a POST to ``/rpc/v1/<network>``, or one WebSocket message) enters
+through the gate (route, body limit, parse; ``addon/gate.py``) and goes through
+``STEPS``::
 
-    allowlist → rate_limit → pin_to_head → cache_lookup → forward_pending → learn
-              → cache_store → record → respond
+    allowlist → subscription_limits → rate_limit → subscribe → pin_to_head
+              → cache_lookup → forward_pending → learn → cache_store → record → respond
 
-Each step is a plain function ``step(flow, rpc, runtime)`` around a pure core;
-a step that answers the flow (a refusal) ends the run, and so does a client
-that went away while a step waited. The skip rules live in one place,
-``RpcPipeline.request``. ``addon/rpcproxy.py`` only calls ``build_addons``.
+Each step is a plain function ``step(rpc, runtime)`` around a pure core; it
+works on the call alone (``RpcContext``), never on a mitmproxy flow. A step
+that ends the call (a refusal) sets ``rpc.reply``, which stops the run, and so
+does a client that went away while a step waited. ``addon/respond.py`` turns
+the reply into the HTTP response or the WebSocket message, in one place. The
+subscription steps act only on a socket's subscribe and unsubscribe calls: a
+subscribe is admitted, charged, recorded and counted like any call, and a
+batch that mixes them with plain calls is taken or refused whole.
+``addon/rpcproxy.py`` only calls ``build_addons``.
 """
 
 from __future__ import annotations
@@ -23,27 +29,30 @@ from mitmproxy import http
 from addon.admit import allowlist, rate_limit
 from addon.answer import forward_pending, learn, record, respond
 from addon.cache_stage import cache_lookup, cache_store
-from addon.context import META_KEY, WS_KEY, RpcContext
-from addon.gate import open_rpc
+from addon.context import WS_KEY, Origin, Reply, RpcContext, Socket
+from addon.gate import open_message, open_rpc
 from addon.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.lean import ProxyTuning
 from addon.pin_stage import pin_to_head
-from addon.respond import json_response
+from addon.respond import deliver, json_response
 from addon.runtime import Runtime, RuntimeHolder
 from addon.session import HttpSession
 from addon.settings import Settings
 from addon.shipping import UsageShipping
 from addon.sidecar_pass import SidecarPassthrough
 from addon.snapshot import SnapshotRefresher
+from addon.subscribe_stage import subscribe, subscription_limits
 from addon.websocket import WebSocketRpc
 
 log = logging.getLogger("chainproxy")
 
-Step = Callable[[http.HTTPFlow, RpcContext, Runtime], Awaitable[None] | None]
+Step = Callable[[RpcContext, Runtime], Awaitable[None] | None]
 
 STEPS: tuple[Step, ...] = (
     allowlist,
+    subscription_limits,
     rate_limit,
+    subscribe,
     pin_to_head,
     cache_lookup,
     forward_pending,
@@ -53,13 +62,16 @@ STEPS: tuple[Step, ...] = (
     respond,
 )
 
+_NOT_CONFIGURED = error_obj(None, INTERNAL_ERROR, "chainproxy is not configured")
+_INTERNAL = error_obj(None, INTERNAL_ERROR, "internal proxy error")
+
 
 class RpcPipeline:
     """The RPC path as one mitmproxy addon: gate, then ``steps`` in order.
 
-    ``request`` stays synchronous until a step returns an awaitable (only the
-    forward does), so a call answered from the cache or refused costs no
-    coroutine."""
+    A run stays synchronous until a step returns an awaitable (only the
+    forward and a shared store do), so a call answered from the cache or
+    refused costs no coroutine."""
 
     def __init__(self, holder: RuntimeHolder, steps: Sequence[Step] = STEPS) -> None:
         self.holder = holder
@@ -72,57 +84,76 @@ class RpcPipeline:
         )
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
-        # a WebSocket handshake is addon/websocket.py's; its messages come back here
+        """A POST: its call through the steps, its reply as the response."""
+        # a WebSocket handshake is addon/websocket.py's; its messages come to ``message``
         if flow.response or flow.error or not flow.live or WS_KEY in flow.metadata:
             return None
         rt = self.holder.runtime
         if rt is None:
-            flow.response = json_response(
-                503, error_obj(None, INTERNAL_ERROR, "chainproxy is not configured")
-            )
+            flow.response = json_response(503, _NOT_CONFIGURED)
             return None
         rpc = open_rpc(flow, rt)
         if rpc is None:
             return None
-        return self._run(flow, rpc, rt, 0)
+        pending = self._run(rpc, rt, 0)
+        if pending is None:
+            deliver(flow, rpc, rt.clock())
+            return None
+        return self._deliver_later(flow, rpc, rt, pending)
 
-    def _run(
-        self, flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime, start: int
-    ) -> Awaitable[None] | None:
+    async def _deliver_later(
+        self, flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime, pending: Awaitable[None]
+    ) -> None:
+        await pending
+        deliver(flow, rpc, rt.clock())
+
+    async def message(self, content: bytes, sock: Socket, origin: Origin) -> RpcContext:
+        """One WebSocket message: its call through the same steps; the caller
+        sends ``rpc.reply`` (``addon/respond.message_body``)."""
+        rt = self.holder.runtime
+        if rt is None:
+            return RpcContext(sock.network, 0.0, origin, reply=Reply(503, _NOT_CONFIGURED, "error"))
+        rpc = open_message(content, sock, origin, rt)
+        pending = self._run(rpc, rt, 0)
+        if pending is not None:
+            await pending
+        return rpc
+
+    def _run(self, rpc: RpcContext, rt: Runtime, start: int) -> Awaitable[None] | None:
         steps = self.steps
+        origin = rpc.origin
         for i in range(start, len(steps)):
-            if flow.response is not None or not flow.live:
+            if rpc.reply is not None or not origin.live:
                 break
-            pending = steps[i](flow, rpc, rt)
+            pending = steps[i](rpc, rt)
             if pending is not None:
-                return self._resume(pending, flow, rpc, rt, i + 1)
-        self._finished(flow, rpc, rt)
+                return self._resume(pending, rpc, rt, i + 1)
+        self._finished(rpc, rt)
         return None
 
     @staticmethod
-    def _finished(flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime) -> None:
-        meta = flow.metadata.get(META_KEY)
-        if flow.response is not None and meta is not None:
-            seconds = rt.clock() - rpc.started
-            rt.metrics.count_flow(rpc, meta["outcome"], flow.response.status_code, seconds)
+    def _finished(rpc: RpcContext, rt: Runtime) -> None:
+        reply = rpc.reply
+        if reply is not None:
+            seconds = rpc.stop(rt.clock())
+            rt.metrics.count_flow(rpc, reply.outcome, reply.status, seconds)
 
     async def _resume(
-        self, pending: Awaitable[None], flow: http.HTTPFlow, rpc: RpcContext, rt: Runtime, nxt: int
+        self, pending: Awaitable[None], rpc: RpcContext, rt: Runtime, nxt: int
     ) -> None:
         try:
             await pending
-            more = self._run(flow, rpc, rt, nxt)
+            more = self._run(rpc, rt, nxt)
             if more is not None:
                 await more
         except Exception:
             # A bug in an awaited step: mitmproxy would stop this event's addons
             # here (the Guard never runs) and forward the flow to its reverse
             # target itself. Answer it, loudly, instead.
-            log.exception("pipeline step failed on %s", flow.request.path[:200])
-            if flow.response is None and flow.live:
-                flow.response = json_response(
-                    500, error_obj(None, INTERNAL_ERROR, "internal proxy error")
-                )
+            methods = [c.method for c in rpc.parsed.calls] if rpc.parsed else []
+            log.exception("pipeline step failed on %s %s", rpc.network, methods[:3])
+            if rpc.reply is None:
+                rpc.reply = Reply(500, _INTERNAL, "error")
 
 
 class Guard:

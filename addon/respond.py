@@ -1,9 +1,11 @@
-"""Turning decisions into HTTP responses and mitmweb annotations.
+"""Turning a finished call into what its client receives, in one place.
 
-Every RPC flow ends here: ``finish`` sets the response, writes a plain
-(serialisable) summary to ``flow.metadata["chainproxy"]``, a one-line
-``flow.comment`` and a ``flow.marked`` badge for failovers and errors, so a
-developer in mitmweb sees at a glance where each call went.
+``deliver`` answers a POST: the HTTP response (status, body, quota and
+``X-Chainproxy-*`` headers), a plain (serialisable) summary in
+``flow.metadata["chainproxy"]``, a one-line ``flow.comment`` and a
+``flow.marked`` badge for failovers and errors, so a developer in mitmweb sees
+at a glance where each call went. ``message_body`` is the same answer as one
+WebSocket message (the JSON-RPC body alone: the error inside says it all).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from mitmproxy import http
 
 from addon import mitm_internals
 from addon.context import META_KEY, RpcContext
-from addon.jsonrpc import Refusal, dumps, error_obj
+from addon.jsonrpc import INTERNAL_ERROR, Refusal, dumps, error_obj
 
 CORS_HEADERS = (
     ("Access-Control-Allow-Origin", "*"),
@@ -66,6 +68,23 @@ def refusal_response(r: Refusal, extra: Iterable[tuple[str, str]] = ()) -> http.
     return json_response(r.status, error_obj(r.id, r.code, r.message, r.data), [*r.headers, *extra])
 
 
+_INTERNAL = dumps(error_obj(None, INTERNAL_ERROR, "internal proxy error"))
+
+
+def deliver(flow: http.HTTPFlow, rpc: RpcContext, now: float) -> None:
+    """Answer a POST with its call's reply (none: the client went away)."""
+    reply = rpc.reply
+    if reply is None or not flow.live:
+        return
+    response = json_response(reply.status, reply.doc, reply.headers)
+    finish(flow, response, rpc, now=now, outcome=reply.outcome)
+
+
+def message_body(rpc: RpcContext) -> bytes:
+    """The WebSocket message answering a call."""
+    return dumps(rpc.reply.doc) if rpc.reply is not None else _INTERNAL
+
+
 def finish(
     flow: http.HTTPFlow,
     response: http.Response,
@@ -81,7 +100,7 @@ def finish(
     if rpc is None:
         return
     methods = [c.method for c in rpc.parsed.calls] if rpc.parsed else []
-    latency_ms = round((now - rpc.started) * 1000)
+    latency_ms = round(rpc.stop(now) * 1000)
     flow.metadata[META_KEY] = {
         "network": rpc.network,
         "methods": methods,
@@ -89,7 +108,7 @@ def finish(
         "upstream": rpc.upstream,
         "provider": rpc.provider,
         "attempts": [a.as_dict() for a in rpc.attempts],
-        "failover": len(rpc.attempts) > 1,
+        "failover": rpc.failover,
         "cache": rpc.cache,
         "pinned": rpc.pinned,
         "coalesced": rpc.coalesced,
@@ -101,7 +120,7 @@ def finish(
     flow.comment = _comment(rpc, methods, latency_ms, outcome, response.status_code)
     if outcome != "ok":
         flow.marked = ":no_entry:" if outcome == "refused" else ":x:"
-    elif len(rpc.attempts) > 1:
+    elif rpc.failover:
         flow.marked = ":repeat:"
 
 

@@ -174,6 +174,8 @@ class Runtime:
             self.limiter = old.limiter
         if old.redis is not None and old.config.redis == self.config.redis:
             self.use_redis(old.redis)  # one connection pool per process
+        if old.session is not None:
+            self.attach_session(old.session)  # one HTTP session per process
 
     def gauges(self) -> dict[str, Any]:
         """The current values the next usage batch reports (``metrics_wire``)."""

@@ -70,9 +70,7 @@ class Settings:
             return  # unchanged (or a rolled-back bad change): keep limiter and health state
         runtime = Runtime.build(config)
         if old is not None:
-            runtime.inherit(old)
-            if old.session is not None:
-                runtime.attach_session(old.session)
+            runtime.inherit(old)  # its HTTP session included
         try:
             runtime.open_storage()
         except OSError as e:

@@ -12,7 +12,6 @@ import aiohttp
 from mitmproxy import http
 
 from addon.context import SIDECAR_PATH_KEY
-from addon.forward import new_session
 from addon.respond import json_response, make_headers
 from addon.runtime import RuntimeHolder
 
@@ -49,8 +48,6 @@ class SidecarPassthrough:
         rt = self.holder.runtime
         if flow.response or flow.error or not flow.live or path is None or rt is None:
             return
-        if rt.session is None:
-            rt.attach_session(new_session())
         req = flow.request
         headers = {k: v for k, v in req.headers.items() if k.lower() in _REQUEST_HEADERS}
         headers["X-Forwarded-For"] = (

@@ -3,13 +3,14 @@ for the clients that speak nothing else (the bittensor SDK,
 async-substrate-interface, substrate-interface with a ``ws://`` URL).
 
 Every message a client sends is one JSON-RPC body (a call or a batch) and goes
-through exactly the HTTP pipeline (``addon/pipeline.py``, as a POST to the
-same path from the same client): same allowlist,
-same per-client quota (each call counts), same cache, upstream choice,
-failover and usage records. The answer body is sent back as one text message;
-the HTTP status a POST would have had is not, the JSON-RPC error inside says
-it all. Read subscriptions are served by ``addon/subs`` (shared upstream
-subscriptions that move to another node when theirs fails).
+through exactly the steps of a POST (``addon/pipeline.py``), as the client
+identified once at the handshake: same allowlist, same per-client quota (each
+call counts, a subscribe too), same cache, upstream choice, failover and usage
+records. The answer body is sent back as one text message; the HTTP status a
+POST would have had is not, the JSON-RPC error inside says it all. Read
+subscriptions are steps of the same run (``addon/subscribe_stage.py``) over
+``addon/subs`` (shared upstream subscriptions that move to another node when
+theirs fails).
 
 mitmproxy relays a WebSocket only between two connections, so the handshake
 goes to a sink of our own (``addon/ws_sink.py``), which accepts and never
@@ -34,15 +35,16 @@ from mitmproxy.utils.asyncio_utils import create_task
 
 from addon import mitm_internals, mitm_limits
 from addon.admit import quota_error
-from addon.context import WS_CALL_KEY, WS_HEADERS_KEY, WS_KEY
+from addon.context import WS_HEADERS_KEY, WS_KEY
+from addon.gate import flow_client
 from addon.jsonrpc import INTERNAL_ERROR, dumps, error_obj
 from addon.lean import DIRECT_OPTION
 from addon.paths import RpcRoute, classify
 from addon.quota import decide
-from addon.ratelimit import Decision, client_identity
-from addon.respond import json_response
+from addon.ratelimit import Decision
+from addon.respond import json_response, message_body
 from addon.runtime import RuntimeHolder
-from addon.subs import dispatch
+from addon.subscribe_stage import release
 from addon.ws_conn import SLOW_CLIENT_CLOSE, ClientConn
 from addon.ws_sink import FLOW_HEADER, Sink
 from common.config.model import WebSocketConfig
@@ -74,7 +76,7 @@ class WebSocketRpc:
 
     def __init__(self, holder: RuntimeHolder, pipeline: Any) -> None:
         self.holder = holder
-        self.pipeline = pipeline  # the RPC pipeline (addon/pipeline.py), run on each message
+        self.pipeline = pipeline  # the RPC pipeline (addon/pipeline.py): ``message`` per message
         self.sink = Sink()
         self._conns: dict[str, ClientConn] = {}
 
@@ -89,38 +91,28 @@ class WebSocketRpc:
         route = classify("POST", flow.request.path, rt.config.proxy.networks)
         if not isinstance(route, RpcRoute):
             return None  # the pipeline answers it (404 for an unknown network)
-        p = rt.config.proxy
-        xff = flow.request.headers.get("X-Forwarded-For", "")
-        peer = flow.client_conn.peername[0] if flow.client_conn.peername else "unknown"
-        client = client_identity(peer, xff, p.trusted_proxies, ipv6_prefix=p.rate_limit.ipv6_prefix)
+        client = flow_client(flow, rt)  # once: every message of the socket is this client's
         decision = decide(rt, client, 1, take=False)
         if not isinstance(decision, Decision):  # the shared quota: one Redis round trip
-            return self._decide_later(flow, route, xff, client, decision)
+            return self._decide_later(flow, route, client, decision)
         if not decision.allowed:
             _over_quota(flow, route, client, decision)
             return None
-        return self._take_handshake(flow, route, xff, client)
+        return self._take_handshake(flow, route, client)
 
     async def _decide_later(
-        self,
-        flow: http.HTTPFlow,
-        route: RpcRoute,
-        xff: str,
-        client: str,
-        pending: Awaitable[Decision],
+        self, flow: http.HTTPFlow, route: RpcRoute, client: str, pending: Awaitable[Decision]
     ) -> None:
         decision = await pending
         if not decision.allowed:
             _over_quota(flow, route, client, decision)
             return
-        await self._take_handshake(flow, route, xff, client)
+        await self._take_handshake(flow, route, client)
 
-    async def _take_handshake(
-        self, flow: http.HTTPFlow, route: RpcRoute, xff: str, client: str
-    ) -> None:
+    async def _take_handshake(self, flow: http.HTTPFlow, route: RpcRoute, client: str) -> None:
         port = await self.sink.start()
         flow.metadata[WS_KEY] = route.network
-        flow.metadata[WS_HEADERS_KEY] = {"X-Forwarded-For": xff, "client": client}
+        flow.metadata[WS_HEADERS_KEY] = {"client": client}
         flow.request.headers[FLOW_HEADER] = flow.id
         flow.request.scheme = "http"
         flow.request.host = "127.0.0.1"
@@ -205,13 +197,13 @@ class WebSocketRpc:
         rt = self.holder.runtime
         if rt is not None:
             rt.ws_connections = max(0, rt.ws_connections - 1)
-            dispatch.release(rt, conn)  # closing a socket ends its subscriptions
+            release(rt, conn)  # closing a socket ends its subscriptions
         flow.comment = conn.describe()
 
     def _close_slow(self, conn: ClientConn) -> None:
         rt = self.holder.runtime
         if rt is not None:
-            dispatch.release(rt, conn)
+            release(rt, conn)
         create_task(
             self.sink.close_flow(conn.flow.id, SLOW_CLIENT_CLOSE, "notifications not read"),
             name="chainproxy: close a slow WebSocket client",
@@ -219,15 +211,10 @@ class WebSocketRpc:
         )
 
     async def _answer(self, flow: http.HTTPFlow, conn: ClientConn, content: bytes) -> None:
-        afters: list[dispatch.After] = []
+        afters = None
         try:
-            rt = self.holder.runtime
-            if rt is not None and dispatch.may_concern_subscriptions(content):
-                body, afters = await dispatch.answer(
-                    rt, conn, content, lambda c: self.run_pipeline(flow, conn.network, c)
-                )
-            else:
-                body = await self.run_pipeline(flow, conn.network, content)
+            rpc = await self.pipeline.message(content, conn, conn)
+            body, afters = message_body(rpc), rpc.afters
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -237,29 +224,8 @@ class WebSocketRpc:
             conn.slots.release()
         if conn.open:
             conn.send(body)  # the same way as its notifications: they never overtake it
-            for after in afters:  # e.g. the current head, right after the subscription id
+            for after in afters or ():  # e.g. the current head, right after the subscription id
                 after()
-
-    async def run_pipeline(self, flow: http.HTTPFlow, network: str, content: bytes) -> bytes:
-        """The body a POST of ``content`` from this client would have been answered with."""
-        call = http.HTTPFlow(flow.client_conn, flow.server_conn, live=True)
-        headers = [(b"Content-Type", b"application/json")]
-        xff = flow.metadata.get(WS_HEADERS_KEY, {}).get("X-Forwarded-For")
-        if xff:
-            headers.append((b"X-Forwarded-For", xff.encode()))
-        call.request = http.Request.make(
-            "POST",
-            f"http://chainproxy/rpc/v1/{network}",
-            content,
-            http.Headers(headers),
-        )
-        call.metadata[WS_CALL_KEY] = True
-        pending = self.pipeline.request(call)
-        if pending is not None:
-            await pending
-        if call.response is None:
-            return dumps(error_obj(None, INTERNAL_ERROR, "internal proxy error"))
-        return call.response.raw_content or b""
 
     def done(self) -> None:
         # synchronous (hot reload): the sink's close is scheduled; open
@@ -269,7 +235,7 @@ class WebSocketRpc:
             for task in list(conn.tasks):
                 task.cancel()
             if rt is not None:
-                dispatch.release(rt, conn)
+                release(rt, conn)
         self._conns.clear()
         self.sink.close()
 

@@ -56,6 +56,11 @@ class ClientConn:
         ws = self.flow.websocket
         return not self.closing and ws is not None and ws.timestamp_end is None
 
+    @property
+    def live(self) -> bool:
+        """Whether answering a call of this socket is still of use (``Origin``)."""
+        return self.open
+
     def send(self, body: bytes) -> None:
         """One message towards the client; a client that lets too much pile up
         is closed (1008) instead of growing the proxy's memory."""

@@ -221,7 +221,9 @@ def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() ->
     names = [s.__name__ for s in STEPS]
     assert names == [
         "allowlist",
+        "subscription_limits",
         "rate_limit",
+        "subscribe",
         "pin_to_head",
         "cache_lookup",
         "forward_pending",

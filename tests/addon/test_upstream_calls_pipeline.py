@@ -151,7 +151,7 @@ async def test_a_failing_awaited_step_is_a_500_not_a_forwarded_flow() -> None:
     holder = RuntimeHolder()
     holder.runtime = rt
 
-    async def broken(flow: Any, rpc: Any, runtime: Any) -> None:
+    async def broken(rpc: Any, runtime: Any) -> None:
         raise RuntimeError("a bug")
 
     stages = [RpcPipeline(holder, steps=(broken,)), Guard()]

@@ -1,7 +1,7 @@
 """addon/websocket.py, one unit at a time: which handshakes it takes, what it
 does with each message (client's dropped and answered, the sink's dropped,
 injected answers let through, history trimmed), and the message → POST
-translation. The pipeline stages here are stand-ins; the real pipeline over
+hand-over to the pipeline. The pipeline here is a stand-in; the real one over
 WebSocket is tested end to end in tests/e2e/test_websocket_e2e.py."""
 
 from __future__ import annotations
@@ -18,32 +18,23 @@ from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from addon import websocket as ws
-from addon.context import WS_CALL_KEY, WS_KEY
+from addon.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.runtime import RuntimeHolder
 from addon.ws_conn import MAX_IN_FLIGHT
 
 
 class EchoStage:
-    """Answers with what it was asked, and how."""
+    """A stand-in pipeline: answers with what it was asked, and for whom."""
 
     def __init__(self) -> None:
-        self.seen: list[http.HTTPFlow] = []
+        self.seen: list[tuple[bytes, Socket, Origin]] = []
 
-    async def request(self, flow: http.HTTPFlow) -> None:
-        self.seen.append(flow)
-        doc = json.loads(flow.request.content or b"null")
-        flow.response = http.Response.make(
-            403,  # a status the WebSocket answer must not carry
-            json.dumps(
-                {
-                    "echo": doc,
-                    "path": flow.request.path,
-                    "method": flow.request.method,
-                    "xff": flow.request.headers.get("X-Forwarded-For"),
-                    "ws": flow.metadata.get(WS_CALL_KEY),
-                }
-            ).encode(),
-        )
+    async def message(self, content: bytes, sock: Socket, origin: Origin) -> RpcContext:
+        self.seen.append((content, sock, origin))
+        doc = {"echo": json.loads(content or b"null"), "client": sock.client}
+        # a status the WebSocket answer must not carry
+        reply = Reply(403, doc, "refused")
+        return RpcContext(sock.network, 0.0, origin, client=sock.client, socket=sock, reply=reply)
 
 
 def test_is_upgrade() -> None:
@@ -67,7 +58,7 @@ def _rpc_flow() -> tuple[WebSocketRpc, http.HTTPFlow, EchoStage]:
     addon = ws.WebSocketRpc(RuntimeHolder(), stage)
     flow = tflow.twebsocketflow(messages=False)
     flow.metadata[WS_KEY] = "finney"
-    flow.metadata["chainproxy.ws_headers"] = {"X-Forwarded-For": "203.0.113.9"}
+    flow.metadata["chainproxy.ws_headers"] = {"client": "203.0.113.9"}
     assert flow.websocket is not None
     flow.websocket.timestamp_end = None  # still open
     return addon, flow, stage
@@ -76,22 +67,30 @@ def _rpc_flow() -> tuple[WebSocketRpc, http.HTTPFlow, EchoStage]:
 WebSocketRpc = ws.WebSocketRpc
 
 
-def test_a_message_is_the_post_it_stands_for() -> None:
+def test_a_message_goes_to_the_pipeline_as_the_handshakes_client() -> None:
     addon, flow, stage = _rpc_flow()
+    injected: list[bytes] = []
 
-    body = asyncio.run(addon.run_pipeline(flow, "finney", b'{"id": 7}'))
+    async def scenario() -> None:
+        with taddons.context() as tctx:
 
-    doc = json.loads(body)
-    assert doc == {
-        "echo": {"id": 7},
-        "path": "/rpc/v1/finney",
-        "method": "POST",
-        "xff": "203.0.113.9",
-        "ws": True,
-    }
-    (call,) = stage.seen
-    assert call.client_conn is flow.client_conn  # the same client: the same quota
-    assert call.live
+            def inject(f: Flow, to_client: bool, message: bytes, is_text: bool = True) -> None:
+                injected.append(message)
+
+            tctx.master.commands.add("inject.websocket", inject)
+            addon.websocket_start(flow)
+            assert flow.websocket is not None
+            flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, b'{"id": 7}'))
+            await addon.websocket_message(flow)
+            await asyncio.gather(*addon._conns[flow.id].tasks)
+
+    asyncio.run(scenario())
+    ((content, sock, origin),) = stage.seen
+    assert content == b'{"id": 7}'
+    assert sock.network == "finney" and sock.client == "203.0.113.9"  # settled at the handshake
+    assert origin.live
+    # the body alone: the HTTP status a POST would have had is not sent
+    assert [json.loads(m) for m in injected] == [{"echo": {"id": 7}, "client": "203.0.113.9"}]
 
 
 def test_messages_are_dropped_answered_and_trimmed() -> None:
@@ -154,9 +153,10 @@ def test_in_flight_calls_are_bounded(n: int) -> None:
     gate = asyncio.Event()
 
     class Slow:
-        async def request(self, flow: http.HTTPFlow) -> None:
+        async def message(self, content: bytes, sock: Socket, origin: Origin) -> RpcContext:
             await gate.wait()
-            flow.response = http.Response.make(200, b"{}")
+            reply = Reply(200, {}, "ok")
+            return RpcContext(sock.network, 0.0, origin, socket=sock, reply=reply)
 
     addon = ws.WebSocketRpc(RuntimeHolder(), Slow())
     flow = tflow.twebsocketflow(messages=False)

@@ -20,22 +20,26 @@ from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from addon import websocket as ws
-from addon.context import WS_KEY
+from addon.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.runtime import RuntimeHolder
 from addon.ws_conn import MAX_IN_FLIGHT
 
 # --- helpers -----------------------------------------------------------------------------
 
 
+def _reply(sock: Socket, origin: Origin, doc: Any) -> RpcContext:
+    return RpcContext(sock.network, 0.0, origin, socket=sock, reply=Reply(200, doc, "ok"))
+
+
 class Echo:
     """A stand-in pipeline: answers every call with its body."""
 
-    async def request(self, flow: http.HTTPFlow) -> None:
-        flow.response = http.Response.make(200, b'{"echo":' + (flow.request.content or b"0") + b"}")
+    async def message(self, content: bytes, sock: Socket, origin: Origin) -> RpcContext:
+        return _reply(sock, origin, {"echo": json.loads(content or b"0")})
 
 
 class Raising:
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def message(self, content: bytes, sock: Socket, origin: Origin) -> RpcContext:
         raise RuntimeError("stage exploded")
 
 
@@ -46,10 +50,10 @@ class Gated:
         self.gate = asyncio.Event()
         self.started = 0
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    async def message(self, content: bytes, sock: Socket, origin: Origin) -> RpcContext:
         self.started += 1
         await self.gate.wait()
-        flow.response = http.Response.make(200, b"{}")
+        return _reply(sock, origin, {})
 
 
 def _socket_flow() -> http.HTTPFlow:
