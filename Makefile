@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-# PROXY_SET="chainproxy_lean=true …": mitmproxy options for the proxy (README "Performance")
+# PROXY_SET="chainproxy_lean=true …": mitmproxy options for the proxy (docs/CONFIGURATION.md, "mitmproxy options")
 LAUNCH_SETS = $(foreach s,$(PROXY_SET),--set $(s))
 
 # The `chainproxy` console script (chainproxy/cli.py) maps these onto
@@ -115,7 +115,7 @@ $(VENV)/.bench-installed: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
 	@touch $@
 
-# --- real clients over a real Substrate runtime (tests/clients, README "Real clients") ---
+# --- real clients over a real Substrate runtime (tests/clients, docs/OPERATIONS.md "Real clients") ---
 # npm packages (chopsticks, polkadot.js): `npm ci` only when node_modules is missing or
 # the lock changed. --ignore-scripts: chopsticks' sqlite3 build is not needed without --db.
 # Without npm the client tests are skipped (pytest says why), so `make test` still runs.

@@ -14,7 +14,7 @@ TCP forwarder each; the second one 40 ms slower) are the two registry
 endpoints; stopping a front is an endpoint dying. Two diverging instances are
 used on purpose for the fork test.
 
-Chopsticks quirks the setup has to live with (README, "Real clients (chopsticks)"):
+Chopsticks quirks the setup has to live with (docs/OPERATIONS.md, "Real clients (chopsticks)"):
 
 * block #0 is announced under the placeholder hash 0x45…45, and any block hash
   chopsticks does not know is answered with its genesis block, which it then
