@@ -49,17 +49,19 @@ def cache_lookup(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
         missed.append(i)
     shared = rt.shared_cache
     if missed and shared is not None:
-        if shared.link.up:
-            return _lookup_shared(rpc, rt, missed)
-        shared.link.fallback("cache")
+        keys = [key for i in missed for key in rpc.plans[i].keys]
+        found = shared.lookup(keys, fill=rt.cache)  # None: Redis down, the local tier alone
+        if found is not None:
+            return _shared_hits(rpc, missed, found)
     _mark(rpc)
     return None
 
 
-async def _lookup_shared(rpc: RpcContext, rt: Runtime, missed: list[int]) -> None:
-    assert rt.shared_cache is not None and rt.cache is not None and rpc.parsed is not None
-    keys = [key for i in missed for key in rpc.plans[i].keys]
-    values = await rt.shared_cache.get_many(keys)
+async def _shared_hits(
+    rpc: RpcContext, missed: list[int], found: Awaitable[list[Any | None] | None]
+) -> None:
+    assert rpc.parsed is not None
+    values = await found
     if values is not None:
         at = 0
         for i in missed:
@@ -67,8 +69,6 @@ async def _lookup_shared(rpc: RpcContext, rt: Runtime, missed: list[int]) -> Non
             mine, at = values[at : at + n], at + n
             if any(v is None for v in mine):
                 continue
-            for key, value in zip(rpc.plans[i].keys, mine, strict=True):
-                rt.cache.set(key, value)  # the local tier answers the next one
             call = rpc.parsed.items[i]
             assert isinstance(call, Call)
             _hit(rpc, i, call, mine)

@@ -1,5 +1,6 @@
-"""Which limiter decides: the shared one in Redis while its link is up, else
-this process's own (and the fallback is counted)."""
+"""Which limiter decides a client's quota: the shared one (Redis) when the
+deployment has one, which itself falls back to this process's own while its
+link is down (``SharedLimiter.decide``); else this process's own."""
 
 from __future__ import annotations
 
@@ -15,7 +16,5 @@ def decide(
     """A ``Decision`` now (local) or an awaitable one (Redis, bounded in time)."""
     shared = rt.shared_limiter
     if shared is not None:
-        if shared.link.up:
-            return shared.check(client, cost, take=take)
-        shared.link.fallback("ratelimit")
+        return shared.decide(client, cost, take=take)
     return rt.limiter.check(client, cost, take=take)

@@ -31,6 +31,7 @@ from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
 from addon.upstreams import Upstream, UpstreamPool
 from addon.usage import Spool, UsageAggregator
 from common.config import Config, Endpoint
+from common.config.model import ProxyConfig
 
 
 @dataclass(slots=True)
@@ -42,8 +43,8 @@ class Runtime:
     clock: Callable[[], float]
     sidecar: SidecarClient
     ws_pools: dict[str, UpstreamPool]  # node-wss endpoints: for subscriptions
-    subs: SubscriptionHub
     metrics: LiveMetrics
+    subs: SubscriptionHub = field(init=False)  # built on the runtime: it reads the chain
     ws_connections: int = 0  # client WebSockets open (a gauge)
     transport: Transport | None = None  # set when the event loop runs
     session: aiohttp.ClientSession | None = None
@@ -100,28 +101,11 @@ class Runtime:
             clock=clock,
             sidecar=SidecarClient(config.sidecar, passthrough_timeout_s=p.sidecar_timeout_s),
             ws_pools=ws_pools,
-            subs=None,  # type: ignore[arg-type]  # set below: it reads the runtime's heads
             metrics=LiveMetrics(p.allowlist | SUBSCRIBE.keys() | UNSUBSCRIBE.keys()),
         )
         runtime.coalescer = Coalescer(p.coalesce.max_keys)
         runtime.hedgers = {net: Hedger(p.hedge) for net in p.networks}
-        ws = p.websocket
-        runtime.subs = SubscriptionHub(
-            ws_pools,
-            session=lambda: runtime.session,
-            heads=lambda net: (runtime.tips.get(net), runtime.finalized.get(net)),
-            clock=clock,
-            settings=HubSettings(
-                linger_s=ws.upstream_linger_s,
-                stall_s=ws.stall_s,
-                call_timeout_s=p.failover.attempt_timeout_s,
-                establish_s=p.failover.deadline_s,
-            ),
-            on_move=lambda net: runtime.metrics.count_extra(
-                "chainproxy_subscription_moves_total", network=net
-            ),
-            on_head=lambda net, header: runtime.heads.learn(net, header, runtime.clock()),
-        )
+        runtime.subs = SubscriptionHub(ws_pools, runtime, clock=clock, settings=_hub_settings(p))
         if config.redis is not None:
             runtime.use_redis(
                 RedisLink(
@@ -157,7 +141,7 @@ class Runtime:
         self.metrics = old.metrics  # counts not yet shipped stay with the process
         self.ws_connections = old.ws_connections
         # One hub per process: clients' subscriptions live on, on the new pools.
-        old.subs.reconfigure(self.ws_pools, self.subs.settings, heads=self.subs.heads)
+        old.subs.reconfigure(self.ws_pools, self.subs.settings, self)
         self.subs = old.subs
         self.blocks = old.blocks
         self.heads = old.heads
@@ -198,6 +182,17 @@ class Runtime:
                 self.config.data_dir / "spool", max_batches=p.usage.spool_max_batches
             )
 
+    # --- what the subscription hub reads and tells (``subs.hub.ChainView``) ---
+
+    def heights(self, network: str) -> tuple[int | None, int | None]:
+        return self.tips.get(network), self.finalized.get(network)
+
+    def head_delivered(self, network: str, header: Any) -> None:
+        self.heads.learn(network, header, self.clock())
+
+    def subscription_moved(self, network: str) -> None:
+        self.metrics.count_extra("chainproxy_subscription_moves_total", network=network)
+
     def set_heads(self, network: str, tip: int | None, finalized: int | None) -> None:
         """Chain heights from the latest snapshot (None: unknown, forget the old)."""
         for store, value in ((self.tips, tip), (self.finalized, finalized)):
@@ -223,6 +218,16 @@ class RuntimeHolder:
 
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
+
+
+def _hub_settings(p: ProxyConfig) -> HubSettings:
+    ws = p.websocket
+    return HubSettings(
+        linger_s=ws.upstream_linger_s,
+        stall_s=ws.stall_s,
+        call_timeout_s=p.failover.attempt_timeout_s,
+        establish_s=p.failover.deadline_s,
+    )
 
 
 def _wss(e: Endpoint, network: str) -> bool:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
+from addon.cache_store import CacheStore
 from addon.redis_link import RedisLink, RedisUnavailable
 
 log = logging.getLogger("chainproxy.cache")
@@ -37,19 +39,36 @@ class SharedCacheTier:
     def key(self, cache_key: str) -> str:
         return self.link.key("cache", cache_key)
 
-    async def get_many(self, keys: list[str]) -> list[Any | None] | None:
-        """The decoded values of ``keys`` (None where absent); None: Redis unavailable."""
+    def lookup(
+        self, keys: list[str], fill: CacheStore | None = None
+    ) -> Awaitable[list[Any | None] | None] | None:
+        """``get_many`` while the link is up; None (and the fallback counted) while
+        it is down: the local tier alone answers then."""
+        if self.link.up:
+            return self.get_many(keys, fill)
+        self.link.fallback("cache")
+        return None
+
+    async def get_many(
+        self, keys: list[str], fill: CacheStore | None = None
+    ) -> list[Any | None] | None:
+        """The decoded values of ``keys`` (None where absent), each found one also
+        put in ``fill`` (the local tier answers the next one); None: Redis
+        unavailable."""
         names = [self.key(k) for k in keys]
         try:
             raw = await self.link.run("cache", lambda: self.link.pipe.submit("MGET", *names))
         except RedisUnavailable:
             return None
         out: list[Any | None] = []
-        for item in raw:
+        for key, item in zip(keys, raw, strict=True):
             try:
-                out.append(None if item is None else json.loads(item))
+                value = None if item is None else json.loads(item)
             except ValueError:  # not ours, or cut short: a miss
-                out.append(None)
+                value = None
+            if value is not None and fill is not None:
+                fill.set(key, value)
+            out.append(value)
         return out
 
     def put(self, cache_key: str, value: Any) -> None:

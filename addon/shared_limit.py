@@ -14,6 +14,8 @@ would cost a second round trip (``get_window_stats``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from addon.ratelimit import Decision, RateLimiter
 from addon.redis_link import RedisLink, RedisUnavailable
 
@@ -69,6 +71,16 @@ class SharedLimiter:
 
     def key(self, client: str) -> str:
         return self.link.key("rl", self.policy, client)
+
+    def decide(
+        self, client: str, cost: int = 1, *, take: bool = True
+    ) -> Decision | Awaitable[Decision]:
+        """The shared decision (awaitable: one round trip) while the link is up;
+        else this process's own, now, and the fallback is counted."""
+        if self.link.up:
+            return self.check(client, cost, take=take)
+        self.link.fallback("ratelimit")
+        return self.local.check(client, cost, take=take)
 
     async def check(self, client: str, cost: int = 1, *, take: bool = True) -> Decision:
         """The shared decision; the local one if Redis does not answer in time."""

@@ -21,7 +21,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -37,6 +37,25 @@ class NoUpstream(Exception):
     pass
 
 
+class ChainView(Protocol):
+    """What the hub needs of the proxy around it (the addon's ``Runtime``)."""
+
+    @property
+    def session(self) -> aiohttp.ClientSession | None: ...
+
+    def heights(self, network: str) -> tuple[int | None, int | None]:
+        """(tip, finalized) from the probes; None where unknown."""
+        ...
+
+    def head_delivered(self, network: str, header: Any) -> None:
+        """A new best head reached clients (head pinning learns it)."""
+        ...
+
+    def subscription_moved(self, network: str) -> None:
+        """A shared subscription moved to another node (a metric)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class HubSettings:
     linger_s: float = 30.0
@@ -50,21 +69,15 @@ class SubscriptionHub:
     def __init__(
         self,
         pools: Mapping[str, UpstreamPool],
+        chain: ChainView,
         *,
-        session: Callable[[], aiohttp.ClientSession | None],
-        heads: Callable[[str], tuple[int | None, int | None]],
         clock: Callable[[], float],
         settings: HubSettings = HubSettings(),
-        on_move: Callable[[str], None] = lambda network: None,
-        on_head: Callable[[str, Any], object] = lambda network, header: None,
     ) -> None:
         self.pools = pools
-        self._session = session
-        self.heads = heads  # network -> (tip, finalized) from the probes
+        self.chain = chain
         self._clock = clock
         self.settings = settings
-        self._on_move = on_move  # a subscription moved to another node (a metric)
-        self._on_head = on_head  # a new best head delivered to clients (head pinning)
         self.shared: dict[str, SharedSubscription] = {}
         self.by_id: dict[str, SharedSubscription] = {}  # client subscription id -> shared
         self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
@@ -97,7 +110,7 @@ class SubscriptionHub:
                 params,
                 clock=self._clock,
                 call_timeout_s=self.settings.call_timeout_s,
-                on_deliver=self._on_head if kind.kind == "new_heads" else None,
+                on_deliver=self._head_delivered if kind.kind == "new_heads" else None,
             )
             self.shared[key] = sh
             sh.start()
@@ -211,7 +224,7 @@ class SubscriptionHub:
             pool.succeeded(up, (self._clock() - start) * 1000)
             if left is not None:
                 sh.moves += 1
-                self._on_move(sh.network)
+                self.chain.subscription_moved(sh.network)
             return
 
     async def _socket(self, up: Upstream) -> UpstreamSocket:
@@ -226,7 +239,7 @@ class SubscriptionHub:
         return await asyncio.shield(task)
 
     async def _connect(self, up: Upstream) -> UpstreamSocket:
-        session = self._session()
+        session = self.chain.session
         if session is None:
             raise UpstreamError("no HTTP session yet")
         socket = UpstreamSocket(up.id, up.url, on_close=self._socket_closed)
@@ -276,7 +289,7 @@ class SubscriptionHub:
             return "node unhealthy"
         if now - sh.last_at < self.settings.stall_s or sh.kind.kind == "all_heads":
             return ""
-        tip, finalized = self.heads(sh.network)
+        tip, finalized = self.chain.heights(sh.network)
         seen = sh.sequencer.last if hasattr(sh.sequencer, "last") else None
         chain = finalized if sh.kind.kind == "finalized_heads" else tip
         if chain is not None and seen is not None and chain > seen:
@@ -287,17 +300,19 @@ class SubscriptionHub:
         self,
         pools: Mapping[str, UpstreamPool],
         settings: HubSettings,
-        *,
-        heads: Callable[[str], tuple[int | None, int | None]],
+        chain: ChainView,
     ) -> None:
-        """A config reload: new pools and settings; live subscriptions stay where
-        they are until their node fails or leaves the pools."""
-        self.pools, self.settings, self.heads = pools, settings, heads
+        """A config reload: new pools, settings and runtime; live subscriptions
+        stay where they are until their node fails or leaves the pools."""
+        self.pools, self.settings, self.chain = pools, settings, chain
         for sh in list(self.shared.values()):
             pool = pools.get(sh.network)
             if sh.upstream is not None and (pool is None or sh.upstream.id not in pool.upstreams):
                 if pool is not None and len(pool):
                     self._move(sh, "endpoint removed from the config")
+
+    def _head_delivered(self, network: str, header: Any) -> None:
+        self.chain.head_delivered(network, header)  # the runtime of the moment (reloads)
 
     def stop(self) -> None:
         """Synchronous (mitmproxy's ``done``): no more moves; the HTTP session's
