@@ -29,6 +29,12 @@ measured here against mitmproxy itself:
    the socket: one open socket, its unread bytes and an fd, for ever, per
    refused body. The socket is closed when its reader ends, however it ends.
 
+All of it belongs to one mitmproxy addon, ``ReadLimits`` (``build_addons``
+makes one per script load): its limits, its slow-request tracker and its
+refused WebSocket messages are its own, the functions it puts into mitmproxy
+close over it, and ``done`` (a script reload, or the end) puts mitmproxy's own
+functions back, so a reload never stacks patches nor keeps an old instance's.
+
 tests/addon/test_mitm_limits.py checks each internal this relies on;
 tests/e2e/test_slow_clients_e2e.py and test_ws_fuzz_e2e.py the behaviour.
 """
@@ -68,31 +74,153 @@ class Limits:
     ws_message_bytes: int = 0  # 0: no bound (mitmproxy's own behaviour)
 
 
-LIMITS = Limits()
-_installed = False
+# mitmproxy's own functions, as imported (before any patch): the wrappers call
+# these, and ``done`` puts them back. ``_ABSENT``: inherited, not set there.
+_ABSENT = object()
+_READ_HEADERS = (_http1.Http1Server, "read_headers")
+_ERROR_RESPONSE = (_http1, "make_error_response")
+_WS_EVENTS = (mitm_ws.WebsocketConnection, "events")
+_HANDLE_CONNECTION = (server.ConnectionHandler, "handle_connection")
+_ORIGINALS: dict[tuple[Any, str], Any] = {
+    t: vars(t[0]).get(t[1], _ABSENT)
+    for t in (_READ_HEADERS, _ERROR_RESPONSE, _WS_EVENTS, _HANDLE_CONNECTION)
+}
+_ORIGINAL_READ_HEADERS = _ORIGINALS[_READ_HEADERS]
+_ORIGINAL_ERROR_RESPONSE = _ORIGINALS[_ERROR_RESPONSE]
+_ORIGINAL_HANDLE_CONNECTION = _ORIGINALS[_HANDLE_CONNECTION]
+_READ_BODY = _http1.Http1Connection.read_body
 
 
-def install(limits: Limits) -> bool:
-    """Use ``limits`` from now on (a reload passes new ones); patch mitmproxy the
-    first time. False (and one error line) where the patches are not safe."""
-    global _installed
-    LIMITS.body_bytes = limits.body_bytes
-    LIMITS.read_timeout_s = limits.read_timeout_s
-    LIMITS.ws_message_bytes = limits.ws_message_bytes
-    if _installed:
+class ReadLimits:
+    """The read limits as one mitmproxy addon (see the module's docstring).
+
+    ``load`` installs the patches (with the default limits until the config is
+    read), ``install(limits)`` is the ``Settings`` addon handing over each
+    config's limits, ``done`` removes the patches."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = Limits()
+        self.slow = SlowRequests(self.limits, clock)
+        self._refused: dict[str, dict[str, Any]] = {}  # client conn id -> its last message's answer
+        self._patches: dict[tuple[Any, str], Any] = {}  # where -> the function of ours there
+        self._said = False  # the "mitmproxy has changed" error, logged once
+
+    def load(self, loader: Any) -> None:
+        self.install()
+
+    def done(self) -> None:
+        self.uninstall()
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._patches)
+
+    def install(self, limits: Limits | None = None) -> bool:
+        """Use ``limits`` from now on (each config passes its own); patch
+        mitmproxy the first time. False (and one error line) where the patches
+        are not safe."""
+        if limits is not None:
+            self.limits.body_bytes = limits.body_bytes
+            self.limits.read_timeout_s = limits.read_timeout_s
+            self.limits.ws_message_bytes = limits.ws_message_bytes
+        if self._patches:
+            return True
+        if not mitm_internals.check_version():
+            return False
+        missing = [name for name, ok in _assumptions() if not ok]
+        if missing:
+            if not self._said:
+                log.error(
+                    "chainproxy: read limits off, mitmproxy has changed: %s", ", ".join(missing)
+                )
+                self._said = True
+            return False
+        # Each replaces what is there (mitmproxy's own, or an instance's whose
+        # ``done`` never came): the wrappers call mitmproxy's originals, never
+        # what they replace, so patches cannot stack.
+        self._patches = self._wrappers()
+        for (where, name), fn in self._patches.items():
+            setattr(where, name, fn)
         return True
-    if not mitm_internals.check_version():
-        return False
-    missing = [name for name, ok in _assumptions() if not ok]
-    if missing:
-        log.error("chainproxy: read limits off, mitmproxy has changed: %s", ", ".join(missing))
-        return False
-    _http1.Http1Server.read_headers = _read_headers  # type: ignore[method-assign]
-    _http1.make_error_response = _error_response
-    mitm_ws.WebsocketConnection.events = _ws_events  # type: ignore[method-assign]
-    server.ConnectionHandler.handle_connection = _handle_connection  # type: ignore[method-assign]
-    _installed = True
-    return True
+
+    def uninstall(self) -> None:
+        """mitmproxy's own functions back where this instance's are (a newer
+        instance's are left alone). What it already holds finishes under it: a
+        request it times (its sweep stops once none is left) and a connection
+        whose layer waits in its ``read_headers`` (for one request more)."""
+        for (where, name), fn in self._patches.items():
+            if vars(where).get(name) is not fn:
+                continue
+            original = _ORIGINALS[where, name]
+            if original is _ABSENT:
+                delattr(where, name)
+            else:
+                setattr(where, name, original)
+        self._patches = {}
+        self._refused.clear()
+
+    def refused_message(self, conn_id: str) -> dict[str, Any] | None:
+        """The JSON-RPC error for the client message just received on this
+        connection when it was over the limits (its content was not kept); None
+        for a message within them. Asked once per message (the answer is
+        forgotten)."""
+        return self._refused.pop(conn_id, None)
+
+    def _wrappers(self) -> dict[tuple[Any, str], Any]:
+        """This instance's functions for mitmproxy, each closing over it."""
+        limits, slow = self.limits, self.slow
+
+        def read_headers(layer: Any, event: Any) -> Generator[Any, None, None]:
+            """mitmproxy's ``Http1Server.read_headers``, then: a head still
+            incomplete past ``HEAD_LIMIT`` is refused; a request still
+            incomplete is timed."""
+            yield from _ORIGINAL_READ_HEADERS(layer, event)
+            if not isinstance(event, events.DataReceived):
+                return  # a close: mitmproxy ends the connection
+            state = getattr(layer.state, "__func__", None)
+            if state is read_headers:
+                if not layer.buf:
+                    return  # idle between requests: mitmproxy's tcp_timeout's business
+                if len(layer.buf) > HEAD_LIMIT:
+                    yield commands.SendData(
+                        layer.conn,
+                        json_error(
+                            431,
+                            f"request head too large: the limit is {HEAD_LIMIT} bytes",
+                            {"limit": HEAD_LIMIT},
+                        ),
+                    )
+                    yield commands.CloseConnection(layer.conn)
+                    layer.state = layer.done
+                    slow.forget(layer)
+                    return
+            elif state is not _READ_BODY:
+                return  # the request is complete (the usual case: one read)
+            slow.track(layer)
+
+        def error_response(status_code: int, message: str = "") -> bytes:
+            limit = limits.body_bytes
+            if status_code != 413 or not limit:
+                return _ORIGINAL_ERROR_RESPONSE(status_code, message)
+            return json_error(
+                413,
+                f"body too large: more than {limit} bytes, the limit is {limit}",
+                {"limit": limit},
+            )
+
+        def ws_events(conn: Any) -> Generator[wsproto.events.Event, None, None]:
+            return _client_events(conn, limits.ws_message_bytes, self._refused)
+
+        async def handle_connection(handler: Any, connection: Any) -> None:
+            await _handle_connection(handler, connection)
+
+        slow.head_reader = read_headers
+        return {
+            _READ_HEADERS: read_headers,
+            _ERROR_RESPONSE: error_response,
+            _WS_EVENTS: ws_events,
+            _HANDLE_CONNECTION: handle_connection,
+        }
 
 
 def _assumptions() -> list[tuple[str, bool]]:
@@ -114,54 +242,17 @@ def json_error(status: int, message: str, data: dict[str, Any]) -> bytes:
     return bytes(http1.assemble_response(json_response(status, doc, (("Connection", "close"),))))
 
 
-# --- 1 and 2: request heads and slow requests ------------------------------------------
-
-_ORIGINAL_READ_HEADERS = _http1.Http1Server.read_headers
-_READ_BODY = _http1.Http1Connection.read_body
-
-
-def _read_headers(self: Any, event: Any) -> Generator[Any, None, None]:
-    """mitmproxy's ``Http1Server.read_headers``, then: a head still incomplete
-    past ``HEAD_LIMIT`` is refused; a request still incomplete is timed."""
-    yield from _ORIGINAL_READ_HEADERS(self, event)
-    if not isinstance(event, events.DataReceived):
-        return  # a close: mitmproxy ends the connection
-    state = getattr(self.state, "__func__", None)
-    if state is _read_headers:
-        if not self.buf:
-            return  # idle between requests: mitmproxy's tcp_timeout's business
-        if len(self.buf) > HEAD_LIMIT:
-            yield commands.SendData(
-                self.conn,
-                json_error(
-                    431,
-                    f"request head too large: the limit is {HEAD_LIMIT} bytes",
-                    {"limit": HEAD_LIMIT},
-                ),
-            )
-            yield commands.CloseConnection(self.conn)
-            self.state = self.done
-            _SLOW.forget(self)
-            return
-    elif state is not _READ_BODY:
-        return  # the request is complete (the usual case: one read)
-    _SLOW.track(self)
-
-
-def _receiving(layer: Any, stream_id: int) -> bool:
-    """Still reading the request it was timed for."""
-    state = getattr(layer.state, "__func__", None)
-    if layer.stream_id != stream_id:
-        return False
-    return state is _READ_BODY or (state is _read_headers and bool(layer.buf))
+# --- 2: slow requests ------------------------------------------------------------------
 
 
 class SlowRequests:
     """Requests being received, by their layer; a sweep (only while there are
-    any) closes those older than ``read_timeout_s`` with a 408."""
+    any) closes those older than ``limits.read_timeout_s`` with a 408."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
         self.clock = clock
+        self.head_reader: Any = None  # the installed ``Http1Server.read_headers``
         self._open: dict[int, tuple[weakref.ref[Any], int, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
 
@@ -180,27 +271,31 @@ class SlowRequests:
         self._open.pop(id(layer), None)
 
     def _schedule(self) -> None:
-        period = min(1.0, max(0.05, LIMITS.read_timeout_s / 4))
+        period = min(1.0, max(0.05, self.limits.read_timeout_s / 4))
         try:
             self._timer = asyncio.get_running_loop().call_later(period, self.sweep)
         except RuntimeError:
             self._open.clear()  # no loop (a layer driven by hand, in a test): nothing to time
 
+    def _receiving(self, layer: Any, stream_id: int) -> bool:
+        """Still reading the request it was timed for."""
+        state = getattr(layer.state, "__func__", None)
+        if layer.stream_id != stream_id:
+            return False
+        return state is _READ_BODY or (state is self.head_reader and bool(layer.buf))
+
     def sweep(self) -> None:
         self._timer = None
-        now, limit = self.clock(), LIMITS.read_timeout_s
+        now, limit = self.clock(), self.limits.read_timeout_s
         for key, (ref, stream_id, started) in list(self._open.items()):
             layer = ref()
-            if layer is None or not _receiving(layer, stream_id):
+            if layer is None or not self._receiving(layer, stream_id):
                 del self._open[key]
             elif now - started >= limit:
                 del self._open[key]
                 _close_slow(layer, limit)
         if self._open:
             self._schedule()
-
-
-_SLOW = SlowRequests()
 
 
 def _close_slow(layer: Any, limit: float) -> None:
@@ -226,53 +321,32 @@ def _close_slow(layer: Any, limit: float) -> None:
     io.handler.cancel("chainproxy: request read timeout")
 
 
-# --- 3: mitmproxy's 413 page as the contract's JSON ------------------------------------
-
-_ORIGINAL_ERROR_RESPONSE = _http1.make_error_response
-
-
-def _error_response(status_code: int, message: str = "") -> bytes:
-    limit = LIMITS.body_bytes
-    if status_code != 413 or not limit:
-        return _ORIGINAL_ERROR_RESPONSE(status_code, message)
-    return json_error(
-        413, f"body too large: more than {limit} bytes, the limit is {limit}", {"limit": limit}
-    )
-
-
 # --- 4: WebSocket message size ---------------------------------------------------------
 
 MAX_FRAGMENTS = 4096  # frames of one client message (empty ones cost mitmproxy a list entry)
 _MSG_KEY = "_chainproxy_message"  # (bytes, frames) of the client message being received
-_REFUSED: dict[str, dict[str, Any]] = {}  # client connection id -> the answer to its last message
 
 
-def refused_message(conn_id: str) -> dict[str, Any] | None:
-    """The JSON-RPC error for the client message just received on this
-    connection when it was over the limits (its content was not kept); None for
-    a message within them. Asked once per message (the answer is forgotten)."""
-    return _REFUSED.pop(conn_id, None)
-
-
-def _ws_events(self: Any) -> Generator[wsproto.events.Event, None, None]:
+def _client_events(
+    conn: Any, limit: int, refused: dict[str, dict[str, Any]]
+) -> Generator[wsproto.events.Event, None, None]:
     """wsproto's ``events()``; on the client's side a message passing the byte
-    limit (or ``MAX_FRAGMENTS``) is no longer gathered: what mitmproxy holds of
-    it is dropped and the rest reaches it empty, so it costs no memory; once it
-    ends, ``refused_message`` has its answer (the contract's -32600, as a POST
-    of it would get) and the socket stays open."""
-    limit = LIMITS.ws_message_bytes
-    if self.client or not limit:  # the sink's side, or no limit
-        yield from wsproto.Connection.events(self)
+    ``limit`` (or ``MAX_FRAGMENTS``) is no longer gathered: what mitmproxy holds
+    of it is dropped and the rest reaches it empty, so it costs no memory; once
+    it ends, ``refused`` has its answer under the connection's id (the
+    contract's -32600, as a POST of it would get) and the socket stays open."""
+    if conn.client or not limit:  # the sink's side, or no limit
+        yield from wsproto.Connection.events(conn)
         return
-    for event in wsproto.Connection.events(self):
+    for event in wsproto.Connection.events(conn):
         if isinstance(event, wsproto.events.Message):
             data = event.data  # str for text: its UTF-8 length, cheaply when ASCII
             n = len(data) if not isinstance(data, str) or data.isascii() else len(data.encode())
-            size, frames = getattr(self, _MSG_KEY, (0, 0))
+            size, frames = getattr(conn, _MSG_KEY, (0, 0))
             size, frames = size + n, frames + event.frame_finished
             over = size > limit or frames > MAX_FRAGMENTS
             if over:
-                self.frame_buf = [b""]  # mitmproxy's pieces of this message
+                conn.frame_buf = [b""]  # mitmproxy's pieces of this message
                 event = type(event)(
                     data="" if isinstance(data, str) else b"",
                     frame_finished=event.frame_finished,
@@ -280,9 +354,9 @@ def _ws_events(self: Any) -> Generator[wsproto.events.Event, None, None]:
                 )
             if event.message_finished:
                 if over:
-                    _REFUSED[self.conn.id] = _too_large(size, frames, limit)
+                    refused[conn.conn.id] = _too_large(size, frames, limit)
                 size = frames = 0
-            setattr(self, _MSG_KEY, (size, frames))
+            setattr(conn, _MSG_KEY, (size, frames))
         yield event
 
 
@@ -296,16 +370,14 @@ def _too_large(size: int, frames: int, limit: int) -> dict[str, Any]:
 
 # --- 5: a reader that ends closes its socket ---------------------------------------------
 
-_ORIGINAL_HANDLE_CONNECTION = server.ConnectionHandler.handle_connection
 
-
-async def _handle_connection(self: Any, connection: Any) -> None:
+async def _handle_connection(handler: Any, connection: Any) -> None:
     try:
-        await _ORIGINAL_HANDLE_CONNECTION(self, connection)
+        await _ORIGINAL_HANDLE_CONNECTION(handler, connection)
     finally:
         # mitmproxy pops the connection after closing it; one still here was
         # left open by a cancellation outside the reader's own try block
-        io = self.transports.get(connection)
+        io = handler.transports.get(connection)
         writer = io.writer if io is not None else None
         if writer is not None and not writer.is_closing():
             with contextlib.suppress(OSError, RuntimeError):

@@ -33,6 +33,7 @@ from addon.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.gate import open_message, open_rpc
 from addon.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.lean import ProxyTuning
+from addon.mitm_limits import ReadLimits
 from addon.pin_stage import pin_to_head
 from addon.respond import deliver, json_response
 from addon.runtime import Runtime, RuntimeHolder
@@ -173,15 +174,17 @@ class Guard:
 
 def build_addons() -> list[Any]:
     holder = RuntimeHolder()
+    limits = ReadLimits()
     rpc = RpcPipeline(holder)
     return [
-        Settings(holder),  # the config → the runtime every part reads
+        Settings(holder, limits),  # the config → the runtime every part reads
+        limits,  # mitmproxy's missing read limits: patched in on load, out on done
         ProxyTuning(),  # mitmproxy options, fast dispatch / lean mode
         HttpSession(holder),  # the pooled HTTP session (upstreams and sidecar)
         SnapshotRefresher(holder),  # background: routing snapshot from the sidecar
         UsageShipping(holder),  # background: usage batches to the sidecar
         # before the pipeline: takes WebSocket handshakes, runs each message through it
-        WebSocketRpc(holder, rpc),
+        WebSocketRpc(holder, rpc, limits),
         rpc,
         SidecarPassthrough(holder),  # every non-RPC path
         Guard(),

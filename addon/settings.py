@@ -34,8 +34,9 @@ _BACKSTOP_MIN = 8 * 1_048_576
 
 
 class Settings:
-    def __init__(self, holder: RuntimeHolder) -> None:
+    def __init__(self, holder: RuntimeHolder, read_limits: mitm_limits.ReadLimits) -> None:
         self.holder = holder
+        self.read_limits = read_limits  # gets each config's limits (addon/mitm_limits.py)
 
     def load(self, loader) -> None:  # type: ignore[no-untyped-def]
         loader.add_option(
@@ -78,7 +79,7 @@ class Settings:
             return
         self.holder.runtime = runtime
         p = config.proxy
-        limited = mitm_limits.install(
+        limited = self.read_limits.install(
             mitm_limits.Limits(
                 body_bytes=p.max_body_bytes,
                 read_timeout_s=p.read_timeout_s,

@@ -74,9 +74,16 @@ def is_upgrade(request: http.Request) -> bool:
 class WebSocketRpc:
     """Before the pipeline: takes WebSocket handshakes on RPC paths; answers messages."""
 
-    def __init__(self, holder: RuntimeHolder, pipeline: Any) -> None:
+    def __init__(
+        self,
+        holder: RuntimeHolder,
+        pipeline: Any,
+        read_limits: mitm_limits.ReadLimits | None = None,
+    ) -> None:
         self.holder = holder
         self.pipeline = pipeline  # the RPC pipeline (addon/pipeline.py): ``message`` per message
+        # refusals of the WebSocket message limit (by default one never installed: none)
+        self.read_limits = read_limits if read_limits is not None else mitm_limits.ReadLimits()
         self.sink = Sink()
         self._conns: dict[str, ClientConn] = {}
 
@@ -161,7 +168,7 @@ class WebSocketRpc:
                 msg.drop()  # the sink never speaks; nothing of it reaches the client
             return
         msg.drop()  # answered by us, never relayed to the sink
-        refused = mitm_limits.refused_message(flow.client_conn.id)
+        refused = self.read_limits.refused_message(flow.client_conn.id)
         if refused is not None:
             # over max_body_bytes: its content was never kept (addon/mitm_limits.py)
             conn.calls += 1
@@ -188,7 +195,7 @@ class WebSocketRpc:
         task.add_done_callback(conn.tasks.discard)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
-        mitm_limits.refused_message(flow.client_conn.id)  # one cut off by the close
+        self.read_limits.refused_message(flow.client_conn.id)  # one cut off by the close
         conn = self._conns.pop(flow.id, None)
         if conn is None:
             return

@@ -1,11 +1,13 @@
 """The read limits patched into mitmproxy (addon/mitm_limits.py): every
-internal they rely on is where they expect it, and each limit does what it
-says on mitmproxy's own objects. End to end: tests/e2e/test_slow_clients_e2e.py
+internal they rely on is where they expect it, each limit does what it says on
+mitmproxy's own objects, and the addon owning them takes its patches out again
+on ``done`` (a script reload). End to end: tests/e2e/test_slow_clients_e2e.py
 and tests/e2e/test_ws_fuzz_e2e.py."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import struct
@@ -15,35 +17,127 @@ from typing import Any
 import pytest
 import wsproto
 import wsproto.events
+from mitmproxy.proxy import events, server
+from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers import websocket as mitm_ws
-from mitmproxy.test import tflow
+from mitmproxy.proxy.layers.http import _http1
+from mitmproxy.test import taddons, tflow
 
 from addon import mitm_limits
+from addon.mitm_limits import Limits, ReadLimits
+
+# mitmproxy's own functions, as found when this module is imported (importing
+# addon/mitm_limits.py patches nothing: a ReadLimits does, when loaded)
+_MITMPROXYS = {
+    "read_headers": _http1.Http1Server.__dict__["read_headers"],
+    "make_error_response": _http1.__dict__["make_error_response"],
+    "handle_connection": server.ConnectionHandler.__dict__["handle_connection"],
+}
 
 
 @pytest.fixture
-def limits() -> Iterator[mitm_limits.Limits]:
-    saved = mitm_limits.Limits(**vars(mitm_limits.LIMITS))
-    yield mitm_limits.LIMITS
-    for k, v in vars(saved).items():
-        setattr(mitm_limits.LIMITS, k, v)
+def owner() -> Iterator[ReadLimits]:
+    """A ``ReadLimits`` loaded as mitmproxy loads it, and done afterwards."""
+    limits = ReadLimits()
+    limits.load(None)
+    assert limits.installed
+    yield limits
+    limits.done()
+
+
+def _mitmproxys_own() -> bool:
+    """Every patched place holds mitmproxy's own function again."""
+    return (
+        _http1.Http1Server.read_headers.__module__ == _http1.__name__
+        and _http1.make_error_response.__module__ == _http1.__name__
+        and server.ConnectionHandler.handle_connection.__module__ == server.__name__
+        and "events" not in vars(mitm_ws.WebsocketConnection)  # wsproto's, inherited
+        and mitm_ws.WebsocketConnection.events is wsproto.Connection.events
+    )
+
+
+def _owned_by(limits: ReadLimits) -> bool:
+    """Every patched place holds ``limits``'s own function."""
+    return limits.installed and all(
+        vars(where)[name] is fn for (where, name), fn in limits._patches.items()
+    )
 
 
 def test_every_internal_the_limits_patch_is_there() -> None:
     assert [name for name, ok in mitm_limits._assumptions() if not ok] == []
+    assert all(fn.__module__ in (_http1.__name__, server.__name__) for fn in _MITMPROXYS.values())
 
 
-def test_install_patches_once_and_takes_new_values(limits: mitm_limits.Limits) -> None:
-    assert mitm_limits.install(mitm_limits.Limits(1000, 7.0, 2000)) is True
+def test_install_patches_once_and_takes_new_values(owner: ReadLimits) -> None:
+    patches = dict(owner._patches)
+    assert owner.install(Limits(1000, 7.0, 2000)) is True
+    limits = owner.limits
     assert (limits.body_bytes, limits.read_timeout_s, limits.ws_message_bytes) == (1000, 7.0, 2000)
-    from mitmproxy.proxy import server
-    from mitmproxy.proxy.layers.http import _http1
+    assert _owned_by(owner) and not _mitmproxys_own()
+    assert owner.slow.limits is limits  # the slow-request sweep reads the same limits
+    assert owner.install(Limits(5, 1.0, 6)) is True  # a config reload: values only
+    assert limits.body_bytes == 5 and owner._patches == patches and _owned_by(owner)
 
-    assert _http1.Http1Server.read_headers is mitm_limits._read_headers
-    assert _http1.make_error_response is mitm_limits._error_response
-    assert server.ConnectionHandler.handle_connection is mitm_limits._handle_connection
-    assert mitm_limits.install(mitm_limits.Limits(5, 1.0, 6)) is True  # a reload: values only
-    assert limits.body_bytes == 5
+
+def test_done_puts_mitmproxys_functions_back_and_a_new_load_reinstalls() -> None:
+    first = ReadLimits()
+    first.load(None)
+    assert _owned_by(first)
+    first.done()  # a script reload: the old addons get ``done`` ...
+    assert _mitmproxys_own() and not first.installed
+    assert _http1.Http1Server.read_headers is _MITMPROXYS["read_headers"]
+    assert _http1.make_error_response is _MITMPROXYS["make_error_response"]
+    assert server.ConnectionHandler.handle_connection is _MITMPROXYS["handle_connection"]
+    second = ReadLimits()  # ... and the new ones ``load``
+    second.load(None)
+    assert _owned_by(second)
+    assert not set(first._patches.values()) & set(second._patches.values())
+    second.done()
+    assert _mitmproxys_own()
+
+
+def test_reloads_never_stack_patches() -> None:
+    owners = [ReadLimits() for _ in range(3)]
+    owners[0].load(None)
+    for old, new in itertools.pairwise(owners):  # two reloads: done, then the new load
+        old.done()
+        new.load(None)
+        assert _owned_by(new)
+    owners[-1].done()  # one done is enough: nothing of an older one underneath
+    assert _mitmproxys_own()
+    # an old instance whose done never came is replaced, not wrapped; its late
+    # done leaves the newer instance's patches alone
+    stale, current = ReadLimits(), ReadLimits()
+    stale.load(None)
+    current.load(None)
+    assert _owned_by(current)
+    stale.done()
+    assert _owned_by(current)
+    current.done()
+    assert _mitmproxys_own()
+
+
+def test_a_failed_install_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mitm_limits, "_assumptions", lambda: [("X.y", False)])
+    places = list(mitm_limits._ORIGINALS)
+    before = [vars(where).get(name) for where, name in places]
+    limits = ReadLimits()
+    assert limits.install(Limits(9, 1.0, 9)) is False and limits.limits.body_bytes == 9
+    assert not limits.installed
+    limits.done()  # nothing to take out
+    assert [vars(where).get(name) for where, name in places] == before
+
+
+def test_a_head_past_the_limit_gets_431_on_mitmproxys_own_layer(owner: ReadLimits) -> None:
+    with taddons.context() as tctx:
+        context = Context(tflow.tclient_conn(), tctx.options)
+        layer = _http1.Http1Server(context)
+        assert list(layer.handle_event(events.Start())) == []
+        head = b"GET / HTTP/1.1\r\nX-Big: " + b"a" * mitm_limits.HEAD_LIMIT
+        sent = list(layer.handle_event(events.DataReceived(context.client, head)))
+    assert [type(c).__name__ for c in sent] == ["SendData", "CloseConnection"]
+    status, _, doc = _answer(sent[0].data)
+    assert status == 431 and doc["error"]["data"] == {"limit": mitm_limits.HEAD_LIMIT}
 
 
 def _answer(raw: bytes) -> tuple[int, dict[str, str], Any]:
@@ -53,15 +147,15 @@ def _answer(raw: bytes) -> tuple[int, dict[str, str], Any]:
     return int(lines[0].split()[1]), headers, json.loads(body)
 
 
-def test_mitmproxys_413_page_becomes_the_contract_json(limits: mitm_limits.Limits) -> None:
-    limits.body_bytes = 4096
-    status, headers, doc = _answer(mitm_limits._error_response(413, "too large"))
+def test_mitmproxys_413_page_becomes_the_contract_json(owner: ReadLimits) -> None:
+    owner.limits.body_bytes = 4096
+    status, headers, doc = _answer(_http1.make_error_response(413, "too large"))
     assert status == 413 and headers["content-type"] == "application/json"
     assert headers["connection"] == "close" and headers["access-control-allow-origin"] == "*"
     assert doc["id"] is None and doc["error"]["code"] == -32600
     assert doc["error"]["data"] == {"limit": 4096} and "4096" in doc["error"]["message"]
     # mitmproxy's other error pages are its own
-    assert b"text/html" in mitm_limits._error_response(400, "Bad request")
+    assert b"text/html" in _http1.make_error_response(400, "Bad request")
 
 
 def _client_frame(opcode: int, payload: bytes, fin: bool = True) -> bytes:
@@ -92,25 +186,25 @@ def _receive(data: bytes, limit_side: bool = True) -> tuple[Any, list[Any]]:
 
 
 def test_a_client_message_past_the_limit_is_not_kept_and_gets_the_413_error(
-    limits: mitm_limits.Limits,
+    owner: ReadLimits,
 ) -> None:
-    limits.ws_message_bytes = 1000
+    owner.limits.ws_message_bytes = 1000
     conn, ok = _receive(_client_frame(0x1, b"a" * 1000))
     assert [e.data for e in ok] == ["a" * 1000]
-    assert mitm_limits.refused_message(conn.conn.id) is None
+    assert owner.refused_message(conn.conn.id) is None
     # fragments count together; past the limit the pieces come empty
     frames = _client_frame(0x2, b"b" * 600, fin=False) + _client_frame(0x0, b"b" * 600)
     frames += _client_frame(0x1, b"{}")
     conn, got = _receive(frames)
     assert [e.data for e in got] == [b"b" * 600, b"", "{}"]
-    refused = mitm_limits.refused_message(conn.conn.id)
+    refused = owner.refused_message(conn.conn.id)
     assert refused is not None and refused["error"]["code"] == -32600
     assert refused["error"]["message"] == "body too large: 1200 bytes, the limit is 1000"
     assert refused["error"]["data"] == {"limit": 1000} and refused["id"] is None
-    assert mitm_limits.refused_message(conn.conn.id) is None  # once per message
+    assert owner.refused_message(conn.conn.id) is None  # once per message
     # what mitmproxy gathered of it was dropped
     conn, got = _receive(_client_frame(0x1, b"c" * 900, fin=False) + _client_frame(0x0, b"c" * 900))
-    assert conn.frame_buf == [b""] and mitm_limits.refused_message(conn.conn.id) is not None
+    assert conn.frame_buf == [b""] and owner.refused_message(conn.conn.id) is not None
     # a finished message starts the count again
     conn, got = _receive(b"".join(_client_frame(0x1, b"d" * 900) for _ in range(5)))
     assert all(e.data == "d" * 900 for e in got) and len(got) == 5
@@ -119,15 +213,15 @@ def test_a_client_message_past_the_limit_is_not_kept_and_gets_the_413_error(
     assert got[0].data == b"e" * 5000
 
 
-def test_a_message_in_too_many_fragments_is_refused(limits: mitm_limits.Limits) -> None:
-    limits.ws_message_bytes = 1 << 20
+def test_a_message_in_too_many_fragments_is_refused(owner: ReadLimits) -> None:
+    owner.limits.ws_message_bytes = 1 << 20
     n = mitm_limits.MAX_FRAGMENTS + 1
     frames = _client_frame(0x1, b"", fin=False)
     frames += b"".join(_client_frame(0x0, b"", fin=False) for _ in range(n - 2))
     frames += _client_frame(0x0, b"")
     conn, _ = _receive(frames)
     assert len(conn.frame_buf) <= 2  # not a list entry per empty frame
-    refused = mitm_limits.refused_message(conn.conn.id)
+    refused = owner.refused_message(conn.conn.id)
     assert refused is not None and "fragments" in refused["error"]["message"]
 
 
@@ -144,13 +238,13 @@ class _Layer:
 
 
 async def test_requests_still_incomplete_at_the_bound_are_closed(
-    limits: mitm_limits.Limits, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    limits.read_timeout_s = 0.2
+    limits = Limits(read_timeout_s=0.2)
     closed: list[Any] = []
     monkeypatch.setattr(mitm_limits, "_close_slow", lambda layer, limit: closed.append(layer))
     slow, done, next_request = _Layer(), _Layer(), _Layer()
-    tracker = mitm_limits.SlowRequests()
+    tracker = mitm_limits.SlowRequests(limits)
     for layer in (slow, done, next_request):
         tracker.track(layer)
     tracker.track(slow)  # the same request again: timed from its first byte still
