@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common.config import parse_config
 from common.latency_hist import bucket_of
-from sidecar.stats import WINDOW_S, parse_batch, summarize
-from sidecar.usage_store import UsageStore
+from sidecar.usage.stats import WINDOW_S, parse_batch, summarize
+from sidecar.usage.store import UsageStore
 
 NOW = 1_763_700_000.0 + 1800  # half past an hour: the window's start cuts an hour
 METHODS = (

@@ -11,7 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from common.config import ConfigError, load_config
-from sidecar.app import create_app
+from sidecar.server.app import create_app
 
 
 def main(argv: list[str] | None = None) -> int:

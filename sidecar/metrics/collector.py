@@ -7,7 +7,7 @@ upstreams, probe results), the proxies' (``proxy_families``: the contract
 counters and gauges of the batches' metrics section, usage intake), the depth
 of the local on-disk usage spool and the open incidents. It is given
 callables rather than the app, so this package knows nothing of the app's
-keys (``sidecar.app`` wires it, ``sidecar.ops_api`` serves it).
+keys (``sidecar.server.app`` wires it, ``sidecar.server.ops_api`` serves it).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from prometheus_client.registry import Collector
 from common.config import Config
 from sidecar.metrics.proxy_families import usage_families
 from sidecar.metrics.registry_families import endpoint_families
-from sidecar.prober import Prober
-from sidecar.usage_service import UsageService
+from sidecar.probing.prober import Prober
+from sidecar.usage.service import UsageService
 
 log = logging.getLogger("chainproxy.sidecar.metrics")
 

@@ -1,6 +1,6 @@
 """Metric families of the proxies (pure: the usage service's counters in,
 families out): the live metrics of the batches' ``metrics`` section
-(``common.metrics_wire``, accumulated in ``sidecar.proxy_counters``), the
+(``common.metrics_wire``, accumulated in ``sidecar.usage.proxy_counters``), the
 per-network counts of the usage rollups, batch intake and the statistics'
 ``updated`` time."""
 
@@ -16,8 +16,8 @@ from prometheus_client.core import (
 )
 
 from common.metrics_wire import EXTRA_COUNTERS
-from sidecar.proxy_counters import CAPPED, Counters, GaugeTotals
-from sidecar.usage_service import UsageService
+from sidecar.usage.proxy_counters import CAPPED, Counters, GaugeTotals
+from sidecar.usage.service import UsageService
 
 _EXTRA_HELP = {
     "chainproxy_coalesced_total": "Calls answered by sharing an identical call already in flight",

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from common.config import Config
-from sidecar.model import NODE_KINDS
-from sidecar.prober import Prober
-from sidecar.routing import chain_heads, route
+from sidecar.probing.prober import Prober
+from sidecar.probing.results import NODE_KINDS
+from sidecar.registry.routing_snapshot import chain_heads, route
 
 _LABELS = ["endpoint", "provider", "kind", "network"]
 

@@ -1,0 +1,61 @@
+"""What the dashboard adds to the API's documents (pure): the one-network
+scope of ``/?network=…``, the links between networks and pages, and the
+statistics' ``updated`` time in words."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from urllib.parse import urlencode
+
+from common.config import Config
+from sidecar.registry.views import PageError
+
+
+def parse_network(config: Config, raw: str | None) -> str | None:
+    """``?network=`` → one of the config's networks, or None (all) when absent or
+    empty; another value → ``PageError(404)`` naming the known ones."""
+    if not raw:
+        return None
+    if raw not in config.networks:
+        known = ", ".join(config.networks)
+        raise PageError(404, f"unknown network {raw[:40]!r} (known: {known})")
+    return raw
+
+
+def scoped(config: Config, network: str | None) -> Config:
+    """The config narrowed to one network: its endpoints only, so every registry
+    view (pools, endpoint lists, heatmap, incidents) shows that network alone."""
+    if network is None:
+        return config
+    return dataclasses.replace(
+        config,
+        networks={network: config.networks[network]},
+        endpoints=tuple(e for e in config.endpoints if e.network == network),
+    )
+
+
+def page_href(network: str | None, page: int | None = None, anchor: str = "") -> str:
+    """A link to the dashboard keeping the network scope: ``?page=2&network=test#callable``."""
+    query = {k: v for k, v in (("page", page), ("network", network)) if v is not None}
+    return (f"?{urlencode(query)}" if query else "/") + (f"#{anchor}" if anchor else "")
+
+
+def age_text(seconds: float) -> str:
+    """How long ago, roughly: ``just now``, ``42 s ago``, ``7 min ago``, ``3 h ago``,
+    ``2 d ago``; a time ahead of the clock (skew) is ``just now``."""
+    s = int(seconds)
+    if s < 5:
+        return "just now"
+    for unit, size in (("d", 86_400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s // size} {unit} ago"
+    return f"{s} s ago"
+
+
+def updated_text(updated: float | None, now: float) -> str | None:
+    """``2027-01-15 08:15:00 UTC (3 min ago)``; None when never updated."""
+    if updated is None:
+        return None
+    stamp = datetime.fromtimestamp(updated, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{stamp} ({age_text(now - updated)})"

@@ -1,0 +1,91 @@
+"""Handlers of the registry's paths: the public views, one endpoint, and the
+addon's routing snapshot. Each parses its input, calls a pure view
+(``sidecar.registry.views``, ``sidecar.registry.endpoint_detail``,
+``sidecar.registry.routing_snapshot``) and answers JSON; the URL of each is in
+``sidecar.server.routes``.
+
+Most registry paths take no input at all: ``health_view`` and
+``incident_view`` turn a view function into its handler, so the route table
+names the view each path serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from common.config import Config
+from sidecar.incidents.tracker import Incident
+from sidecar.registry.endpoint_detail import endpoint_detail
+from sidecar.registry.pools import HealthMap
+from sidecar.registry.routing_snapshot import snapshot
+from sidecar.registry.views import PageError, callable_endpoints, parse_page
+from sidecar.server.app_keys import CLOCK_KEY, CONFIG_KEY, PROBER_KEY, REGISTRY_KEY
+from sidecar.server.json_errors import json_error
+
+HealthView = Callable[[Config, HealthMap], Any]
+IncidentView = Callable[[Config, Sequence[Incident], float], Any]
+
+
+def health_view(view: HealthView) -> Handler:
+    """The handler of a path that answers ``view(config, health)``."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        reg = request.app[REGISTRY_KEY]
+        return web.json_response(view(reg.config, reg.health))
+
+    return handler
+
+
+def incident_view(view: IncidentView) -> Handler:
+    """The handler of a path that answers ``view(config, incidents, now)``."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        reg = request.app[REGISTRY_KEY]
+        return web.json_response(view(reg.config, reg.incidents.incidents(), reg.now()))
+
+    return handler
+
+
+async def get_callable(request: web.Request) -> web.Response:
+    """``?page=N``: not a positive integer or given twice → 400, past the end → 404."""
+    reg = request.app[REGISTRY_KEY]
+    values = request.query.getall("page", [])
+    if len(values) > 1:
+        return json_error(400, "give page once")
+    try:
+        page = parse_page(values[0] if values else None)
+        doc = callable_endpoints(reg.config, reg.health, page)
+    except PageError as e:
+        return json_error(e.status, str(e))
+    return web.json_response(doc)
+
+
+async def get_endpoint(request: web.Request) -> web.Response:
+    config = request.app[CONFIG_KEY]
+    endpoint = config.endpoint_by_id(request.match_info["id"])
+    if endpoint is None:
+        return json_error(404, "unknown endpoint id")
+    prober = request.app[PROBER_KEY]
+    probes = reversed(prober.recent.get(endpoint.id, ()))  # newest first
+    incidents = request.app[REGISTRY_KEY].endpoint_incidents(endpoint.id)
+    return web.json_response(endpoint_detail(config, endpoint, prober.health, probes, incidents))
+
+
+async def get_routes(request: web.Request) -> web.Response:
+    """The addon's routing snapshot of one network (an unknown one → 404)."""
+    config = request.app[CONFIG_KEY]
+    network = request.match_info["network"]
+    if network not in config.networks:
+        return json_error(404, f"unknown network {network!r}")
+    doc = snapshot(
+        network,
+        config.endpoints,
+        request.app[PROBER_KEY].health,
+        max_lag=config.networks[network].max_lag_blocks,
+        now=request.app[CLOCK_KEY](),
+    )
+    return web.json_response(doc)

@@ -1,0 +1,107 @@
+"""Chain tip, lag and the ranked routing snapshot the addon reads (pure).
+
+Tip = the highest best block reported by a healthy node endpoint of the
+network; lag = tip - best; synced = lag <= max_lag_blocks. Tiers: 0 healthy
+and synced, 1 healthy but lagging, 2 not yet probed, 3 unhealthy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from common.config import Endpoint
+from sidecar.jsonfmt import iso
+from sidecar.probing.health import Health
+from sidecar.probing.results import NODE_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    id: str
+    url: str  # redacted: the addon maps ids to real URLs from its own config
+    provider: str
+    archive: bool
+    healthy: bool
+    synced: bool
+    lag: int | None
+    best: int | None
+    latency_ms: int | None
+    score: float
+    tier: int
+    status: str  # OK / Degraded / Unknown
+    classification: str  # live, unknown, or the last failure reason
+
+
+def chain_heads(
+    endpoints: Iterable[Endpoint], health: Mapping[str, Health]
+) -> tuple[int | None, int | None]:
+    """(tip, finalized) over the healthy node endpoints given."""
+    tip = fin = None
+    for e in endpoints:
+        h = health.get(e.id)
+        if e.kind not in NODE_KINDS or h is None or not h.healthy:
+            continue
+        if h.best is not None and (tip is None or h.best > tip):
+            tip = h.best
+        if h.finalized is not None and (fin is None or h.finalized > fin):
+            fin = h.finalized
+    return tip, fin
+
+
+def route(e: Endpoint, h: Health | None, tip: int | None, max_lag: int) -> Route:
+    h = h or Health()
+    # A node ahead of the tip (the tip counts healthy nodes only) has no lag.
+    lag = max(0, tip - h.best) if tip is not None and h.best is not None else None
+    synced = lag is not None and lag <= max_lag
+    if h.healthy:
+        tier = 0 if synced else 1
+    elif not h.probed:
+        tier = 2
+    else:
+        tier = 3
+    return Route(
+        id=e.id,
+        url=e.safe_url,
+        provider=e.provider,
+        archive=h.archive if h.archive is not None else e.archive,
+        healthy=h.healthy,
+        synced=synced,
+        lag=lag,
+        best=h.best,
+        latency_ms=round(h.latency_ms) if h.latency_ms is not None else None,
+        score=round(h.score, 3),
+        tier=tier,
+        status=h.status,
+        classification=h.classification,
+    )
+
+
+def snapshot(
+    network: str,
+    endpoints: Iterable[Endpoint],
+    health: Mapping[str, Health],
+    *,
+    max_lag: int,
+    now: float,
+) -> dict[str, Any]:
+    """The document served at ``/api/v1/internal/routes/<network>``: node-rpc
+    upstreams of the network, best first (``upstreams``, for calls), and the
+    node-wss ones the same way (``ws_upstreams``, for subscriptions)."""
+    nodes = [e for e in endpoints if e.network == network and e.kind in NODE_KINDS]
+    tip, finalized = chain_heads(nodes, health)
+
+    def ranked(kind: str) -> list[dict[str, Any]]:
+        routes = [route(e, health.get(e.id), tip, max_lag) for e in nodes if e.kind == kind]
+        routes.sort(key=lambda r: (r.tier, r.latency_ms if r.latency_ms is not None else 1e9, r.id))
+        return [asdict(r) for r in routes]
+
+    return {
+        "network": network,
+        "tip": tip,
+        "finalized": finalized,
+        "generated_at": iso(now),
+        "upstreams": ranked("node-rpc"),
+        "ws_upstreams": ranked("node-wss"),
+    }

@@ -1,0 +1,48 @@
+"""Every URL of the sidecar, in one table: method, path, handler.
+
+The public JSON API (``/api/v1/…``) is a contract (DESIGN §6) and each of its
+paths is also described in ``sidecar.server.openapi`` (a test compares the two);
+``/api/v1/internal/…`` is the addon's, behind the bearer token (the app's
+``internal_token`` middleware). Every path answers GET (and HEAD) only, but
+the usage ingest: another method is a 405 JSON error.
+
+Plain paths such as ``/api/v1/endpoints/root`` win over the pattern
+``/api/v1/endpoints/{id}`` whatever the order (aiohttp looks the full path up
+first); they are listed first anyway, for the reader.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from sidecar.dashboard.page import dashboard
+from sidecar.registry import views
+from sidecar.registry.api import (
+    get_callable,
+    get_endpoint,
+    get_routes,
+    health_view,
+    incident_view,
+)
+from sidecar.server.ops_api import get_metrics, get_openapi, healthz
+from sidecar.usage.api import get_usage, post_usage
+
+ROUTES: tuple[web.RouteDef, ...] = (
+    web.get("/", dashboard),
+    web.get("/healthz", healthz),
+    web.get("/metrics", get_metrics),
+    web.get("/api/v1/openapi.json", get_openapi),
+    web.get("/api/v1/usage", get_usage),
+    web.get("/api/v1/registry/totals", health_view(views.registry_totals)),
+    web.get("/api/v1/pools/rpc", health_view(views.proxy_pools)),
+    web.get("/api/v1/pools/endpoints", health_view(views.endpoint_pools)),
+    web.get("/api/v1/endpoints/root", health_view(views.root_endpoints)),
+    web.get("/api/v1/endpoints/callable", get_callable),
+    web.get("/api/v1/endpoints/{id}", get_endpoint),
+    web.get("/api/v1/heatmap", health_view(views.heatmap)),
+    web.get("/api/v1/incidents", incident_view(views.incident_list)),
+    web.get("/api/v1/incidents/timeline", incident_view(views.incident_timeline)),
+    # The addon's (bearer token when one is configured):
+    web.get("/api/v1/internal/routes/{network}", get_routes),
+    web.post("/api/v1/internal/usage", post_usage),
+)

@@ -1,0 +1,49 @@
+"""Usage statistics, the pure part: the addon's batches in, the public summary out.
+
+* ``sidecar.usage.stats.batch``: the wire form of a batch of per-minute rollups,
+  validated all or nothing (``parse_batch``);
+* ``sidecar.usage.stats.window``: the 7-day window and the totals over it
+  (``WindowTotals``);
+* ``sidecar.usage.stats.summary``: the ``GET /api/v1/usage`` document from those
+  totals (``summarize``).
+
+The store that keeps the totals (``sidecar.usage.store``) and the service
+that runs it (``sidecar.usage.service``) do the I/O. Modules inside the
+sidecar import from the submodules; the names below are the package's face
+for code outside it (e.g. ``bench/bench_stats.py``).
+"""
+
+from sidecar.usage.stats.batch import (
+    MAX_ROLLUPS,
+    Batch,
+    BatchError,
+    Rollup,
+    parse_batch,
+    parse_rollup,
+)
+from sidecar.usage.stats.summary import EndpointInfo, endpoint_labels, freshness, summarize
+from sidecar.usage.stats.window import (
+    WINDOW_S,
+    Counts,
+    WindowTotals,
+    totals_of,
+    window_start_minute,
+)
+
+__all__ = [
+    "MAX_ROLLUPS",
+    "WINDOW_S",
+    "Batch",
+    "BatchError",
+    "Counts",
+    "EndpointInfo",
+    "Rollup",
+    "WindowTotals",
+    "endpoint_labels",
+    "freshness",
+    "parse_batch",
+    "parse_rollup",
+    "summarize",
+    "totals_of",
+    "window_start_minute",
+]

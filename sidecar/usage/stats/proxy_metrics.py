@@ -1,0 +1,178 @@
+"""The ``metrics`` section of a usage batch, validated (pure).
+
+The wire form and its rules are ``common.metrics_wire``'s docstring (the
+contract with the proxy). ``parse_metrics`` checks a decoded section strictly
+and turns it into a ``ProxyMetrics`` of tuples; a broken one raises
+``BatchError`` (the whole batch is refused with 400, as for a bad rollup).
+Label *values* are only checked for shape here; how many distinct ones are
+kept is the accumulator's business (``sidecar.usage.proxy_counters``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from common.metrics_wire import (
+    DURATION_BUCKETS,
+    EXTRA_COUNTERS,
+    GAUGES,
+    MAX_EXTRA_LABELS,
+    MAX_LABEL_LEN,
+    MAX_ROWS,
+    OUTCOMES,
+    SUBSCRIPTION_GAUGES,
+)
+from sidecar.usage.stats.checks import MAX_COUNT, BatchError, show
+
+_ENDPOINT_ID = re.compile(r"endpoint-srf-[0-9a-f]{16}")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_N_BUCKETS = len(DURATION_BUCKETS) + 1
+
+Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
+
+
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    ws_connections: int = 0
+    spool_batches: int = 0
+    client_subscriptions: tuple[tuple[str, int], ...] = ()
+    upstream_subscriptions: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyMetrics:
+    proxy_id: str
+    requests: tuple[tuple[str, str, str, int], ...] = ()  # network, method, outcome, n
+    duration: tuple[tuple[str, tuple[int, ...], float], ...] = ()  # network, per bucket, sum
+    attempts: tuple[tuple[str, str, int], ...] = ()  # endpoint id, result, n
+    failovers: tuple[tuple[str, int], ...] = ()  # network, n
+    extra: tuple[tuple[str, Labels, int], ...] = ()  # counter name, labels, n
+    gauges: Gauges | None = None  # None: the batch carries no snapshot
+
+
+def _label(value: Any, where: str, what: str) -> str:
+    if type(value) is not str or not 0 < len(value) <= MAX_LABEL_LEN or not value.isprintable():
+        raise BatchError(
+            f"{where} {what} must be a printable string of 1..{MAX_LABEL_LEN} characters,"
+            f" got {show(value)}"
+        )
+    return value
+
+
+def _count(value: Any, where: str) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise BatchError(f"{where} must be an integer 0..{MAX_COUNT}, got {show(value)}")
+    return value
+
+
+def _network(value: Any, where: str, networks: Sequence[str]) -> str:
+    if type(value) is not str or value not in networks:
+        raise BatchError(
+            f"{where} network {show(value)} is not a configured network ({', '.join(networks)})"
+        )
+    return value
+
+
+def _rows(doc: dict[str, Any], key: str, width: int) -> list[tuple[str, list[Any]]]:
+    """``doc[key]`` as (where, row) pairs; each row a list of ``width`` items."""
+    rows = doc.get(key, [])
+    if type(rows) is not list:
+        raise BatchError(f"metrics.{key} must be a list")
+    if len(rows) > MAX_ROWS:
+        raise BatchError(f"metrics.{key} has too many rows ({len(rows)} > {MAX_ROWS})")
+    out = []
+    for i, row in enumerate(rows):
+        where = f"metrics.{key}[{i}]"
+        if type(row) is not list or len(row) != width:
+            raise BatchError(f"{where} must be a list of {width} items")
+        out.append((where, row))
+    return out
+
+
+def _duration(
+    where: str, row: list[Any], networks: Sequence[str]
+) -> tuple[str, tuple[int, ...], float]:
+    network, counts, total = row
+    if type(counts) is not list or len(counts) != _N_BUCKETS:
+        raise BatchError(f"{where} bucket counts must be a list of {_N_BUCKETS} integers")
+    if isinstance(total, bool) or not isinstance(total, int | float):
+        raise BatchError(f"{where} sum_seconds must be a number, got {show(total)}")
+    if not math.isfinite(total) or not 0 <= total <= 1e300:
+        raise BatchError(f"{where} sum_seconds must be a finite number >= 0, got {total}")
+    return (
+        _network(network, where, networks),
+        tuple(_count(n, f"{where} bucket {b}") for b, n in enumerate(counts)),
+        float(total),
+    )
+
+
+def _extra(where: str, row: list[Any]) -> tuple[str, Labels, int]:
+    name, labels, n = row
+    if name not in EXTRA_COUNTERS:
+        raise BatchError(f"{where} name {show(name)} is not one of {', '.join(EXTRA_COUNTERS)}")
+    if type(labels) is not dict or len(labels) > MAX_EXTRA_LABELS:
+        raise BatchError(f"{where} labels must be an object of at most {MAX_EXTRA_LABELS} labels")
+    for k in labels:
+        if type(k) is not str or not _LABEL_NAME.fullmatch(k) or k.startswith("__"):
+            raise BatchError(f"{where} label name {show(k)} is not a Prometheus label name")
+        _label(labels[k], where, f"label {k}")
+    return name, tuple(sorted(labels.items())), _count(n, f"{where} count")
+
+
+def _gauges(doc: Any) -> Gauges:
+    if type(doc) is not dict:
+        raise BatchError("metrics.gauges must be an object")
+    plain = {k: _count(doc.get(k, 0), f"metrics.gauges.{k}") for k in GAUGES}
+    subs: dict[str, tuple[tuple[str, int], ...]] = {}
+    for key in SUBSCRIPTION_GAUGES:
+        by_method = doc.get(key, {})
+        where = f"metrics.gauges.{key}"
+        if type(by_method) is not dict or len(by_method) > MAX_ROWS:
+            raise BatchError(f"{where} must be an object of at most {MAX_ROWS} method -> count")
+        subs[key] = tuple(
+            (_label(m, where, "method"), _count(n, f"{where}[{m!r}]")) for m, n in by_method.items()
+        )
+    return Gauges(**plain, **subs)
+
+
+def parse_metrics(doc: Any, networks: Sequence[str]) -> ProxyMetrics:
+    """Validate a decoded ``metrics`` section against ``common.metrics_wire``'s rules."""
+    if type(doc) is not dict:
+        raise BatchError("metrics must be an object")
+    proxy_id = _label(doc.get("proxy_id"), "metrics", "proxy_id")
+    requests = []
+    for where, (network, method, outcome, n) in _rows(doc, "requests", 4):
+        if outcome not in OUTCOMES:
+            raise BatchError(f"{where} outcome {show(outcome)} is not one of {', '.join(OUTCOMES)}")
+        requests.append(
+            (
+                _network(network, where, networks),
+                _label(method, where, "method"),
+                outcome,
+                _count(n, f"{where} count"),
+            )
+        )
+    attempts = []
+    for where, (endpoint, result, n) in _rows(doc, "attempts", 3):
+        if type(endpoint) is not str or not _ENDPOINT_ID.fullmatch(endpoint):
+            raise BatchError(
+                f"{where} endpoint must be an id endpoint-srf-<16 hex>, got {show(endpoint)}"
+            )
+        attempts.append((endpoint, _label(result, where, "result"), _count(n, f"{where} count")))
+    gauges = doc.get("gauges")
+    return ProxyMetrics(
+        proxy_id=proxy_id,
+        requests=tuple(requests),
+        duration=tuple(_duration(w, r, networks) for w, r in _rows(doc, "duration", 3)),
+        attempts=tuple(attempts),
+        failovers=tuple(
+            (_network(r[0], w, networks), _count(r[1], f"{w} count"))
+            for w, r in _rows(doc, "failovers", 2)
+        ),
+        extra=tuple(_extra(w, r) for w, r in _rows(doc, "extra", 3)),
+        gauges=None if gauges is None else _gauges(gauges),
+    )

@@ -1,0 +1,260 @@
+"""The usage store: merging, idempotency, pruning, restart, bounded rows, errors."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sidecar.usage.rows import hist_json
+from sidecar.usage.stats.batch import Batch, Rollup
+from sidecar.usage.stats.window import WINDOW_S, WindowTotals, totals_of, window_start_minute
+from sidecar.usage.store import StoreUnavailable, UsageStore
+
+NOW = 1_763_700_000.0
+MINUTE = int(NOW // 60)
+EP_A = "endpoint-srf-" + "a" * 16
+EP_B = "endpoint-srf-" + "b" * 16
+DAY = 86_400
+START = MINUTE - WINDOW_S // 60  # the window's first minute at NOW
+
+
+def batch(*rollups: Rollup, batch_id: str | None = None) -> Batch:
+    return Batch(batch_id or uuid.uuid4().hex, NOW, tuple(rollups))
+
+
+def r(
+    minute: int = MINUTE,
+    n: int = 1,
+    *,
+    network: str = "finney",
+    endpoint: str | None = EP_A,
+    method: str = "chain_getHeader",
+    errors: int = 0,
+    bucket: int = 250,
+) -> Rollup:
+    return Rollup(minute, network, endpoint, method, n, errors, 0, 0, n * 100.0, {bucket: n})
+
+
+def assert_same_totals(got: WindowTotals, want: WindowTotals) -> None:
+    assert set(got.counts) == {k for k, c in want.counts.items() if c.requests}
+    for key, c in got.counts.items():
+        w = want.counts[key]
+        assert (c.requests, c.errors, c.failovers, c.cache_hits) == (
+            w.requests,
+            w.errors,
+            w.failovers,
+            w.cache_hits,
+        )
+        assert math.isclose(c.latency_ms_sum, w.latency_ms_sum, rel_tol=1e-9, abs_tol=1e-6)
+    nonempty = {net: {b: n for b, n in h.items() if n} for net, h in want.hists.items()}
+    assert {net: h for net, h in got.hists.items() if h} == {n: h for n, h in nonempty.items() if h}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> UsageStore:
+    s = UsageStore(tmp_path / "usage.sqlite3")
+    yield s  # type: ignore[misc]
+    s.close()
+
+
+def test_rollups_of_the_same_key_merge(store: UsageStore) -> None:
+    store.ingest(batch(r(n=3, errors=1, bucket=100)), NOW)
+    store.ingest(batch(r(n=2, bucket=200), r(n=1, bucket=100)), NOW)  # also within a batch
+    t = store.window_totals(NOW)
+    c = t.counts[("finney", EP_A)]
+    assert (c.requests, c.errors, c.latency_ms_sum) == (6, 1, 600.0)
+    assert t.hists == {"finney": {100: 4, 200: 2}}
+    assert store.row_counts()["usage_minute"] == 1
+    assert store.rebuild_totals(NOW).hists == {"finney": {100: 4, 200: 2}}
+
+
+def test_the_same_batch_id_is_counted_once(store: UsageStore) -> None:
+    b = batch(r(n=5))
+    first = store.ingest(b, NOW)
+    again = store.ingest(b, NOW + 1)
+    assert (first.duplicate, first.rollups, again.duplicate) == (False, 1, True)
+    assert store.window_totals(NOW).counts[("finney", EP_A)].requests == 5
+    assert store.updated == NOW  # a duplicate is not a new ingest
+
+
+def test_rollups_older_than_the_window_are_dropped(store: UsageStore) -> None:
+    start = window_start_minute(NOW)
+    res = store.ingest(batch(r(start - 1, 7), r(start, 2)), NOW)
+    assert (res.rollups, res.stored) == (2, 1)
+    assert store.window_totals(NOW).counts[("finney", EP_A)].requests == 2
+
+
+def test_the_window_slides_minute_by_minute(store: UsageStore) -> None:
+    start = window_start_minute(NOW)
+    store.ingest(batch(r(start, 1), r(start + 1, 2), r(start + 61, 4), r(MINUTE, 8)), NOW)
+    assert store.window_totals(NOW).counts[("finney", EP_A)].requests == 15
+    assert store.window_totals(NOW + 60).counts[("finney", EP_A)].requests == 14
+    assert store.window_totals(NOW + 119).counts[("finney", EP_A)].requests == 14
+    assert store.window_totals(NOW + 120).counts[("finney", EP_A)].requests == 12
+    assert store.window_totals(NOW + 62 * 60).counts[("finney", EP_A)].requests == 8
+    assert store.window_totals(NOW + 62 * 60).hists == {"finney": {250: 8}}
+    # Backwards (a clock step) and far forwards rebuild from the database.
+    assert store.window_totals(NOW).counts[("finney", EP_A)].requests == 15
+    assert store.window_totals(NOW + WINDOW_S + 60).counts == {}
+
+
+def test_pruning_deletes_old_rollups_and_forgets_batch_ids(store: UsageStore) -> None:
+    b = batch(r(MINUTE - 10, 3), r(MINUTE, 4, endpoint=None))
+    store.ingest(b, NOW)
+    assert store.prune(NOW) == 0
+    later = NOW + WINDOW_S + 3600
+    assert store.prune(later) > 0
+    rows = store.row_counts()
+    assert rows.pop("usage_batches") == 1
+    assert rows == dict.fromkeys(rows, 0)
+    assert store.window_totals(later).counts == {}
+    # Batch ids are remembered past the window (8 days), then forgotten.
+    assert store.ingest(b, NOW + 7 * DAY).duplicate is True
+    store.prune(NOW + 8 * DAY + 1)
+    assert store.ingest(b, NOW + 8 * DAY + 2).duplicate is False
+
+
+def test_ingest_prunes_every_so_often(tmp_path: Path) -> None:
+    s = UsageStore(tmp_path / "u.sqlite3", prune_interval_s=600)
+    s.ingest(batch(r(MINUTE, 3)), NOW)
+    later = NOW + 8 * DAY
+    s.ingest(batch(r(int(later // 60), 1)), later)
+    assert s.row_counts()["usage_minute"] == 1
+    s.close()
+
+
+def test_a_restart_keeps_rollups_and_updated(tmp_path: Path) -> None:
+    path = tmp_path / "usage.sqlite3"
+    s = UsageStore(path)
+    assert s.updated is None
+    b = batch(r(MINUTE - 90, 3, errors=1), r(MINUTE, 2, network="test", endpoint=EP_B))
+    s.ingest(b, NOW)
+    before = s.window_totals(NOW)
+    s.close()
+    s2 = UsageStore(path)
+    assert s2.updated == NOW
+    assert_same_totals(s2.window_totals(NOW), before)
+    assert s2.ingest(b, NOW).duplicate is True
+    s2.close()
+
+
+def test_rows_grow_with_keys_not_with_requests(store: UsageStore) -> None:
+    keys = [(ep, m) for ep in (EP_A, EP_B, None) for m in ("a", "b")]
+    store.ingest(batch(*(r(MINUTE, 1, endpoint=ep, method=m) for ep, m in keys)), NOW)
+    rows = store.row_counts()
+    for i in range(20):
+        store.ingest(
+            batch(*(r(MINUTE, 1000, endpoint=ep, method=m, bucket=100 + i % 5) for ep, m in keys)),
+            NOW,
+        )
+    grown = store.row_counts()
+    assert grown["usage_batches"] == rows["usage_batches"] + 20
+    assert {k: v for k, v in grown.items() if k != "usage_batches"} == {
+        "usage_minute": 6,
+        "hist_minute": 1,
+        "usage_hour": 3,
+        "hist_hour": 6,  # buckets 250 and 100..104
+    }
+    assert store.window_totals(NOW).counts[("finney", "")].requests == 2 + 2 * 20 * 1000
+
+
+def test_a_locked_database_raises_store_unavailable_and_stores_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "usage.sqlite3"
+    s = UsageStore(path, busy_timeout_ms=50)
+    s.ingest(batch(r(n=1)), NOW)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    b = batch(r(n=5))
+    with pytest.raises(StoreUnavailable):
+        s.ingest(b, NOW)
+    assert s.errors == 1
+    other.execute("ROLLBACK")
+    other.close()
+    assert s.window_totals(NOW).counts[("finney", EP_A)].requests == 1
+    assert s.ingest(b, NOW).duplicate is False  # the retry is not mistaken for a duplicate
+    assert s.window_totals(NOW).counts[("finney", EP_A)].requests == 6
+    s.close()
+
+
+def test_an_unreadable_stored_histogram_does_not_block_ingest(store: UsageStore) -> None:
+    store.ingest(batch(r(n=1)), NOW)
+    store._db.execute("UPDATE usage_minute SET hist = 'garbage'")
+    store.ingest(batch(r(n=2, bucket=7)), NOW)
+    (stored,) = store._db.execute("SELECT hist FROM usage_minute").fetchone()
+    assert stored == hist_json({7: 2})
+
+
+def test_an_unopenable_path_raises_store_unavailable(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreUnavailable):
+        UsageStore(tmp_path / "file" / "usage.sqlite3")
+
+
+_rollups = st.lists(
+    st.builds(
+        Rollup,
+        # Mostly near the window's start (where it slides), some anywhere in it.
+        minute=st.one_of(st.integers(START - 3, START + 40), st.integers(START - 30, MINUTE + 200)),
+        network=st.sampled_from(["finney", "test"]),
+        endpoint=st.sampled_from([EP_A, EP_B, None]),
+        method=st.sampled_from(["a", "b"]),
+        requests=st.just(0),
+    ),
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.one_of(st.integers(0, 600), st.integers(0, 400 * 60)),  # slide or rebuild
+            _rollups,
+            st.integers(1, 20),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_in_memory_totals_match_a_naive_recount(tmp_path: Path, steps: list) -> None:
+    """Ingests at increasing times, with pruning: the sliding in-memory totals
+    always equal the totals recomputed from every stored rollup."""
+    path = tmp_path / f"{uuid.uuid4().hex}.sqlite3"
+    s = UsageStore(path, prune_interval_s=1e12)
+    kept: list[Rollup] = []
+    now = NOW
+    for advance, rollups, n, prune in steps:
+        now += advance
+        # Give each rollup n calls and a histogram (the strategy cannot relate them).
+        real = [
+            Rollup(
+                x.minute,
+                x.network,
+                x.endpoint,
+                x.method,
+                n,
+                n // 2,
+                n // 3,
+                0,
+                n * 1.5,
+                {x.minute % 7: n},
+            )
+            for x in rollups
+        ]
+        s.ingest(batch(*real), now)
+        start = window_start_minute(now)
+        kept += [x for x in real if x.minute >= start]
+        if prune:
+            s.prune(now)
+        assert_same_totals(s.window_totals(now), totals_of(kept, now))
+    assert_same_totals(s.rebuild_totals(now), totals_of(kept, now))
+    s.close()
