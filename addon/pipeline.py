@@ -26,15 +26,11 @@ from typing import Any
 
 from mitmproxy import http
 
-from addon.admit import allowlist, rate_limit
-from addon.answer import forward_pending, learn, record, respond
-from addon.cache_stage import cache_lookup, cache_store
 from addon.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.gate import open_message, open_rpc
 from addon.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.lean import ProxyTuning
 from addon.mitm_limits import ReadLimits
-from addon.pin_stage import pin_to_head
 from addon.respond import deliver, json_response
 from addon.runtime import Runtime, RuntimeHolder
 from addon.session import HttpSession
@@ -42,7 +38,17 @@ from addon.settings import Settings
 from addon.shipping import UsageShipping
 from addon.sidecar_pass import SidecarPassthrough
 from addon.snapshot import SnapshotRefresher
-from addon.subscribe_stage import subscribe, subscription_limits
+from addon.steps.allowlist import allowlist
+from addon.steps.cache_lookup import cache_lookup
+from addon.steps.cache_store import cache_store
+from addon.steps.forward_pending import forward_pending
+from addon.steps.learn import learn
+from addon.steps.pin_to_head import pin_to_head
+from addon.steps.rate_limit import rate_limit
+from addon.steps.record import record
+from addon.steps.respond import respond
+from addon.steps.subscribe import subscribe
+from addon.steps.subscription_limits import subscription_limits
 from addon.websocket import WebSocketRpc
 
 log = logging.getLogger("chainproxy")

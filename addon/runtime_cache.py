@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from addon.cache_rules import KEY_VERSION, plan
+from addon.cache_store import CacheStore
 from addon.jsonrpc import Call
 
 METADATA = "state_getMetadata"
@@ -42,3 +43,15 @@ def metadata_hash(call: Call) -> str | None:
     if call.method != METADATA or not isinstance(call.params, list):
         return None
     return call.facts.hash_at(0)
+
+
+def runtime_entry(network: str, call: Call, cache: CacheStore | None) -> str | None:
+    """For a metadata read at a block whose runtime version is cached: the
+    per-runtime entry it is answered from and stored under."""
+    if cache is None:
+        return None
+    block_hash = metadata_hash(call)
+    if block_hash is None:
+        return None
+    vkey = version_key(network, block_hash)
+    return runtime_key(network, cache.get(vkey)) if vkey is not None else None

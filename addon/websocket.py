@@ -8,7 +8,7 @@ identified once at the handshake: same allowlist, same per-client quota (each
 call counts, a subscribe too), same cache, upstream choice, failover and usage
 records. The answer body is sent back as one text message; the HTTP status a
 POST would have had is not, the JSON-RPC error inside says it all. Read
-subscriptions are steps of the same run (``addon/subscribe_stage.py``) over
+subscriptions are steps of the same run (``addon/steps/subscribe.py``) over
 ``addon/subs`` (shared upstream subscriptions that move to another node when
 theirs fails).
 
@@ -34,7 +34,6 @@ from mitmproxy import ctx, http
 from mitmproxy.utils.asyncio_utils import create_task
 
 from addon import mitm_internals, mitm_limits
-from addon.admit import quota_error
 from addon.context import WS_HEADERS_KEY, WS_KEY
 from addon.gate import flow_client
 from addon.jsonrpc import INTERNAL_ERROR, dumps, error_obj
@@ -44,7 +43,7 @@ from addon.quota import decide
 from addon.ratelimit import Decision
 from addon.respond import json_response, message_body
 from addon.runtime import RuntimeHolder
-from addon.subscribe_stage import release
+from addon.steps.rate_limit import quota_error
 from addon.ws_conn import SLOW_CLIENT_CLOSE, ClientConn
 from addon.ws_sink import FLOW_HEADER, Sink
 from common.config.model import WebSocketConfig
@@ -204,13 +203,13 @@ class WebSocketRpc:
         rt = self.holder.runtime
         if rt is not None:
             rt.ws_connections = max(0, rt.ws_connections - 1)
-            release(rt, conn)  # closing a socket ends its subscriptions
+            rt.subs.release(conn)  # closing a socket ends its subscriptions
         flow.comment = conn.describe()
 
     def _close_slow(self, conn: ClientConn) -> None:
         rt = self.holder.runtime
         if rt is not None:
-            release(rt, conn)
+            rt.subs.release(conn)
         create_task(
             self.sink.close_flow(conn.flow.id, SLOW_CLIENT_CLOSE, "notifications not read"),
             name="chainproxy: close a slow WebSocket client",
@@ -242,7 +241,7 @@ class WebSocketRpc:
             for task in list(conn.tasks):
                 task.cancel()
             if rt is not None:
-                release(rt, conn)
+                rt.subs.release(conn)
         self._conns.clear()
         self.sink.close()
 

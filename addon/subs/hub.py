@@ -140,6 +140,12 @@ class SubscriptionHub:
         pool = self.pools.get(network)
         return pool is not None and len(pool) > 0
 
+    def release(self, sock: Any) -> None:
+        """A client socket closed: all of its subscriptions go."""
+        for sub_id in list(sock.subscriptions):
+            self.unsubscribe(sub_id, sock)
+        sock.subscriptions.clear()
+
     def unsubscribe(self, sub_id: str, owner: object) -> bool:
         """True when ``owner`` held ``sub_id`` (it no longer does)."""
         sh = self.by_id.get(sub_id)

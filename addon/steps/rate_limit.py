@@ -1,47 +1,17 @@
-"""Admission steps: the read-only allowlist and the per-client quota, the same
-for a POST, a WebSocket message and a subscription call."""
+"""The quota step: a client's calls are charged to its quota (shared through
+Redis when configured), a batch taken whole or refused whole (429)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from typing import Any
 
-from addon.allowlist import refusal_reason
 from addon.context import RpcContext
-from addon.jsonrpc import LIMIT_EXCEEDED, METHOD_NOT_FOUND, Call, Item, error_obj
+from addon.jsonrpc import LIMIT_EXCEEDED, Call, Item, error_obj
 from addon.quota import decide
 from addon.ratelimit import Decision
 from addon.runtime import Runtime
-from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
-
-
-def allowlist(rpc: RpcContext, rt: Runtime) -> None:
-    """Refuse methods that are not on the read-only allowlist (403 / per item).
-    On a WebSocket the read subscriptions are allowed too (while served) and
-    unsubscribing always is."""
-    assert rpc.parsed is not None
-    allow = rt.config.proxy.allowlist
-    for i, item in enumerate(rpc.parsed.items):
-        if isinstance(item, Call) and item.method not in allow and not _socket_call(rpc, rt, item):
-            rpc.answers[i] = error_obj(
-                item.id,
-                METHOD_NOT_FOUND,
-                f"method not allowed: {item.method[:64]}",
-                {
-                    "policy": "allowlist",
-                    "reason": refusal_reason(item.method, websocket=rpc.websocket),
-                },
-            )
-    if not rpc.parsed.is_batch and rpc.answers[0] is not None:
-        rpc.refuse(403, rpc.answers[0])
-
-
-def _socket_call(rpc: RpcContext, rt: Runtime, call: Call) -> bool:
-    if rpc.socket is None:
-        return False
-    if call.method in UNSUBSCRIBE:
-        return True
-    return call.method in SUBSCRIBE and rt.config.proxy.websocket.subscriptions
+from addon.subs.methods import UNSUBSCRIBE
 
 
 def cost(item: Item) -> int:

@@ -1,17 +1,17 @@
-"""Cache steps: ``cache_lookup`` answers block-pinned reads from the edge
-cache with the caller's own id and keeps each cacheable call's plan;
-``cache_store`` stores what the upstream answered under those plans."""
+"""The cache look-up step: block-pinned reads are answered from the edge cache
+(local tier, then the shared one in one round trip) with the caller's own id;
+each cacheable call keeps its plan for ``cache_store``."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from typing import Any
 
-from addon.cache_rules import answer_from, entries_to_store, plan
+from addon.cache_rules import answer_from, plan
 from addon.context import RpcContext
 from addon.jsonrpc import Call
 from addon.runtime import Runtime
-from addon.runtime_cache import metadata_hash, runtime_key, version_key
+from addon.runtime_cache import runtime_entry
 
 
 def cache_lookup(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
@@ -40,7 +40,7 @@ def cache_lookup(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
         else:
             _hit(rpc, i, call, values)
             continue
-        by_runtime = _runtime_entry(rpc.network, call, rt)
+        by_runtime = runtime_entry(rpc.network, call, rt.cache)
         if by_runtime is not None:
             metadata = rt.cache.get(by_runtime)
             if metadata is not None:
@@ -83,38 +83,3 @@ def _hit(rpc: RpcContext, i: int, call: Call, values: list[Any]) -> None:
 def _mark(rpc: RpcContext) -> None:
     if rpc.hits and not rpc.pending():
         rpc.cache = "HIT"
-
-
-def cache_store(rpc: RpcContext, rt: Runtime) -> None:
-    """Cache what the upstream answers allow (results only: never errors or null).
-    A soft result is only the best of poor answers (e.g. another block than the
-    hash asked for): never cached."""
-    if rt.cache is None or rpc.result is None or rpc.result.kind != "ok":
-        return
-    for i in rpc.forwarded:
-        p, answer = rpc.plans.get(i), rpc.answers[i]
-        if p is None or answer is None or "result" not in answer:
-            continue
-        entries = entries_to_store(p, answer["result"])
-        call = rpc.parsed.items[i] if rpc.parsed is not None else None
-        if entries and isinstance(call, Call):
-            by_runtime = _runtime_entry(rpc.network, call, rt)
-            if by_runtime is not None:
-                # one copy per runtime, not one per block (hundreds of KB each)
-                entries = [(by_runtime, answer["result"])]
-        for key, value in entries:
-            rt.cache.set(key, value)
-            if rt.shared_cache is not None:
-                rt.shared_cache.put(key, value)
-
-
-def _runtime_entry(network: str, call: Call, rt: Runtime) -> str | None:
-    """For a metadata read at a block whose runtime version is cached: the
-    per-runtime entry (``addon/runtime_cache.py``)."""
-    if rt.cache is None:
-        return None
-    block_hash = metadata_hash(call)
-    if block_hash is None:
-        return None
-    vkey = version_key(network, block_hash)
-    return runtime_key(network, rt.cache.get(vkey)) if vkey is not None else None

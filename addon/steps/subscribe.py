@@ -1,16 +1,8 @@
-"""The subscription steps: what a subscribe or unsubscribe call on a client's
-WebSocket does once the allowlist has let it in. The quota, the usage record
-and the metrics are the ones every call goes through (``addon/pipeline.py``);
-what is here is only what subscriptions add:
-
-* ``subscription_limits`` (before the quota, so a refused one takes nothing):
-  subscriptions need a node-wss endpoint on the network, and a socket holds at
-  most ``proxy.websocket.max_subscriptions``;
-* ``subscribe``: joins (or starts) the shared upstream subscription
-  (``addon/subs/hub.py``) and answers with the client's subscription id; the
-  current head follows right after the answer (``rpc.afters``). Unsubscribing
-  answers whether the id was the socket's.
-"""
+"""The subscribe step: a socket's subscribe calls join (or start) the shared
+upstream subscription (``addon/subs/hub.py``) and are answered with the
+client's subscription id, the current head following right after the answer
+(``rpc.afters``); unsubscribing answers whether the id was the socket's. The
+quota, the usage record and the metrics are those of every call."""
 
 from __future__ import annotations
 
@@ -20,52 +12,12 @@ from addon.context import RpcContext, Socket
 from addon.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
-    METHOD_NOT_FOUND,
-    POLICY_REFUSED,
     Call,
     error_obj,
 )
 from addon.runtime import Runtime
 from addon.subs.hub import NoUpstream
 from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE, BadParams, canonical_params
-
-
-def subscription_limits(rpc: RpcContext, rt: Runtime) -> None:
-    sock = rpc.socket
-    if sock is None or rpc.parsed is None:
-        return
-    items = rpc.parsed.items
-    opening = 0
-    limit = rt.config.proxy.websocket.max_subscriptions
-    for i in rpc.pending():
-        call = items[i]
-        if not isinstance(call, Call) or call.method not in SUBSCRIBE:
-            continue
-        if not rt.subs.serves(sock.network):
-            rpc.answers[i] = error_obj(
-                call.id,
-                METHOD_NOT_FOUND,
-                f"subscriptions are not available on {sock.network}",
-                {
-                    "policy": "subscriptions",
-                    "reason": f"no node-wss endpoint is configured for {sock.network}",
-                },
-            )
-        elif len(sock.subscriptions) + opening >= limit:
-            rpc.answers[i] = error_obj(
-                call.id,
-                POLICY_REFUSED,
-                f"too many subscriptions on this socket (limit {limit})",
-                {
-                    "policy": "max_subscriptions",
-                    "reason": "unsubscribe some, or open another socket",
-                    "limit": limit,
-                },
-            )
-        else:
-            opening += 1
-    if not rpc.parsed.is_batch and rpc.answers[0] is not None:
-        rpc.refuse(403, rpc.answers[0])
 
 
 def subscribe(rpc: RpcContext, rt: Runtime) -> Any:
@@ -127,10 +79,3 @@ async def _subscribe(
         rpc.afters = []
     rpc.afters.append(lambda: shared.greet(sub))  # the current head, after the id
     return {"jsonrpc": "2.0", "id": call.id, "result": sub.sub_id}
-
-
-def release(rt: Runtime, sock: Socket) -> None:
-    """A socket closed: all of its subscriptions go."""
-    for sub_id in list(sock.subscriptions):
-        rt.subs.unsubscribe(sub_id, sock)
-    sock.subscriptions.clear()

@@ -1,8 +1,7 @@
 """The head-pinning step: hash-optional reads sent without a block hash get
 the hash of the network's best block (``addon/head_pin.py``), when this
 proxy knows a fresh one (``addon/heads.py``); otherwise they go on unpinned,
-as without the feature. Runs before the cache, so a pinned read can be a hit.
-"""
+as without the feature. Runs before the cache, so a pinned read can be a hit."""
 
 from __future__ import annotations
 

@@ -1,0 +1,60 @@
+"""The allowlist step: methods not on the read-only allowlist are refused (403, or
+an error in place in a batch), with a reason a client developer can act on.
+
+The allowlist itself is a set of exact names from the config
+(``common.allowlist_default`` unless the config names its own)."""
+
+from __future__ import annotations
+
+from addon.context import RpcContext
+from addon.jsonrpc import METHOD_NOT_FOUND, Call, error_obj
+from addon.runtime import Runtime
+from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
+
+
+def allowlist(rpc: RpcContext, rt: Runtime) -> None:
+    """Refuse methods that are not on the read-only allowlist (403 / per item).
+    On a WebSocket the read subscriptions are allowed too (while served) and
+    unsubscribing always is."""
+    assert rpc.parsed is not None
+    allow = rt.config.proxy.allowlist
+    for i, item in enumerate(rpc.parsed.items):
+        if isinstance(item, Call) and item.method not in allow and not _socket_call(rpc, rt, item):
+            rpc.answers[i] = error_obj(
+                item.id,
+                METHOD_NOT_FOUND,
+                f"method not allowed: {item.method[:64]}",
+                {
+                    "policy": "allowlist",
+                    "reason": refusal_reason(item.method, websocket=rpc.websocket),
+                },
+            )
+    if not rpc.parsed.is_batch and rpc.answers[0] is not None:
+        rpc.refuse(403, rpc.answers[0])
+
+
+def _socket_call(rpc: RpcContext, rt: Runtime, call: Call) -> bool:
+    if rpc.socket is None:
+        return False
+    if call.method in UNSUBSCRIBE:
+        return True
+    return call.method in SUBSCRIBE and rt.config.proxy.websocket.subscriptions
+
+
+def refusal_reason(method: str, *, websocket: bool = False) -> str:
+    m = method.lower()
+    if m.startswith("author_"):
+        return "writes are not served: this is a read-only proxy"
+    if "subscribe" in m:
+        if websocket:
+            return (
+                "this subscription is not served: the read subscriptions are new, all and "
+                "finalized heads, runtime version and storage"
+            )
+        return (
+            "subscriptions are served over WebSocket only: open ws:// (or wss://) on this "
+            "same URL, /rpc/v1/<network>"
+        )
+    if m.startswith(("offchain_", "sudo", "dev_", "engine_")) or "unsafe" in m:
+        return "node administration and unsafe methods are not served"
+    return "method is not on the read-only allowlist"

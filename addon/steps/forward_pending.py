@@ -1,0 +1,90 @@
+"""The forward step: what is still unanswered goes upstream (failover, hedging,
+and identical calls in flight shared), and the answers or the failure fill
+the call's slots."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+
+from addon.coalesce import coalesce_key
+from addon.context import RpcContext
+from addon.forward import ForwardResult, forward
+from addon.jsonrpc import INTERNAL_ERROR, Call, error_obj
+from addon.pinning import hints
+from addon.runtime import Runtime
+
+log = logging.getLogger("chainproxy")
+
+
+async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
+    assert rpc.parsed is not None
+    pending = rpc.pending()
+    rpc.forwarded = pending
+    if not pending:
+        return  # all from the cache
+    assert rt.transport is not None  # attached by HttpSession.running, before any call
+    calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
+    tip = rt.tips.get(rpc.network)
+    hint = hints(calls, tip=tip, index=rt.blocks)
+    min_block = hint.min_block
+    if rpc.min_block is not None:  # pinned to the head: only nodes that have it
+        min_block = rpc.min_block if min_block is None else max(min_block, rpc.min_block)
+    p = rt.config.proxy
+    is_batch = rpc.parsed.is_batch
+
+    def start() -> Awaitable[ForwardResult]:
+        assert rt.transport is not None
+        return forward(
+            calls,
+            is_batch=is_batch,
+            pool=rt.pools[rpc.network],
+            transport=rt.transport,
+            budget=rt.budget,
+            clock=rt.clock,
+            tip=tip,
+            min_block=min_block,
+            prefer_archive=hint.prefer_archive,
+            hedger=rt.hedgers.get(rpc.network),  # off: it never hedges
+        )
+
+    if p.coalesce.enabled:
+        key = coalesce_key(rpc.network, calls, is_batch)
+        result, rpc.coalesced = await rt.coalescer.run(key, start)
+        if rpc.coalesced:
+            rt.metrics.count_extra("chainproxy_coalesced_total", network=rpc.network)
+    else:
+        result = await start()
+    rpc.hedged = result.hedged and not rpc.coalesced  # counted once, by the call that sent it
+    if rpc.hedged:
+        rt.metrics.count_extra("chainproxy_hedged_total", network=rpc.network)
+    rpc.result = result
+    rpc.attempts = result.attempts
+    if result.upstream is not None:
+        rpc.upstream, rpc.provider = result.upstream.id, result.upstream.provider
+    _fill(rpc, pending, result, rt)
+
+
+def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtime) -> None:
+    """Put the upstream answers (or the failure) into the pending slots; on a
+    failure, the HTTP status a single call gets."""
+    assert rpc.parsed is not None
+    if result.answers is not None:
+        for i, answer in zip(pending, result.answers, strict=True):
+            rpc.answers[i] = {**answer, "jsonrpc": "2.0", "id": rpc.parsed.items[i].id}
+        return
+    attempts = [a.as_dict() for a in result.attempts]
+    if result.kind == "no-upstream":
+        status, message = 503, f"no upstream available for network {rpc.network}"
+    elif result.kind == "deadline":
+        status = 504
+        message = f"deadline of {rt.budget.deadline_s:g}s passed before an upstream answered"
+    else:
+        status = 502
+        message = f"all {len(attempts)} upstream attempt(s) failed"
+    log.warning("%s %s: %s %s", rpc.network, status, message, attempts)
+    for i in pending:
+        rpc.answers[i] = error_obj(
+            rpc.parsed.items[i].id, INTERNAL_ERROR, message, {"attempts": attempts}
+        )
+    rpc.error_status = status

@@ -1,0 +1,44 @@
+"""The learn step: block heights and the best head, from the upstream's answers,
+before the client sees them (archive routing, head pinning)."""
+
+from __future__ import annotations
+
+from addon.blocks import HEADER_METHODS, answered_header
+from addon.context import RpcContext
+from addon.heads import HASH_METHODS
+from addon.jsonrpc import Call
+from addon.runtime import Runtime
+
+
+def learn(rpc: RpcContext, rt: Runtime) -> None:
+    """Heights of block hashes, from the upstream's results (for archive routing),
+    and the best head with its hash (for head pinning), before the client sees it;
+    a head hash shown without its header pauses pinning (``addon/heads.py``)."""
+    if rpc.hits and rt.heads.unseen(rpc.network):
+        _learn_cached_headers(rpc, rt)
+    if rpc.result is None or rpc.result.answers is None:
+        return
+    assert rpc.parsed is not None
+    now = rt.clock()
+    for i in rpc.forwarded:
+        item, answer = rpc.parsed.items[i], rpc.answers[i]
+        if isinstance(item, Call) and answer is not None and "result" in answer:
+            rt.blocks.learn(item, answer["result"])
+            if item.method in HEADER_METHODS:
+                header = answered_header(item.method, answer["result"])
+                rt.heads.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
+            elif item.method in HASH_METHODS and isinstance(answer["result"], str):
+                block_hash = answer["result"]
+                rt.heads.shown(rpc.network, block_hash, now, rt.blocks.get(block_hash))
+
+
+def _learn_cached_headers(rpc: RpcContext, rt: Runtime) -> None:
+    """While pinning waits for a shown hash's header: that header may come from
+    the cache (another proxy process fetched it), which is as good."""
+    assert rpc.parsed is not None
+    now = rt.clock()
+    for i in rpc.hits:
+        item, answer = rpc.parsed.items[i], rpc.answers[i]
+        if isinstance(item, Call) and item.method in HEADER_METHODS and answer is not None:
+            header = answered_header(item.method, answer.get("result"))
+            rt.heads.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))

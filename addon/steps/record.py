@@ -1,0 +1,34 @@
+"""The record step: the usage records the sidecar's statistics are made of."""
+
+from __future__ import annotations
+
+from addon.context import RpcContext
+from addon.jsonrpc import Call
+from addon.runtime import Runtime
+
+
+def record(rpc: RpcContext, rt: Runtime) -> None:
+    """One usage record per call that was answered from the cache or upstream,
+    or that opened a subscription (refusals are not proxied calls). A call
+    counts as an error when its answer is a JSON-RPC error, the proxy's or the
+    upstream's."""
+    if rpc.parsed is None:
+        return
+    latency_ms = rpc.stop(rt.clock()) * 1000
+    failover = rpc.failover
+    endpoint = rpc.upstream or (rpc.attempts[-1].endpoint if rpc.attempts else None)
+    for i in (*rpc.hits, *rpc.forwarded, *rpc.subscribed):
+        item, answer = rpc.parsed.items[i], rpc.answers[i]
+        if not isinstance(item, Call) or answer is None:
+            continue
+        hit = i in rpc.hits
+        sub = i in rpc.subscribed
+        rt.usage.record(
+            network=rpc.network,
+            method=item.method,
+            endpoint=None if hit else rpc.subscribed[i] if sub else endpoint,
+            latency_ms=latency_ms,
+            error="error" in answer,
+            failover=failover and not hit and not sub,
+            cache_hit=hit,
+        )

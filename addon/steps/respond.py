@@ -1,0 +1,27 @@
+"""The last step: the call's reply (200 with the answers and the
+``X-Cache``/``X-Chainproxy-*`` headers, or the forward's failure status for a
+single call); ``addon/respond.py`` delivers it."""
+
+from __future__ import annotations
+
+from addon.context import Reply, RpcContext
+from addon.runtime import Runtime
+
+
+def respond(rpc: RpcContext, rt: Runtime) -> None:
+    assert rpc.parsed is not None
+    if rpc.error_status is not None and not rpc.parsed.is_batch:
+        rpc.reply = Reply(rpc.error_status, rpc.answers[0], "error")
+        return
+    headers = [("X-Cache", rpc.cache)]
+    if rpc.upstream:
+        headers.append(("X-Chainproxy-Upstream", rpc.upstream))
+        headers.append(("X-Chainproxy-Attempts", str(len(rpc.attempts))))
+    if rpc.pinned:
+        headers.append(("X-Chainproxy-Pinned", rpc.pinned))
+    if rpc.coalesced:
+        headers.append(("X-Chainproxy-Coalesced", "1"))
+    if rpc.hedged:
+        headers.append(("X-Chainproxy-Hedged", "1"))
+    doc = rpc.answers if rpc.parsed.is_batch else rpc.answers[0]
+    rpc.reply = Reply(200, doc, "ok", tuple(headers))

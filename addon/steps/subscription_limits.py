@@ -1,0 +1,53 @@
+"""The subscription limits step (before the quota, so a refused subscribe takes
+nothing): subscriptions need a node-wss endpoint on the network, and a socket
+holds at most ``proxy.websocket.max_subscriptions``."""
+
+from __future__ import annotations
+
+from addon.context import RpcContext
+from addon.jsonrpc import (
+    METHOD_NOT_FOUND,
+    POLICY_REFUSED,
+    Call,
+    error_obj,
+)
+from addon.runtime import Runtime
+from addon.subs.methods import SUBSCRIBE
+
+
+def subscription_limits(rpc: RpcContext, rt: Runtime) -> None:
+    sock = rpc.socket
+    if sock is None or rpc.parsed is None:
+        return
+    items = rpc.parsed.items
+    opening = 0
+    limit = rt.config.proxy.websocket.max_subscriptions
+    for i in rpc.pending():
+        call = items[i]
+        if not isinstance(call, Call) or call.method not in SUBSCRIBE:
+            continue
+        if not rt.subs.serves(sock.network):
+            rpc.answers[i] = error_obj(
+                call.id,
+                METHOD_NOT_FOUND,
+                f"subscriptions are not available on {sock.network}",
+                {
+                    "policy": "subscriptions",
+                    "reason": f"no node-wss endpoint is configured for {sock.network}",
+                },
+            )
+        elif len(sock.subscriptions) + opening >= limit:
+            rpc.answers[i] = error_obj(
+                call.id,
+                POLICY_REFUSED,
+                f"too many subscriptions on this socket (limit {limit})",
+                {
+                    "policy": "max_subscriptions",
+                    "reason": "unsubscribe some, or open another socket",
+                    "limit": limit,
+                },
+            )
+        else:
+            opening += 1
+    if not rpc.parsed.is_batch and rpc.answers[0] is not None:
+        rpc.refuse(403, rpc.answers[0])
