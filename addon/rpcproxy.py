@@ -5,6 +5,6 @@ Kept to one import so mitmproxy's hot reload of this file is cheap; the logic
 lives in the installed ``addon`` package (see DESIGN.md section 9).
 """
 
-from addon.pipeline import build_addons
+from addon.addons import build_addons
 
 addons = build_addons()

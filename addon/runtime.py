@@ -14,22 +14,22 @@ from typing import Any
 
 import aiohttp
 
-from addon.blocks import BlockIndex
-from addon.cache_store import CacheStore, DiskCacheStore
-from addon.coalesce import Coalescer
-from addon.forward import AiohttpTransport, Budget, Transport
-from addon.heads import HeadBook
-from addon.hedge import Hedger
-from addon.live_metrics import LiveMetrics
-from addon.ratelimit import RateLimiter
-from addon.redis_link import RedisLink
-from addon.shared_cache import SharedCacheTier
-from addon.shared_limit import SharedLimiter
-from addon.sidecar_client import SidecarClient
+from addon.cache.redis_tier import SharedCacheTier
+from addon.cache.store import CacheStore, DiskCacheStore
+from addon.chain.blocks import BlockIndex
+from addon.chain.head_book import HeadBook
+from addon.quota.local import RateLimiter
+from addon.quota.redis_limiter import SharedLimiter
+from addon.redislink.link import RedisLink
+from addon.reporting.live_metrics import LiveMetrics
+from addon.reporting.sidecar_client import SidecarClient
+from addon.reporting.usage import Spool, UsageAggregator
 from addon.subs.hub import HubSettings, SubscriptionHub
 from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
-from addon.upstreams import Upstream, UpstreamPool
-from addon.usage import Spool, UsageAggregator
+from addon.upstream.coalesce import Coalescer
+from addon.upstream.forward import AiohttpTransport, Budget, Transport
+from addon.upstream.hedge import Hedger
+from addon.upstream.pool import Upstream, UpstreamPool
 from common.config import Config, Endpoint
 from common.config.model import ProxyConfig
 

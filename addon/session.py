@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from mitmproxy.utils.asyncio_utils import create_task
 
-from addon.forward import new_session
 from addon.runtime import RuntimeHolder
+from addon.upstream.forward import new_session
 
 
 class HttpSession:

@@ -12,7 +12,7 @@ import logging
 
 from mitmproxy import ctx, exceptions
 
-from addon import mitm_limits
+from addon.mitm import limits as mitm_limits
 from addon.runtime import Runtime, RuntimeHolder
 from common.config import ConfigError, load_config, with_overrides
 
@@ -25,10 +25,10 @@ OPTION = "chainproxy_config"
 REDIS_OPTION = "chainproxy_redis_url"
 TRUST_OPTION = "chainproxy_trusted_proxies"
 # mitmproxy's own request body cap. With the read limits in place
-# (addon/mitm_limits.py) it is the JSON-RPC limit itself: mitmproxy stops
+# (addon/mitm/limits.py) it is the JSON-RPC limit itself: mitmproxy stops
 # reading a body (chunked too) there and the client gets the contract's JSON
 # 413. Without them (an untested mitmproxy) a memory backstop far above it:
-# bodies between the two get the JSON 413 from the Gate, larger ones
+# bodies between the two get the JSON 413 from the gate (addon/pipeline/gate.py), larger ones
 # mitmproxy's HTML page.
 _BACKSTOP_MIN = 8 * 1_048_576
 
@@ -36,7 +36,7 @@ _BACKSTOP_MIN = 8 * 1_048_576
 class Settings:
     def __init__(self, holder: RuntimeHolder, read_limits: mitm_limits.ReadLimits) -> None:
         self.holder = holder
-        self.read_limits = read_limits  # gets each config's limits (addon/mitm_limits.py)
+        self.read_limits = read_limits  # gets each config's limits (addon/mitm/limits.py)
 
     def load(self, loader) -> None:  # type: ignore[no-untyped-def]
         loader.add_option(

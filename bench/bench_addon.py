@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mitmproxy.test import tflow
 
-from addon.cache_store import DiskCacheStore
-from addon.pipeline import build_addons
+from addon.addons import build_addons
+from addon.cache.store import DiskCacheStore
 from addon.runtime import Runtime
 from addon.settings import Settings
 from bench.results import print_results

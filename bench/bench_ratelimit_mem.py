@@ -4,7 +4,7 @@
 
 Feeds N distinct IPv4 addresses (one call each, 20 000 new clients per
 simulated second, so every window is still live when the bound bites) through
-``addon.ratelimit.RateLimiter`` in a process of its own, with ``max_clients``
+``addon.quota.local.RateLimiter`` in a process of its own, with ``max_clients``
 at the config default (100 000) unless told otherwise, and reports the
 process's RSS before and after, the clients still tracked and the bytes per
 tracked client. Driving a million real source addresses through mitmdump
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from addon.ratelimit import RateLimiter, client_identity
+from addon.quota.local import RateLimiter, client_identity
 from bench.results import print_results
 from common.config import RateLimitConfig
 

@@ -39,8 +39,8 @@ from chainproxy.commands import add_set_option
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # chainproxy's replacement of mitmproxy's trigger_event is dispatch, not addon work
     (
-        "mitmproxy event dispatch (addonmanager, hooks, addon/lean.py)",
-        ("addonmanager.py", "hooks.py", "(addon/lean.py", "contextlib.py"),
+        "mitmproxy event dispatch (addonmanager, hooks, addon/mitm/tuning.py)",
+        ("addonmanager.py", "hooks.py", "(addon/mitm/tuning.py", "contextlib.py"),
     ),
     ("chainproxy addon (addon/*, chainproxy/*)", ("(addon/", "(chainproxy/")),
     ("aiohttp client (chainproxy's upstream calls)", ("(aiohttp/",)),

@@ -1,6 +1,6 @@
 """Scenario 10e: what one shared-quota check costs the *proxy's* process, in
 one process against the run's redis-server, with nothing else on the loop:
-``addon/redis_pipe.py`` (the link the addon uses) against redis-py's asyncio
+``addon/redislink/pipe.py`` (the link the addon uses) against redis-py's asyncio
 client sending the same ``EVALSHA`` (the baseline; the addon's first version
 used it), one at a time and 32 at once. CPU seconds of this process ÷ checks."""
 
@@ -13,9 +13,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from addon.ratelimit import RateLimiter
-from addon.redis_link import RedisLink
-from addon.shared_limit import _SCRIPT, SharedLimiter
+from addon.quota.local import RateLimiter
+from addon.quota.redis_limiter import _SCRIPT, SharedLimiter
+from addon.redislink.link import RedisLink
 from common.config import RedisConfig
 
 CHECKS = 6_000

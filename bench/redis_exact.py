@@ -5,7 +5,7 @@
   Redis; every answer's status is counted (the quota is exact when exactly
   ``limit`` of them are 200).
 * ``script_cost``: what one quota check costs *Redis* (its CPU per
-  ``EVALSHA`` of ``addon/shared_limit.py``'s script) against how many calls the
+  ``EVALSHA`` of ``addon/quota/redis_limiter.py``'s script) against how many calls the
   client already has in its window, pipelined from here so only Redis's side
   is measured.
 """
@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from addon.shared_limit import _SCRIPT
+from addon.quota.redis_limiter import _SCRIPT
 from bench.measure import RPC_PATH
 from bench.redis_stack import cpu_seconds
 

@@ -325,11 +325,11 @@ class RedisScale:
             self.ctx.report.row(
                 f"10e. proxy CPU per quota check, c={c} (one process, no HTTP)",
                 f"redis-py asyncio {f0(base)} µs",
-                f"addon/redis_pipe.py {f0(ours)} µs",
+                f"addon/redislink/pipe.py {f0(ours)} µs",
                 f2(ratio(ours, base)),
             )
         self.ctx.report.goal(
-            "Proxy-side CPU per shared-quota check (addon/redis_pipe.py vs redis-py's asyncio"
+            "Proxy-side CPU per shared-quota check (addon/redislink/pipe.py vs redis-py's asyncio"
             f" client, same EVALSHA): c=1 {f0(cost['pipe c=1'])} vs {f0(cost['redis-py c=1'])}"
             f" µs, c=32 {f0(cost['pipe c=32'])} vs {f0(cost['redis-py c=32'])} µs"
         )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from addon.header_hash import header_hash
+from addon.chain.header_hash import header_hash
 
 FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
 ZERO_HASH = "0x" + "0" * 64

@@ -16,7 +16,7 @@ PRODUCT = ("addon", "sidecar", "common", "chainproxy", "simnode")
 ARCHITECTURE = REPO / "docs" / "ARCHITECTURE.md"
 README_MAX_LINES = 220
 
-# `addon/forward.py`, `sidecar/probes/node.py`: a repo-relative .py path in backticks
+# `addon/upstream/forward.py`, `sidecar/probes/node.py`: a repo-relative .py path in backticks
 _PATH = re.compile(r"`((?:" + "|".join(PRODUCT) + r")/[\w/]+\.py)`")
 # [text](target) and ![alt](target); the target ends at whitespace or ")"
 _LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")

@@ -1,2 +1,2 @@
 """The pipeline's steps, one module each, named after the step (the order is
-``addon/pipeline.py``'s ``STEPS``). Each is ``step(rpc, runtime)``."""
+``addon/pipeline/runner.py``'s ``STEPS``). Each is ``step(rpc, runtime)``."""

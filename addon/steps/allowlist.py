@@ -6,8 +6,8 @@ The allowlist itself is a set of exact names from the config
 
 from __future__ import annotations
 
-from addon.context import RpcContext
-from addon.jsonrpc import METHOD_NOT_FOUND, Call, error_obj
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import METHOD_NOT_FOUND, Call, error_obj
 from addon.runtime import Runtime
 from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from addon.cache_rules import answer_from, plan
-from addon.context import RpcContext
-from addon.jsonrpc import Call
+from addon.cache.per_runtime import runtime_entry
+from addon.cache.rules import answer_from, plan
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import Call
 from addon.runtime import Runtime
-from addon.runtime_cache import runtime_entry
 
 
 def cache_lookup(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from addon.cache_rules import entries_to_store
-from addon.context import RpcContext
-from addon.jsonrpc import Call
+from addon.cache.per_runtime import runtime_entry
+from addon.cache.rules import entries_to_store
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import Call
 from addon.runtime import Runtime
-from addon.runtime_cache import runtime_entry
 
 
 def cache_store(rpc: RpcContext, rt: Runtime) -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable
 
-from addon.coalesce import coalesce_key
-from addon.context import RpcContext
-from addon.forward import ForwardResult, forward
-from addon.jsonrpc import INTERNAL_ERROR, Call, error_obj
-from addon.pinning import hints
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.runtime import Runtime
+from addon.upstream.coalesce import coalesce_key
+from addon.upstream.forward import ForwardResult, forward
+from addon.upstream.routing_hints import hints
 
 log = logging.getLogger("chainproxy")
 

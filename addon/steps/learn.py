@@ -3,17 +3,17 @@ before the client sees them (archive routing, head pinning)."""
 
 from __future__ import annotations
 
-from addon.blocks import HEADER_METHODS, answered_header
-from addon.context import RpcContext
-from addon.heads import HASH_METHODS
-from addon.jsonrpc import Call
+from addon.chain.blocks import HEADER_METHODS, answered_header
+from addon.chain.head_book import HASH_METHODS
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import Call
 from addon.runtime import Runtime
 
 
 def learn(rpc: RpcContext, rt: Runtime) -> None:
     """Heights of block hashes, from the upstream's results (for archive routing),
     and the best head with its hash (for head pinning), before the client sees it;
-    a head hash shown without its header pauses pinning (``addon/heads.py``)."""
+    a head hash shown without its header pauses pinning (``addon/chain/head_book.py``)."""
     if rpc.hits and rt.heads.unseen(rpc.network):
         _learn_cached_headers(rpc, rt)
     if rpc.result is None or rpc.result.answers is None:

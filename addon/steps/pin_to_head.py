@@ -1,15 +1,15 @@
 """The head-pinning step: hash-optional reads sent without a block hash get
-the hash of the network's best block (``addon/head_pin.py``), when this
-proxy knows a fresh one (``addon/heads.py``); otherwise they go on unpinned,
+the hash of the network's best block (``addon/chain/head_pinning.py``), when this
+proxy knows a fresh one (``addon/chain/head_book.py``); otherwise they go on unpinned,
 as without the feature. Runs before the cache, so a pinned read can be a hit."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from addon.context import RpcContext
-from addon.head_pin import HASH_POSITION, pin
-from addon.jsonrpc import Call, Item
+from addon.chain.head_pinning import HASH_POSITION, pin
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import Call, Item
 from addon.runtime import Runtime
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from addon.context import RpcContext
-from addon.jsonrpc import LIMIT_EXCEEDED, Call, Item, error_obj
-from addon.quota import decide
-from addon.ratelimit import Decision
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import LIMIT_EXCEEDED, Call, Item, error_obj
+from addon.quota.choose import decide
+from addon.quota.local import Decision
 from addon.runtime import Runtime
 from addon.subs.methods import UNSUBSCRIBE
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from addon.context import RpcContext
-from addon.jsonrpc import Call
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import Call
 from addon.runtime import Runtime
 
 

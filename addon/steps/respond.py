@@ -1,10 +1,10 @@
 """The last step: the call's reply (200 with the answers and the
 ``X-Cache``/``X-Chainproxy-*`` headers, or the forward's failure status for a
-single call); ``addon/respond.py`` delivers it."""
+single call); ``addon/pipeline/reply.py`` delivers it."""
 
 from __future__ import annotations
 
-from addon.context import Reply, RpcContext
+from addon.pipeline.context import Reply, RpcContext
 from addon.runtime import Runtime
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from addon.context import RpcContext, Socket
-from addon.jsonrpc import (
+from addon.pipeline.context import RpcContext, Socket
+from addon.pipeline.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     Call,

@@ -4,8 +4,8 @@ holds at most ``proxy.websocket.max_subscriptions``."""
 
 from __future__ import annotations
 
-from addon.context import RpcContext
-from addon.jsonrpc import (
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import (
     METHOD_NOT_FOUND,
     POLICY_REFUSED,
     Call,

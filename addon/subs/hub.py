@@ -25,10 +25,10 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from addon.subs.fanout import SharedSubscription, Subscriber
 from addon.subs.methods import SubKind, share_key
-from addon.subs.shared import SharedSubscription, Subscriber
 from addon.subs.upstream import UpstreamError, UpstreamSocket
-from addon.upstreams import TIER_LAGGING, Upstream, UpstreamPool
+from addon.upstream.pool import TIER_LAGGING, Upstream, UpstreamPool
 
 log = logging.getLogger("chainproxy.subs")
 

@@ -11,7 +11,7 @@ A call is one JSON-RPC call (a batch of five is five). Its outcome is one of:
   timeout, a 5xx, a proxy error, a socket closed under it).
 
 Calls that leave a usage record are those answered from the cache or
-upstream (``addon/answer.py``: refusals are not proxied calls): ``ok``, and
+upstream (``addon/steps/record.py``: refusals are not proxied calls): ``ok``, and
 ``error`` answers that came from the proxy's forwarding (a 502/504 body).
 """
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from addon.header_hash import header_hash  # the hash a node would give
+from addon.chain.header_hash import header_hash  # the hash a node would give
 from bench.soak.tally import Call, judge_item
 from bench.soak.traffic import STORAGE_KEYS, Clients, call_mix
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from addon.cache_rules import answer_from, entries_to_store, plan
-from addon.cache_store import DiskCacheStore, MemoryStore
-from addon.jsonrpc import Call
+from addon.cache.rules import answer_from, entries_to_store, plan
+from addon.cache.store import DiskCacheStore, MemoryStore
+from addon.pipeline.jsonrpc import Call
 from tests.addon.test_stages import body, call, make, rpc_flow, run
 
 H = "0x" + "ab" * 32
@@ -216,7 +216,7 @@ async def test_usage_records_hits_and_misses() -> None:
 
 
 def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() -> None:
-    from addon.pipeline import STEPS
+    from addon.pipeline.runner import STEPS
 
     names = [s.__name__ for s in STEPS]
     assert names == [

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.blocks import block_numbers, parse_height
-from addon.failover import assess
-from addon.jsonrpc import Call
+from addon.chain.blocks import block_numbers, parse_height
+from addon.pipeline.jsonrpc import Call
+from addon.upstream.failover import assess
 
 HASH = "0x" + "ab" * 32
 HASH2 = "0x" + "cd" * 32

@@ -1,4 +1,4 @@
-"""The fast event dispatch (addon/mitm_internals.py) against mitmproxy's own,
+"""The fast event dispatch (addon/mitm/internals.py) against mitmproxy's own,
 as the oracle: falsy handlers, sub-addons added by a handler, error reports.
 
 Tests whose comment starts "Was:" reproduce a defect an independent review
@@ -16,7 +16,7 @@ from mitmproxy.addonmanager import AddonManager
 from mitmproxy.proxy.layers.http import HttpRequestHook
 from mitmproxy.test import taddons, tflow
 
-from addon import mitm_internals
+from addon.mitm import internals as mitm_internals
 
 # --- the fast dispatch against mitmproxy's own ----------------------------
 
@@ -71,7 +71,7 @@ class _FalsyHandlerAddon:
 def test_falsy_callable_handler_is_skipped_as_by_mitmproxy(
     manager: AddonManager, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Was: addon/lean.py:112-113 skips an addon only when ``func is None``;
+    # Was: addon/mitm/tuning.py:112-113 skips an addon only when ``func is None``;
     # mitmproxy's _iter_hooks tests ``if func:`` and passes over any falsy
     # attribute, so a handler that is callable but falsy (``__len__`` 0,
     # ``__bool__`` False) is never called by mitmproxy yet is called here.
@@ -108,7 +108,7 @@ class _GrowsSubAddons:
 def test_sub_addons_added_by_the_handler_get_the_same_event(
     manager: AddonManager, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Was: addon/lean.py:108 decides "plain" (no ``addons``) before calling the
+    # Was: addon/mitm/tuning.py:108 decides "plain" (no ``addons``) before calling the
     # handler. mitmproxy's traverse() is lazy: it yields the addon, runs its
     # handler, and only then looks at ``addons``, so sub-addons the handler
     # just attached receive the very same event. Here they miss it.
@@ -144,7 +144,7 @@ class _StopIter:
 def test_error_report_is_mitmproxys_own(
     manager: AddonManager, caplog: pytest.LogCaptureFixture, make: Any
 ) -> None:
-    # Was: addon/lean.py:144-146 (plain) and 118-123 (sub-addons) re-raise into
+    # Was: addon/mitm/tuning.py:144-146 (plain) and 118-123 (sub-addons) re-raise into
     # safecall() from _trigger_event. safecall trims the traceback at
     # "invoke_addon", a frame that no longer exists, so every "Addon error"
     # traceback gains two frames (contextlib's safecall and lean's

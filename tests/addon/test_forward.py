@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from addon.forward import Budget, ForwardResult, TransportError, forward, outbound_body
-from addon.jsonrpc import Call
-from addon.upstreams import TIER_LAGGING, TIER_SYNCED, TIER_UNPROBED, Upstream, UpstreamPool
+from addon.pipeline.jsonrpc import Call
+from addon.upstream.forward import Budget, ForwardResult, TransportError, forward, outbound_body
+from addon.upstream.pool import TIER_LAGGING, TIER_SYNCED, TIER_UNPROBED, Upstream, UpstreamPool
 
 HASH = "0x" + "ab" * 32
 DISCARDED = "State already discarded for 0x" + "12" * 32

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from addon.cache_store import MemoryStore
-from addon.failover import assess
-from addon.header_hash import compact, header_hash, is_other_genesis
-from addon.jsonrpc import Call
-from addon.upstreams import TIER_UNHEALTHY
+from addon.cache.store import MemoryStore
+from addon.chain.header_hash import compact, header_hash, is_other_genesis
+from addon.pipeline.jsonrpc import Call
+from addon.upstream.failover import assess
+from addon.upstream.pool import TIER_UNHEALTHY
 from tests.addon.test_cache import cached_stages
 from tests.addon.test_stages import A, B, body, call, rpc_flow, run
 

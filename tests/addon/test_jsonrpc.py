@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addon.jsonrpc import (
+from addon.pipeline.jsonrpc import (
     INVALID_REQUEST,
     PARSE_ERROR,
     BadItem,

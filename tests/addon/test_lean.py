@@ -1,4 +1,4 @@
-"""addon/lean.py: the fast event dispatch behaves exactly like mitmproxy's own
+"""addon/mitm/tuning.py: the fast event dispatch behaves exactly like mitmproxy's own
 ``trigger_event`` (same handlers, order, error report, AddonHalt), and lean mode
 unloads only built-ins that are not in use. Run against a real mitmproxy
 AddonManager (mitmproxy.test.taddons), with mitmproxy's method as the oracle."""
@@ -17,7 +17,8 @@ from mitmproxy.addonmanager import AddonManager
 from mitmproxy.proxy.layers.http import HttpRequestHook
 from mitmproxy.test import taddons, tflow
 
-from addon import lean, mitm_internals
+from addon.mitm import internals as mitm_internals
+from addon.mitm import tuning as lean
 
 
 class Recorder:

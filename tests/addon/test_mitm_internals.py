@@ -1,4 +1,4 @@
-"""Every mitmproxy internal chainproxy relies on (addon/mitm_internals.py),
+"""Every mitmproxy internal chainproxy relies on (addon/mitm/internals.py),
 checked against the installed mitmproxy, and the public-API fallback of each.
 
 An upgrade of mitmproxy that moves one of these fails here first, with the
@@ -20,7 +20,7 @@ from mitmproxy.proxy import mode_specs
 from mitmproxy.proxy.server import SimpleConnectionHandler
 from mitmproxy.test import taddons, tflow
 
-from addon import mitm_internals
+from addon.mitm import internals as mitm_internals
 
 
 async def _connected(sock: socket.socket) -> tuple[Any, Any, Any, Any]:

@@ -1,4 +1,4 @@
-"""The read limits patched into mitmproxy (addon/mitm_limits.py): every
+"""The read limits patched into mitmproxy (addon/mitm/limits.py): every
 internal they rely on is where they expect it, each limit does what it says on
 mitmproxy's own objects, and the addon owning them takes its patches out again
 on ``done`` (a script reload). End to end: tests/e2e/test_slow_clients_e2e.py
@@ -23,11 +23,11 @@ from mitmproxy.proxy.layers import websocket as mitm_ws
 from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.test import taddons, tflow
 
-from addon import mitm_limits
-from addon.mitm_limits import Limits, ReadLimits
+from addon.mitm import limits as mitm_limits
+from addon.mitm.limits import Limits, ReadLimits
 
 # mitmproxy's own functions, as found when this module is imported (importing
-# addon/mitm_limits.py patches nothing: a ReadLimits does, when loaded)
+# addon/mitm/limits.py patches nothing: a ReadLimits does, when loaded)
 _MITMPROXYS = {
     "read_headers": _http1.Http1Server.__dict__["read_headers"],
     "make_error_response": _http1.__dict__["make_error_response"],

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from addon.blocks import PRUNING_WINDOW, BlockIndex
-from addon.jsonrpc import Call
-from addon.pinning import hints
-from addon.upstreams import TIER_LAGGING, TIER_SYNCED, TIER_UNHEALTHY, Upstream, UpstreamPool
+from addon.chain.blocks import PRUNING_WINDOW, BlockIndex
+from addon.pipeline.jsonrpc import Call
+from addon.upstream.pool import TIER_LAGGING, TIER_SYNCED, TIER_UNHEALTHY, Upstream, UpstreamPool
+from addon.upstream.routing_hints import hints
 
 
 def h(n: int) -> str:

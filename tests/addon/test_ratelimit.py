@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from addon.ratelimit import Decision, RateLimiter, client_identity
+from addon.quota.local import Decision, RateLimiter, client_identity
 
 
 class FakeClock:
@@ -291,7 +291,7 @@ def test_junk_peer_does_not_crash(peer: str) -> None:
 
 
 def test_ipv6_clients_per_address_by_default_or_per_subnet() -> None:
-    from addon.ratelimit import client_identity
+    from addon.quota.local import client_identity
 
     a, b = "2001:db8:1:2::1", "2001:db8:1:2:ffff::9"
     assert client_identity(a, None, ()) != client_identity(b, None, ())

@@ -1,4 +1,4 @@
-"""The one pipelined connection to Redis (``addon/redis_pipe.py``) against a
+"""The one pipelined connection to Redis (``addon/redislink/pipe.py``) against a
 real redis-server: packing, order, AUTH/SELECT, NOSCRIPT after a restart, a
 lost connection, a caller that gives up, and a peer that is not Redis."""
 
@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from redis import exceptions as redis_errors
 
-from addon.redis_pipe import RedisPipe, pack
+from addon.redislink.pipe import RedisPipe, pack
 from tests.redis_server import RedisServer
 
 

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from addon.ratelimit import RateLimiter
-from addon.redis_link import RedisLink
-from addon.shared_cache import SharedCacheTier
-from addon.shared_limit import SharedLimiter
+from addon.cache.redis_tier import SharedCacheTier
+from addon.quota.local import RateLimiter
+from addon.quota.redis_limiter import SharedLimiter
+from addon.redislink.link import RedisLink
 from common.config import RedisConfig
 from tests.redis_server import RedisServer
 

@@ -16,8 +16,7 @@ import pytest
 from aiohttp import web
 
 from addon.runtime import Runtime, RuntimeHolder
-from addon.snapshot import MAX_BACKOFF_S, SnapshotError, SnapshotRefresher, apply_snapshot
-from addon.upstreams import (
+from addon.upstream.pool import (
     TIER_LAGGING,
     TIER_SYNCED,
     TIER_UNHEALTHY,
@@ -25,6 +24,7 @@ from addon.upstreams import (
     Upstream,
     UpstreamPool,
 )
+from addon.upstream.snapshot import MAX_BACKOFF_S, SnapshotError, SnapshotRefresher, apply_snapshot
 from common.config import Config, parse_config
 
 # --- apply_snapshot -----------------------------------------------------------------------

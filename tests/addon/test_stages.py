@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from mitmproxy.test import taddons, tflow
 
-from addon.context import META_KEY, SIDECAR_PATH_KEY
-from addon.forward import TransportError
-from addon.pipeline import Guard, RpcPipeline, build_addons
+from addon.addons import Guard, build_addons
+from addon.pipeline.context import META_KEY, SIDECAR_PATH_KEY
+from addon.pipeline.runner import RpcPipeline
 from addon.runtime import Runtime, RuntimeHolder
+from addon.upstream.forward import TransportError
 from common.config import parse_config
 
 A = "http://a.example:9944"
@@ -211,7 +212,7 @@ def test_settings_addon_loads_the_config_and_forces_lazy_connections(tmp_path: A
         rt = addons[0].holder.runtime
         assert rt is not None and len(rt.pools["finney"]) == 1
         assert tctx.options.connection_strategy == "lazy"
-        # mitmproxy stops reading a body at the JSON-RPC limit (addon/mitm_limits.py)
+        # mitmproxy stops reading a body at the JSON-RPC limit (addon/mitm/limits.py)
         assert int(tctx.options.body_size_limit) == rt.config.proxy.max_body_bytes
         # A bad change later is refused and the last good config keeps serving.
         bad = tmp_path / "bad.yaml"

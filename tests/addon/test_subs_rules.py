@@ -196,7 +196,7 @@ def test_storage_resubscription_delivers_only_a_changed_value() -> None:
 def test_a_subscriber_never_sees_a_notification_before_its_id() -> None:
     """Notifications that arrive while the answer naming the subscription is
     still on its way wait, and go out right after it, in order."""
-    from addon.subs.shared import SharedSubscription, Subscriber
+    from addon.subs.fanout import SharedSubscription, Subscriber
 
     kind = SUBSCRIBE["chain_subscribeNewHeads"]
     sh = SharedSubscription("k", "finney", kind, [], clock=lambda: 0.0, call_timeout_s=1)

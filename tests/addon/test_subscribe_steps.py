@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from addon.context import RpcContext
-from addon.pipeline import RpcPipeline
+from addon.pipeline.context import RpcContext
+from addon.pipeline.runner import RpcPipeline
 from addon.runtime import RuntimeHolder
 from addon.subs.hub import NoUpstream
 from tests.addon.test_stages import call, make

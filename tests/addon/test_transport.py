@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from addon.forward import AiohttpTransport, TransportError, new_session
+from addon.upstream.forward import AiohttpTransport, TransportError, new_session
 
 
 async def _server(aiohttp_server: Any, handler: Any) -> str:

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from addon.coalesce import Coalescer, coalesce_key
-from addon.forward import Budget, ForwardResult, TransportError, forward
-from addon.head_pin import HASH_POSITION, pin
-from addon.header_hash import header_hash
-from addon.heads import HeadBook
-from addon.hedge import Hedger
-from addon.jsonrpc import Call
-from addon.upstreams import TIER_SYNCED, Upstream, UpstreamPool
+from addon.chain.head_book import HeadBook
+from addon.chain.head_pinning import HASH_POSITION, pin
+from addon.chain.header_hash import header_hash
+from addon.pipeline.jsonrpc import Call
+from addon.upstream.coalesce import Coalescer, coalesce_key
+from addon.upstream.forward import Budget, ForwardResult, TransportError, forward
+from addon.upstream.hedge import Hedger
+from addon.upstream.pool import TIER_SYNCED, Upstream, UpstreamPool
 from common.config.upstream_calls import HedgeConfig
 
 H = "0x" + "ab" * 32

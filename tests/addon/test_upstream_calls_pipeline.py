@@ -8,10 +8,11 @@ import asyncio
 import json
 from typing import Any
 
-from addon.cache_store import MemoryStore
-from addon.context import META_KEY
-from addon.header_hash import header_hash
-from addon.pipeline import Guard, RpcPipeline
+from addon.addons import Guard
+from addon.cache.store import MemoryStore
+from addon.chain.header_hash import header_hash
+from addon.pipeline.context import META_KEY
+from addon.pipeline.runner import RpcPipeline
 from addon.runtime import RuntimeHolder
 from tests.addon.test_stages import A, B, body, call, make, rpc_flow, run
 

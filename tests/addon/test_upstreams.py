@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.upstreams import (
+from addon.upstream.pool import (
     TIER_LAGGING,
     TIER_SYNCED,
     TIER_UNHEALTHY,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from addon.usage import Spool, UsageAggregator, UsageShipper, new_batch
+from addon.reporting.usage import Spool, UsageAggregator, UsageShipper, new_batch
 from common import latency_hist
 
 

@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from addon.cache_store import DiskCacheStore
-from addon.sidecar_client import SidecarClient
-from addon.usage import Spool, SpoolError, UsageAggregator, UsageShipper, new_batch
-from addon.usage_spool import Backlog
+from addon.cache.store import DiskCacheStore
+from addon.reporting.sidecar_client import SidecarClient
+from addon.reporting.spool import Backlog
+from addon.reporting.usage import Spool, SpoolError, UsageAggregator, UsageShipper, new_batch
 from common.config import SidecarConfig
 from tests.addon.test_usage import Clock, rec
 from tests.tmpfs import fill, tmpfs

@@ -19,10 +19,10 @@ from mitmproxy.test import taddons, tflow
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
-from addon import websocket as ws
-from addon.context import WS_KEY, Origin, Reply, RpcContext, Socket
+from addon.pipeline.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.runtime import RuntimeHolder
-from addon.ws_conn import MAX_IN_FLIGHT
+from addon.sockets import handler as ws
+from addon.sockets.conn import MAX_IN_FLIGHT
 
 # --- helpers -----------------------------------------------------------------------------
 
@@ -81,11 +81,11 @@ def _capture_injections(tctx: Any) -> list[tuple[bool, bytes, bool]]:
     return injected
 
 
-# --- addon/websocket.py ------------------------------------------------------------------
+# --- addon/sockets/handler.py ------------------------------------------------------------------
 
 
 def test_closing_the_sink_ends_the_sockets_it_holds() -> None:
-    # Was: addon/websocket.py Sink.close (line 81) only schedules runner.cleanup();
+    # Was: addon/sockets/handler.py Sink.close (line 81) only schedules runner.cleanup();
     # aiohttp's shutdown waits (shutdown_timeout, 60 s by default) for the handler,
     # which loops on ``async for msg in ws`` until the *client* closes, so open
     # sockets stay up. ``done`` (hot reload) says "open connections to it end,
@@ -109,7 +109,7 @@ def test_closing_the_sink_ends_the_sockets_it_holds() -> None:
 
 
 def test_sockets_opened_before_a_hot_reload_are_still_answered() -> None:
-    # Was: addon/websocket.py websocket_message (lines 139-142): after a hot
+    # Was: addon/sockets/handler.py websocket_message (lines 139-142): after a hot
     # reload (``done`` on the old addon, a fresh WebSocketRpc loaded), a socket
     # opened before the reload has no ``_Conn`` in the new instance, so its
     # messages are neither dropped nor answered: they are relayed to the old

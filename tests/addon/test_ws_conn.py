@@ -10,7 +10,7 @@ from typing import Any
 
 from mitmproxy.test import tflow
 
-from addon.ws_conn import ClientConn
+from addon.sockets.conn import ClientConn
 
 
 def conn(

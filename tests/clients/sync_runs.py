@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from addon.head_pin import pin
-from addon.jsonrpc import Call
+from addon.chain.head_pinning import pin
+from addon.pipeline.jsonrpc import Call
 from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.helpers import LineReader
 from tests.e2e.harness import REPO, Stack

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from addon.header_hash import header_hash
+from addon.chain.header_hash import header_hash
 from common.endpoint_id import endpoint_id
 from tests.clients.chopsticks import Chopsticks, start_chopsticks
 from tests.clients.chopsticks_stack import proxy_config, wait_routes

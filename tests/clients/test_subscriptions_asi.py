@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from addon.header_hash import header_hash
+from addon.chain.header_hash import header_hash
 from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.helpers import eventually
 from tests.clients.subscriptions import (

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from addon.header_hash import header_hash
+from addon.chain.header_hash import header_hash
 from common.endpoint_id import endpoint_id
 from tests.e2e.conftest import PROXY_DEFAULTS, call, next_client_ip, post
 from tests.e2e.harness import Stack, base_config

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from addon.header_hash import header_hash
+from addon.chain.header_hash import header_hash
 from simnode.chain import (
     FINNEY_GENESIS,
     PRUNING_DEPTH,

@@ -1,0 +1,59 @@
+"""The mitmproxy addons chainproxy is made of, in order: what
+``addon/rpcproxy.py`` (the ``-s`` script) hands to mitmproxy."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mitmproxy import http
+
+from addon.mitm.limits import ReadLimits
+from addon.mitm.tuning import ProxyTuning
+from addon.passthrough import SidecarPassthrough
+from addon.pipeline.context import WS_KEY
+from addon.pipeline.jsonrpc import INTERNAL_ERROR, error_obj
+from addon.pipeline.reply import json_response
+from addon.pipeline.runner import RpcPipeline
+from addon.reporting.shipping import ShipperAddon
+from addon.runtime import RuntimeHolder
+from addon.session import HttpSession
+from addon.settings import Settings
+from addon.sockets.handler import WebSocketRpc
+from addon.upstream.snapshot import SnapshotRefresher
+
+log = logging.getLogger("chainproxy")
+
+
+class Guard:
+    """Last in the chain: a flow nobody answered (a bug raised in a hook) gets a
+    JSON 500 here, so mitmproxy never falls back to forwarding it itself."""
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error or not flow.live or WS_KEY in flow.metadata:
+            return
+        log.error(
+            "no stage answered %s %s: see the addon error above",
+            flow.request.method,
+            flow.request.path[:200],
+        )
+        flow.response = json_response(500, error_obj(None, INTERNAL_ERROR, "internal proxy error"))
+
+
+def build_addons() -> list[Any]:
+    holder = RuntimeHolder()
+    limits = ReadLimits()
+    rpc = RpcPipeline(holder)
+    return [
+        Settings(holder, limits),  # the config → the runtime every part reads
+        limits,  # mitmproxy's missing read limits: patched in on load, out on done
+        ProxyTuning(),  # mitmproxy options, fast dispatch / lean mode
+        HttpSession(holder),  # the pooled HTTP session (upstreams and sidecar)
+        SnapshotRefresher(holder),  # background: routing snapshot from the sidecar
+        ShipperAddon(holder),  # background: usage batches to the sidecar
+        # before the pipeline: takes WebSocket handshakes, runs each message through it
+        WebSocketRpc(holder, rpc, limits),
+        rpc,
+        SidecarPassthrough(holder),  # every non-RPC path
+        Guard(),
+    ]

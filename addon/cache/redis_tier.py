@@ -1,0 +1,96 @@
+"""The edge cache's second tier in Redis, behind each machine's diskcache.
+
+Look-ups go local first; the calls that missed ask Redis in one ``MGET`` and a
+Redis hit fills the local tier, so a block fetched through any proxy of the
+deployment is a hit on every other one. Entries are the same keys and JSON
+texts as the local tier, each with a TTL (``redis.cache_ttl_s``) so Redis
+memory stays bounded even without ``maxmemory-policy allkeys-lru``.
+
+Writes never delay an answer: they are queued and go out with the next
+pipeline (``addon/redislink/pipe.py``); past ``MAX_PENDING`` queued entries new ones are dropped
+(counted), and while the link is down nothing is queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from addon.cache.store import CacheStore
+from addon.redislink.link import RedisLink, RedisUnavailable
+
+log = logging.getLogger("chainproxy.cache")
+
+MAX_PENDING = 10_000
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+class SharedCacheTier:
+    def __init__(self, link: RedisLink, *, ttl_s: int) -> None:
+        self.link = link
+        self.ttl_s = ttl_s
+        self.dropped = 0
+        self._pending: dict[str, str] = {}
+        self._flush: asyncio.Task[None] | None = None
+
+    def key(self, cache_key: str) -> str:
+        return self.link.key("cache", cache_key)
+
+    def lookup(
+        self, keys: list[str], fill: CacheStore | None = None
+    ) -> Awaitable[list[Any | None] | None] | None:
+        """``get_many`` while the link is up; None (and the fallback counted) while
+        it is down: the local tier alone answers then."""
+        if self.link.up:
+            return self.get_many(keys, fill)
+        self.link.fallback("cache")
+        return None
+
+    async def get_many(
+        self, keys: list[str], fill: CacheStore | None = None
+    ) -> list[Any | None] | None:
+        """The decoded values of ``keys`` (None where absent), each found one also
+        put in ``fill`` (the local tier answers the next one); None: Redis
+        unavailable."""
+        names = [self.key(k) for k in keys]
+        try:
+            raw = await self.link.run("cache", lambda: self.link.pipe.submit("MGET", *names))
+        except RedisUnavailable:
+            return None
+        out: list[Any | None] = []
+        for key, item in zip(keys, raw, strict=True):
+            try:
+                value = None if item is None else json.loads(item)
+            except ValueError:  # not ours, or cut short: a miss
+                value = None
+            if value is not None and fill is not None:
+                fill.set(key, value)
+            out.append(value)
+        return out
+
+    def put(self, cache_key: str, value: Any) -> None:
+        if not self.link.up:
+            return
+        if len(self._pending) >= MAX_PENDING:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.warning("redis cache writes behind: %d entries not shared", self.dropped)
+            return
+        self._pending[self.key(cache_key)] = _ENCODER.encode(value)
+        if self._flush is None or self._flush.done():
+            self._flush = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        await asyncio.sleep(0)  # let this loop turn's other answers queue theirs
+        while self._pending:
+            batch, self._pending = self._pending, {}
+
+            submit = self.link.pipe.submit
+            sets = [submit("SET", name, text, "EX", self.ttl_s) for name, text in batch.items()]
+            try:
+                await self.link.run("cache", lambda sets=sets: asyncio.gather(*sets))
+            except RedisUnavailable:
+                return  # these entries stay local only; the link decides when to retry

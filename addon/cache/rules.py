@@ -1,0 +1,95 @@
+"""What may be answered from the edge cache, under which key (pure).
+
+* ``chain_getBlock(hash)``, ``chain_getHeader(hash)``: immutable, cached.
+* ``chain_getBlockHash(n)`` (number, hex string, or a list of them): one entry
+  per height, only when every height asked is at or below the finalized height
+  (unknown finality: never). ``1``, ``"0x1"`` and ``[1]`` share the entry for
+  height 1; a list is answered only when every height in it is cached.
+* configured methods (``proxy.cache.methods``: method -> index of the block-hash
+  param): cached when that param is a block hash.
+* hash-optional state reads (``addon/chain/head_pinning.py``'s table: ``state_getStorage``,
+  ``state_call``, ``state_getMetadata`` …): cached when their block-hash param
+  is a hash — state at a block never changes (head pinning makes most reads so).
+* Never: errors, ``null``, anything not pinned to a block.
+
+Keys carry the network and a canonical form of the params (sorted keys, hex
+lower-cased, heights as integers), never the request id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from addon.chain.head_pinning import HASH_POSITION
+from addon.pipeline.jsonrpc import Call
+
+KEY_VERSION = "v1"
+_HEX = re.compile(r"^0x[0-9a-fA-F]*$")
+_HASH_PINNED = {"chain_getBlock": 0, "chain_getHeader": 0}
+_KEY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How one call maps onto cache entries."""
+
+    keys: tuple[str, ...]
+    is_list: bool = False  # chain_getBlockHash([...]): answer is a list
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, str) and _HEX.match(value):
+        return value.lower()
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
+
+
+def _hash_index(method: str, extra: Mapping[str, int]) -> int | None:
+    if method in _HASH_PINNED:
+        return _HASH_PINNED[method]
+    if method in extra:
+        return extra[method]
+    return HASH_POSITION.get(method)
+
+
+def plan(
+    network: str, call: Call, *, extra: Mapping[str, int], finalized: int | None
+) -> Plan | None:
+    """The cache entries that answer ``call``, or None if it is not cacheable."""
+    params = call.params
+    if not isinstance(params, list):
+        return None
+    heights = call.facts.heights  # chain_getBlockHash(n…)
+    if heights is not None:
+        if not heights or finalized is None or max(heights) > finalized:
+            return None
+        keys = tuple(f"{KEY_VERSION}|{network}|blockhash|{n}" for n in heights)
+        return Plan(keys, is_list=call.facts.height_list)
+    idx = _hash_index(call.method, extra)
+    if idx is None or call.facts.hash_at(idx) is None:
+        return None
+    canon = _KEY_ENCODER.encode(_canonical(params))
+    return Plan((f"{KEY_VERSION}|{network}|{call.method}|{canon}",))
+
+
+def answer_from(p: Plan, values: list[Any]) -> Any:
+    """The result assembled from the plan's cached values (all present)."""
+    return list(values) if p.is_list else values[0]
+
+
+def entries_to_store(p: Plan, result: Any) -> list[tuple[str, Any]]:
+    """What an upstream result lets us cache: never null, never a partial list."""
+    if result is None:
+        return []
+    if p.is_list:
+        if not isinstance(result, list) or len(result) != len(p.keys):
+            return []
+        return [(k, v) for k, v in zip(p.keys, result, strict=True) if v is not None]
+    return [(p.keys[0], result)]

@@ -1,0 +1,384 @@
+"""Read limits mitmproxy 12.2.3 lacks, added to its HTTP/1 and WebSocket layers.
+
+The fourth use of mitmproxy's internals (see ``addon/mitm/internals.py``, whose
+version guard this module obeys: on an untested mitmproxy nothing here is
+installed, ``install`` says so once and returns False). Each closes a hole
+measured here against mitmproxy itself:
+
+1. **Request head size.** mitmproxy buffers a request head until its blank
+   line, with no bound ("FIXME: protect against header size DoS" in
+   ``Http1Server.read_headers``). A head over ``HEAD_LIMIT`` gets a JSON-RPC
+   431 and the connection is closed.
+2. **Slow requests (slow-loris).** mitmproxy's only clock is ``tcp_timeout``
+   (600 s of *silence*), so a client sending one byte a second holds its
+   connection for ever. A request (head and body) must arrive within
+   ``read_timeout_s`` of its first byte, else a JSON-RPC 408 and the connection
+   is closed. Idle keep-alive connections are not affected (no request begun).
+3. **Body over ``body_size_limit``.** mitmproxy stops reading there (a chunked
+   body too) and answers with an HTML page; the contract's JSON-RPC 413 is sent
+   instead, so the limit can be the JSON-RPC limit itself.
+4. **WebSocket message size.** mitmproxy gathers a message whole, with no bound
+   (by repeated ``bytes +=``, quadratic in its pieces; a list entry per frame).
+   A client message passing ``ws_message_bytes`` (or ``MAX_FRAGMENTS`` frames)
+   is not gathered past that point: the rest is read and dropped, and the
+   addon answers it with the contract's -32600 (``refused_message``); the
+   socket stays open.
+5. **Leaked sockets.** When mitmproxy closes a client while that client's
+   reader waits for the handler's event lock (it does when it refuses a body
+   it is still receiving), the cancellation ends the reader before it closes
+   the socket: one open socket, its unread bytes and an fd, for ever, per
+   refused body. The socket is closed when its reader ends, however it ends.
+
+All of it belongs to one mitmproxy addon, ``ReadLimits`` (``build_addons``
+makes one per script load): its limits, its slow-request tracker and its
+refused WebSocket messages are its own, the functions it puts into mitmproxy
+close over it, and ``done`` (a script reload, or the end) puts mitmproxy's own
+functions back, so a reload never stacks patches nor keeps an old instance's.
+
+tests/addon/test_mitm_limits.py checks each internal this relies on;
+tests/e2e/test_slow_clients_e2e.py and test_ws_fuzz_e2e.py the behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import wsproto
+import wsproto.events
+from mitmproxy import ctx
+from mitmproxy.net.http import http1
+from mitmproxy.proxy import commands, events, server
+from mitmproxy.proxy.layers import websocket as mitm_ws
+from mitmproxy.proxy.layers.http import _http1
+
+from addon.mitm import internals as mitm_internals
+from addon.pipeline.jsonrpc import INVALID_REQUEST, error_obj
+from addon.pipeline.reply import json_response
+
+log = logging.getLogger("chainproxy")
+
+HEAD_LIMIT = 65536  # bytes of one request head (request line and headers)
+
+
+@dataclass
+class Limits:
+    body_bytes: int = 0  # mitmproxy's body_size_limit, named in the 413 (0: mitmproxy's page)
+    read_timeout_s: float = 30.0
+    ws_message_bytes: int = 0  # 0: no bound (mitmproxy's own behaviour)
+
+
+# mitmproxy's own functions, as imported (before any patch): the wrappers call
+# these, and ``done`` puts them back. ``_ABSENT``: inherited, not set there.
+_ABSENT = object()
+_READ_HEADERS = (_http1.Http1Server, "read_headers")
+_ERROR_RESPONSE = (_http1, "make_error_response")
+_WS_EVENTS = (mitm_ws.WebsocketConnection, "events")
+_HANDLE_CONNECTION = (server.ConnectionHandler, "handle_connection")
+_ORIGINALS: dict[tuple[Any, str], Any] = {
+    t: vars(t[0]).get(t[1], _ABSENT)
+    for t in (_READ_HEADERS, _ERROR_RESPONSE, _WS_EVENTS, _HANDLE_CONNECTION)
+}
+_ORIGINAL_READ_HEADERS = _ORIGINALS[_READ_HEADERS]
+_ORIGINAL_ERROR_RESPONSE = _ORIGINALS[_ERROR_RESPONSE]
+_ORIGINAL_HANDLE_CONNECTION = _ORIGINALS[_HANDLE_CONNECTION]
+_READ_BODY = _http1.Http1Connection.read_body
+
+
+class ReadLimits:
+    """The read limits as one mitmproxy addon (see the module's docstring).
+
+    ``load`` installs the patches (with the default limits until the config is
+    read), ``install(limits)`` is the ``Settings`` addon handing over each
+    config's limits, ``done`` removes the patches."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = Limits()
+        self.slow = SlowRequests(self.limits, clock)
+        self._refused: dict[str, dict[str, Any]] = {}  # client conn id -> its last message's answer
+        self._patches: dict[tuple[Any, str], Any] = {}  # where -> the function of ours there
+        self._said = False  # the "mitmproxy has changed" error, logged once
+
+    def load(self, loader: Any) -> None:
+        self.install()
+
+    def done(self) -> None:
+        self.uninstall()
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._patches)
+
+    def install(self, limits: Limits | None = None) -> bool:
+        """Use ``limits`` from now on (each config passes its own); patch
+        mitmproxy the first time. False (and one error line) where the patches
+        are not safe."""
+        if limits is not None:
+            self.limits.body_bytes = limits.body_bytes
+            self.limits.read_timeout_s = limits.read_timeout_s
+            self.limits.ws_message_bytes = limits.ws_message_bytes
+        if self._patches:
+            return True
+        if not mitm_internals.check_version():
+            return False
+        missing = [name for name, ok in _assumptions() if not ok]
+        if missing:
+            if not self._said:
+                log.error(
+                    "chainproxy: read limits off, mitmproxy has changed: %s", ", ".join(missing)
+                )
+                self._said = True
+            return False
+        # Each replaces what is there (mitmproxy's own, or an instance's whose
+        # ``done`` never came): the wrappers call mitmproxy's originals, never
+        # what they replace, so patches cannot stack.
+        self._patches = self._wrappers()
+        for (where, name), fn in self._patches.items():
+            setattr(where, name, fn)
+        return True
+
+    def uninstall(self) -> None:
+        """mitmproxy's own functions back where this instance's are (a newer
+        instance's are left alone). What it already holds finishes under it: a
+        request it times (its sweep stops once none is left) and a connection
+        whose layer waits in its ``read_headers`` (for one request more)."""
+        for (where, name), fn in self._patches.items():
+            if vars(where).get(name) is not fn:
+                continue
+            original = _ORIGINALS[where, name]
+            if original is _ABSENT:
+                delattr(where, name)
+            else:
+                setattr(where, name, original)
+        self._patches = {}
+        self._refused.clear()
+
+    def refused_message(self, conn_id: str) -> dict[str, Any] | None:
+        """The JSON-RPC error for the client message just received on this
+        connection when it was over the limits (its content was not kept); None
+        for a message within them. Asked once per message (the answer is
+        forgotten)."""
+        return self._refused.pop(conn_id, None)
+
+    def _wrappers(self) -> dict[tuple[Any, str], Any]:
+        """This instance's functions for mitmproxy, each closing over it."""
+        limits, slow = self.limits, self.slow
+
+        def read_headers(layer: Any, event: Any) -> Generator[Any, None, None]:
+            """mitmproxy's ``Http1Server.read_headers``, then: a head still
+            incomplete past ``HEAD_LIMIT`` is refused; a request still
+            incomplete is timed."""
+            yield from _ORIGINAL_READ_HEADERS(layer, event)
+            if not isinstance(event, events.DataReceived):
+                return  # a close: mitmproxy ends the connection
+            state = getattr(layer.state, "__func__", None)
+            if state is read_headers:
+                if not layer.buf:
+                    return  # idle between requests: mitmproxy's tcp_timeout's business
+                if len(layer.buf) > HEAD_LIMIT:
+                    yield commands.SendData(
+                        layer.conn,
+                        json_error(
+                            431,
+                            f"request head too large: the limit is {HEAD_LIMIT} bytes",
+                            {"limit": HEAD_LIMIT},
+                        ),
+                    )
+                    yield commands.CloseConnection(layer.conn)
+                    layer.state = layer.done
+                    slow.forget(layer)
+                    return
+            elif state is not _READ_BODY:
+                return  # the request is complete (the usual case: one read)
+            slow.track(layer)
+
+        def error_response(status_code: int, message: str = "") -> bytes:
+            limit = limits.body_bytes
+            if status_code != 413 or not limit:
+                return _ORIGINAL_ERROR_RESPONSE(status_code, message)
+            return json_error(
+                413,
+                f"body too large: more than {limit} bytes, the limit is {limit}",
+                {"limit": limit},
+            )
+
+        def ws_events(conn: Any) -> Generator[wsproto.events.Event, None, None]:
+            return _client_events(conn, limits.ws_message_bytes, self._refused)
+
+        async def handle_connection(handler: Any, connection: Any) -> None:
+            await _handle_connection(handler, connection)
+
+        slow.head_reader = read_headers
+        return {
+            _READ_HEADERS: read_headers,
+            _ERROR_RESPONSE: error_response,
+            _WS_EVENTS: ws_events,
+            _HANDLE_CONNECTION: handle_connection,
+        }
+
+
+def _assumptions() -> list[tuple[str, bool]]:
+    """What the patches rely on, by name (also checked by the unit tests)."""
+    return [
+        ("Http1Server.read_headers", callable(getattr(_http1.Http1Server, "read_headers", None))),
+        ("Http1Connection.read_body", callable(getattr(_http1.Http1Connection, "read_body", None))),
+        ("Http1Connection.done", callable(getattr(_http1.Http1Connection, "done", None))),
+        ("_http1.make_error_response", callable(getattr(_http1, "make_error_response", None))),
+        ("WebsocketConnection", issubclass(mitm_ws.WebsocketConnection, wsproto.Connection)),
+        ("ConnectionHandler.handle_connection", callable(_ORIGINAL_HANDLE_CONNECTION)),
+        ("ConnectionHandler.transports", "transports" in server.ConnectionHandler.__annotations__),
+    ]
+
+
+def json_error(status: int, message: str, data: dict[str, Any]) -> bytes:
+    """A whole HTTP/1.1 answer: the contract's JSON-RPC error, then a close."""
+    doc = error_obj(None, INVALID_REQUEST, message, data)
+    return bytes(http1.assemble_response(json_response(status, doc, (("Connection", "close"),))))
+
+
+# --- 2: slow requests ------------------------------------------------------------------
+
+
+class SlowRequests:
+    """Requests being received, by their layer; a sweep (only while there are
+    any) closes those older than ``limits.read_timeout_s`` with a 408."""
+
+    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self.clock = clock
+        self.head_reader: Any = None  # the installed ``Http1Server.read_headers``
+        self._open: dict[int, tuple[weakref.ref[Any], int, float]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def track(self, layer: Any) -> None:
+        entry = self._open.get(id(layer))
+        if entry is not None and entry[0]() is layer and entry[1] == layer.stream_id:
+            return  # timed since this request's first byte
+        self._open[id(layer)] = (weakref.ref(layer), layer.stream_id, self.clock())
+        if self._timer is None:
+            self._schedule()
+
+    def forget(self, layer: Any) -> None:
+        self._open.pop(id(layer), None)
+
+    def _schedule(self) -> None:
+        period = min(1.0, max(0.05, self.limits.read_timeout_s / 4))
+        try:
+            self._timer = asyncio.get_running_loop().call_later(period, self.sweep)
+        except RuntimeError:
+            self._open.clear()  # no loop (a layer driven by hand, in a test): nothing to time
+
+    def _receiving(self, layer: Any, stream_id: int) -> bool:
+        """Still reading the request it was timed for."""
+        state = getattr(layer.state, "__func__", None)
+        if layer.stream_id != stream_id:
+            return False
+        return state is _READ_BODY or (state is self.head_reader and bool(layer.buf))
+
+    def sweep(self) -> None:
+        self._timer = None
+        now, limit = self.clock(), self.limits.read_timeout_s
+        for key, (ref, stream_id, started) in list(self._open.items()):
+            layer = ref()
+            if layer is None or not self._receiving(layer, stream_id):
+                del self._open[key]
+            elif now - started >= limit:
+                del self._open[key]
+                _close_slow(layer, limit)
+        if self._open:
+            self._schedule()
+
+
+def _close_slow(layer: Any, limit: float) -> None:
+    """What mitmproxy's own inactivity timeout does (cancel the client's reader,
+    which closes the socket), after a 408 the client can read."""
+    try:
+        handler = ctx.master.addons.get("proxyserver").connections.get(layer.conn.id)
+        io = handler.transports.get(layer.conn) if handler is not None else None
+    except AttributeError:
+        return
+    if io is None or io.handler is None or io.writer is None:
+        return  # closing already
+    if not io.writer.is_closing():
+        with contextlib.suppress(OSError, RuntimeError):
+            io.writer.write(
+                json_error(
+                    408,
+                    f"request not received within {limit:g} s",
+                    {"timeout_s": limit},
+                )
+            )
+    log.info("chainproxy: request from %s incomplete after %g s", layer.conn.peername, limit)
+    io.handler.cancel("chainproxy: request read timeout")
+
+
+# --- 4: WebSocket message size ---------------------------------------------------------
+
+MAX_FRAGMENTS = 4096  # frames of one client message (empty ones cost mitmproxy a list entry)
+_MSG_KEY = "_chainproxy_message"  # (bytes, frames) of the client message being received
+
+
+def _client_events(
+    conn: Any, limit: int, refused: dict[str, dict[str, Any]]
+) -> Generator[wsproto.events.Event, None, None]:
+    """wsproto's ``events()``; on the client's side a message passing the byte
+    ``limit`` (or ``MAX_FRAGMENTS``) is no longer gathered: what mitmproxy holds
+    of it is dropped and the rest reaches it empty, so it costs no memory; once
+    it ends, ``refused`` has its answer under the connection's id (the
+    contract's -32600, as a POST of it would get) and the socket stays open."""
+    if conn.client or not limit:  # the sink's side, or no limit
+        yield from wsproto.Connection.events(conn)
+        return
+    for event in wsproto.Connection.events(conn):
+        if isinstance(event, wsproto.events.Message):
+            data = event.data  # str for text: its UTF-8 length, cheaply when ASCII
+            n = len(data) if not isinstance(data, str) or data.isascii() else len(data.encode())
+            size, frames = getattr(conn, _MSG_KEY, (0, 0))
+            size, frames = size + n, frames + event.frame_finished
+            over = size > limit or frames > MAX_FRAGMENTS
+            if over:
+                conn.frame_buf = [b""]  # mitmproxy's pieces of this message
+                event = type(event)(
+                    data="" if isinstance(data, str) else b"",
+                    frame_finished=event.frame_finished,
+                    message_finished=event.message_finished,
+                )
+            if event.message_finished:
+                if over:
+                    refused[conn.conn.id] = _too_large(size, frames, limit)
+                size = frames = 0
+            setattr(conn, _MSG_KEY, (size, frames))
+        yield event
+
+
+def _too_large(size: int, frames: int, limit: int) -> dict[str, Any]:
+    if size > limit:  # the gate's words for a POST body (addon/pipeline/gate.py)
+        message = f"body too large: {size} bytes, the limit is {limit}"
+        return error_obj(None, INVALID_REQUEST, message, {"limit": limit})
+    message = f"message in {frames} fragments, the limit is {MAX_FRAGMENTS}"
+    return error_obj(None, INVALID_REQUEST, message, {"limit_fragments": MAX_FRAGMENTS})
+
+
+# --- 5: a reader that ends closes its socket ---------------------------------------------
+
+
+async def _handle_connection(handler: Any, connection: Any) -> None:
+    try:
+        await _ORIGINAL_HANDLE_CONNECTION(handler, connection)
+    finally:
+        # mitmproxy pops the connection after closing it; one still here was
+        # left open by a cancellation outside the reader's own try block
+        io = handler.transports.get(connection)
+        writer = io.writer if io is not None else None
+        if writer is not None and not writer.is_closing():
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.close()

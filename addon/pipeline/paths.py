@@ -1,0 +1,77 @@
+"""Which way a request goes, from its method and path alone (pure).
+
+Only ``POST /rpc/v1/<network>`` is an RPC call. Everything else under
+``/rpc/`` is a JSON-RPC 404, the sidecar's internal API is never reachable
+through the proxy, and every other path is passed to the sidecar under its
+normalised form (so ``/api/v1/%69nternal`` or ``/x/../api/v1/internal`` cannot
+sneak past the check).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from addon.pipeline.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Refusal
+
+RPC_VERSION = "v1"
+INTERNAL_PREFIX = "/api/v1/internal"
+_PATH_SAFE = "/-._~!$&'()*+,;=:@"
+
+
+@dataclass(frozen=True, slots=True)
+class RpcRoute:
+    network: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    """A CORS preflight for an RPC path: answered by the proxy itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarRoute:
+    path: str  # normalised path plus the original query string
+
+
+Route = RpcRoute | Preflight | SidecarRoute | Refusal
+
+
+def normalise_path(raw_path: str) -> tuple[str, str]:
+    """(normalised path, query). The path is percent-decoded until it stops
+    changing (so ``%2569`` cannot survive one decode as ``%69``) and then
+    normalised, so encoded dots and slashes are resolved too."""
+    path, _, query = raw_path.partition("?")
+    decoded = path
+    while (step := unquote(decoded, errors="replace")) != decoded:
+        decoded = step
+    norm = posixpath.normpath("/" + decoded.lstrip("/"))
+    if norm.startswith("//"):  # posixpath keeps a leading double slash
+        norm = "/" + norm.lstrip("/")
+    return norm, query
+
+
+def classify(method: str, raw_path: str, networks: tuple[str, ...]) -> Route:
+    path, query = normalise_path(raw_path)
+    if path == "/rpc" or path.startswith("/rpc/"):
+        parts = path.split("/")[2:]  # after "", "rpc"
+        if len(parts) != 2 or parts[0] != RPC_VERSION or parts[1] not in networks:
+            known = ", ".join(f"/rpc/{RPC_VERSION}/{n}" for n in networks)
+            return Refusal(
+                404, METHOD_NOT_FOUND, f"unknown network or version: {path} (try {known})"
+            )
+        if method == "OPTIONS":
+            return Preflight()
+        if method != "POST":
+            return Refusal(
+                405,
+                INVALID_REQUEST,
+                f"method {method} not allowed: JSON-RPC calls are HTTP POST",
+                headers=(("Allow", "POST"),),
+            )
+        return RpcRoute(parts[1])
+    if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
+        return Refusal(404, METHOD_NOT_FOUND, "not found")
+    # Re-encoded exactly once: the sidecar's single decode sees the checked path.
+    return SidecarRoute(quote(path, safe=_PATH_SAFE) + (f"?{query}" if query else ""))

@@ -1,0 +1,117 @@
+"""One quota per client across every proxy process and machine, in Redis.
+
+The same sliding window as ``addon/quota/local.py`` (the 101st call in any 60 s
+is refused; a batch is taken whole or refused whole), kept exactly: each
+client has a Redis list of the times of its last ``limit`` calls, newest
+first. One Lua script per request or batch decides and records atomically and
+returns what the rate-limit headers need, so it is one round trip; it reads
+Redis's own clock, so machines with skewed clocks still share one window.
+
+Why not the ``limits`` library: its Redis moving window (the same list) answers
+only yes/no; the remaining count, reset and Retry-After every answer carries
+would cost a second round trip (``get_window_stats``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+from addon.quota.local import Decision, RateLimiter
+from addon.redislink.link import RedisLink, RedisUnavailable
+
+# KEYS[1]: the client's list. ARGV: limit, window (ms), cost, take (1/0).
+# Returns {allowed, used, newest_ms, retry_at_ms, now_ms}.
+_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local take = tonumber(ARGV[4])
+-- forget the calls that left the window (oldest at the tail; each popped once),
+-- so a check costs the same whatever the limit
+while true do
+  local last = redis.call('LINDEX', KEYS[1], -1)
+  if not last or tonumber(last) > now - window then break end
+  redis.call('RPOP', KEYS[1])
+end
+local used = redis.call('LLEN', KEYS[1])
+local allowed = used + cost <= limit
+local newest = 0
+if used > 0 then newest = tonumber(redis.call('LINDEX', KEYS[1], 0)) end
+local retry_at = 0
+if not allowed then
+  if cost > limit then
+    retry_at = -1
+  else
+    -- the youngest of the oldest calls that must leave for this one to fit
+    retry_at = tonumber(redis.call('LINDEX', KEYS[1], limit - cost)) + window
+  end
+elseif take == 1 then
+  for i = 1, cost do redis.call('LPUSH', KEYS[1], now) end
+  redis.call('LTRIM', KEYS[1], 0, limit - 1)
+  redis.call('PEXPIRE', KEYS[1], window)
+  used = used + cost
+  newest = now
+end
+return {allowed and 1 or 0, used, newest, retry_at, now}
+"""
+
+
+class SharedLimiter:
+    """The Redis quota; ``local`` is this process's limiter, used while Redis is not."""
+
+    def __init__(self, link: RedisLink, local: RateLimiter) -> None:
+        self.link = link
+        self.local = local
+        self.limit = local.limit
+        self.window_ms = round(local.window * 1000)
+        self.policy = local.policy
+        self._sha = link.pipe.script(_SCRIPT)
+
+    def key(self, client: str) -> str:
+        return self.link.key("rl", self.policy, client)
+
+    def decide(
+        self, client: str, cost: int = 1, *, take: bool = True
+    ) -> Decision | Awaitable[Decision]:
+        """The shared decision (awaitable: one round trip) while the link is up;
+        else this process's own, now, and the fallback is counted."""
+        if self.link.up:
+            return self.check(client, cost, take=take)
+        self.link.fallback("ratelimit")
+        return self.local.check(client, cost, take=take)
+
+    async def check(self, client: str, cost: int = 1, *, take: bool = True) -> Decision:
+        """The shared decision; the local one if Redis does not answer in time."""
+        command = (
+            "EVALSHA",
+            self._sha,
+            1,
+            self.key(client),
+            self.limit,
+            self.window_ms,
+            cost,
+            int(take),
+        )
+        try:
+            reply = await self.link.run("ratelimit", lambda: self.link.pipe.submit(*command))
+        except RedisUnavailable:
+            return self.local.check(client, cost, take=take)
+        return self.decision(reply)
+
+    def decision(self, reply: list[int]) -> Decision:
+        allowed, used, newest, retry_at, now = (int(x) for x in reply)
+        window = self.window_ms
+        if retry_at < 0:
+            retry_s = window / 1000  # more than the whole quota: never fits
+        else:
+            retry_s = max(0, retry_at - now) / 1000
+        return Decision(
+            bool(allowed),
+            self.limit,
+            max(0, self.limit - used),
+            max(0, newest + window - now) / 1000 if used else 0.0,
+            0.0 if allowed else retry_s,
+            self.policy,
+        )

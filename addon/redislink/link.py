@@ -1,0 +1,162 @@
+"""This process's link to the deployment's Redis, and whether to use it now.
+
+Redis is never a single point of failure (DESIGN.md section 10): every use is
+bounded by ``redis.timeout_ms`` and a failed one falls back to the local store
+for that request. After ``_DOWN_AFTER`` failures in a row (or one refused
+connection) the link is marked down: one log line, and requests stop waiting on
+Redis at all. A watcher then pings once a second and marks it up again, with
+another line, so the quota is shared again within a few seconds of Redis
+coming back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from redis import exceptions as redis_errors
+
+from addon.redislink.pipe import RedisPipe
+from common.config import RedisConfig
+
+log = logging.getLogger("chainproxy.redis")
+
+T = TypeVar("T")
+
+_DOWN_AFTER = 3  # consecutive failures (timeouts) before the link is marked down
+_PING_EVERY_S = 1.0
+_HARD_CAP_S = 1.0  # however busy this process is, a call waits at most this on Redis
+_LATE_S = 0.005  # a timer this late means the event loop, not Redis, held the call
+
+
+class RedisUnavailable(Exception):
+    """The call did not complete in time or Redis refused it: use the local store."""
+
+
+class RedisLink:
+    def __init__(
+        self,
+        config: RedisConfig,
+        *,
+        on_fallback: Callable[[str], None] = lambda store: None,
+    ) -> None:
+        self.config = config
+        self.prefix = config.key_prefix
+        self.timeout_s = config.timeout_ms / 1000
+        # every command of this process, pipelined on one connection
+        self.pipe = RedisPipe(config.url, connect_timeout_s=max(0.2, self.timeout_s))
+        # connected before the first burst: a cold connect under load would
+        # exceed the bound and send those calls to the local limiter
+        self.pipe.connect()
+        self.up = True  # optimistic: the first request finds out
+        self.on_fallback = on_fallback  # a counter per store (the metric)
+        self._failures = 0
+        self._watcher: asyncio.Task[None] | None = None
+
+    def key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    async def run(self, store: str, op: Callable[[], Awaitable[T]]) -> T:
+        """``op()`` against Redis within the bound; ``RedisUnavailable`` otherwise
+        (counted as a fallback of ``store``).
+
+        The bound is Redis's time, not ours: when this process's event loop is
+        saturated (a burst of calls), the timer fires late and the reply may
+        already sit unread in the socket, so a late timer extends the wait
+        instead of blaming Redis (up to ``_HARD_CAP``); a punctual timer with no
+        reply means Redis really is slow."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with asyncio.timeout(started + self.timeout_s) as cm:
+                guard = _LagGuard(loop, cm, started, self.timeout_s)
+                try:
+                    result = await op()
+                finally:
+                    guard.cancel()
+        except (TimeoutError, redis_errors.RedisError, OSError) as e:
+            self.failed(store, e)
+            raise RedisUnavailable(store) from None
+        self._failures = 0
+        return result
+
+    def fallback(self, store: str) -> None:
+        """A request of ``store`` served locally because the link is down."""
+        self.on_fallback(store)
+
+    def failed(self, store: str, e: BaseException) -> None:
+        self.on_fallback(store)
+        self._failures += 1
+        # a refused or reset connection is down now; a timeout only after a few in a row
+        # (the builtin TimeoutError is an OSError: test it first)
+        refused = not isinstance(e, TimeoutError | redis_errors.TimeoutError) and isinstance(
+            e, redis_errors.ConnectionError | OSError
+        )
+        if self.up and (refused or self._failures >= _DOWN_AFTER):
+            self.up = False
+            log.warning(
+                "redis %s unavailable (%s): rate limit and cache fall back to this "
+                "process's local stores until it answers again",
+                self.config.safe_url,
+                _describe(e, self.config.url),
+            )
+            self._start_watcher()
+
+    def _start_watcher(self) -> None:
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while not self.up:
+            await asyncio.sleep(_PING_EVERY_S)
+            try:
+                async with asyncio.timeout(max(self.timeout_s, 0.5)):
+                    await self.pipe.ping()
+            except (TimeoutError, redis_errors.RedisError, OSError):
+                continue
+            self._failures = 0
+            self.up = True
+            log.warning(
+                "redis %s answers again: the quota and cache are shared again",
+                self.config.safe_url,
+            )
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        self.pipe.close()
+
+
+class _LagGuard:
+    """Checks a call's deadline just before ``asyncio.timeout`` would: if the
+    check itself runs late, the loop was busy, so the deadline moves on."""
+
+    __slots__ = ("_cm", "_handle", "_loop", "_started", "_step")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, cm: asyncio.Timeout, started: float, step: float
+    ) -> None:
+        self._loop, self._cm, self._started, self._step = loop, cm, started, step
+        self._handle = loop.call_at(started + step - 0.001, self._check, started + step - 0.001)
+
+    def _check(self, due: float) -> None:
+        now = self._loop.time()
+        if now - due > _LATE_S and now - self._started < _HARD_CAP_S:
+            nxt = now + self._step
+            self._cm.reschedule(min(nxt, self._started + _HARD_CAP_S))
+            self._handle = self._loop.call_at(nxt - 0.001, self._check, nxt - 0.001)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+def _describe(e: BaseException, url: str) -> str:
+    """The error for a log line, never with the URL's password in it."""
+    text = f"{type(e).__name__}: {e}"[:200]
+    if "@" in url:
+        secret = url.split("://", 1)[-1].rsplit("@", 1)[0]
+        if secret:
+            text = text.replace(secret, "***")
+    return text

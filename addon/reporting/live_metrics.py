@@ -1,0 +1,125 @@
+"""Live counters for Prometheus, kept in the proxy and shipped in each usage
+batch's ``metrics`` section (the wire format: ``common/metrics_wire.py``); the
+sidecar accumulates them and serves ``/metrics``.
+
+Pure: ``count_flow`` is a few dict updates when a flow ends; ``drain`` hands
+over the deltas since the last batch and starts again from zero.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Container, Iterable
+from typing import Any
+
+from addon.pipeline.context import RpcContext
+from addon.pipeline.jsonrpc import Call
+from addon.upstream.forward import Attempt
+from common.metrics_wire import DURATION_BUCKETS, OTHER_METHOD, bucket_index
+
+_HTTP_5XX = re.compile(r"^http-5\d\d$")
+
+
+def attempt_result(a: Attempt) -> str:
+    """A bounded label for one upstream attempt."""
+    if a.outcome == "ok":
+        return "ok"
+    if a.outcome == "soft":
+        return f"soft:{a.reason}"
+    if _HTTP_5XX.match(a.reason):
+        return "http-5xx"
+    return a.reason.split(":", 1)[0] or "error"
+
+
+class LiveMetrics:
+    def __init__(self, methods: Container[str], proxy_id: str | None = None) -> None:
+        self._methods = methods  # method labels kept as they are; the rest is "other"
+        self.proxy_id = proxy_id or f"{socket.gethostname()}:{os.getpid()}"
+        self._requests: dict[tuple[str, str, str], int] = {}
+        self._duration: dict[str, tuple[list[int], list[float]]] = {}
+        self._attempts: dict[tuple[str, str], int] = {}
+        self._failovers: dict[str, int] = {}
+        self._extra: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+
+    def method_label(self, method: str) -> str:
+        return method if method in self._methods else OTHER_METHOD
+
+    def count_request(self, network: str, method: str, outcome: str, n: int = 1) -> None:
+        key = (network, self.method_label(method), outcome)
+        self._requests[key] = self._requests.get(key, 0) + n
+
+    def observe(self, network: str, seconds: float) -> None:
+        entry = self._duration.get(network)
+        if entry is None:
+            entry = self._duration[network] = ([0] * (len(DURATION_BUCKETS) + 1), [0.0])
+        entry[0][bucket_index(seconds)] += 1
+        entry[1][0] += max(0.0, seconds)
+
+    def count_attempts(self, network: str, attempts: Iterable[Attempt]) -> None:
+        n = 0
+        for a in attempts:
+            key = (a.endpoint, attempt_result(a))
+            self._attempts[key] = self._attempts.get(key, 0) + 1
+            n += 1
+        if n > 1:
+            self._failovers[network] = self._failovers.get(network, 0) + 1
+
+    def count_extra(self, name: str, **labels: str) -> None:
+        key = (name, tuple(sorted(labels.items())))
+        self._extra[key] = self._extra.get(key, 0) + 1
+
+    def count_flow(self, rpc: RpcContext, outcome: str, status: int, seconds: float) -> None:
+        """Everything one finished RPC flow (a POST or a WebSocket message) says."""
+        self.observe(rpc.network, seconds)
+        self.count_attempts(rpc.network, rpc.attempts)
+        parsed = rpc.parsed
+        if parsed is None:  # refused before it could be read
+            self.count_request(rpc.network, OTHER_METHOD, "refused")
+            return
+        limited = status == 429
+        for i, item in enumerate(parsed.items):
+            method = item.method if isinstance(item, Call) else OTHER_METHOD
+            if limited:
+                self.count_request(rpc.network, method, "rate_limited")
+                continue
+            answer = rpc.answers[i] if i < len(rpc.answers) else None
+            self.count_request(rpc.network, method, _call_outcome(rpc, i, item, answer))
+
+    @property
+    def pending(self) -> bool:
+        return bool(
+            self._requests or self._duration or self._attempts or self._failovers or self._extra
+        )
+
+    def drain(self, gauges: dict[str, Any]) -> dict[str, Any]:
+        """The ``metrics`` section of the next batch; the counters start again at 0."""
+        doc = {
+            "proxy_id": self.proxy_id,
+            "requests": [[*k, v] for k, v in self._requests.items()],
+            "duration": [[net, b, round(s[0], 6)] for net, (b, s) in self._duration.items()],
+            "attempts": [[*k, v] for k, v in self._attempts.items()],
+            "failovers": [[k, v] for k, v in self._failovers.items()],
+            "extra": [[name, dict(labels), v] for (name, labels), v in self._extra.items()],
+            "gauges": gauges,
+        }
+        self._requests, self._duration, self._attempts = {}, {}, {}
+        self._failovers, self._extra = {}, {}
+        return doc
+
+
+def _call_outcome(rpc: RpcContext, i: int, item: Any, answer: dict[str, Any] | None) -> str:
+    if not isinstance(item, Call):
+        return "refused"  # not a valid JSON-RPC call
+    if i in rpc.hits:
+        return "cache_hit"
+    if answer is None:
+        return "error"
+    error = answer.get("error")
+    if error is None:
+        return "ok"
+    data = error.get("data") if isinstance(error, dict) else None
+    if isinstance(data, dict) and "policy" in data and i not in rpc.forwarded:
+        return "refused"  # a policy's own answer (allowlist, subscriptions…), not a failure
+    return "error"

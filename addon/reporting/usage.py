@@ -1,0 +1,281 @@
+"""Usage records: aggregated in memory per minute, shipped to the sidecar in
+the background, spooled on disk so that nothing is lost.
+
+* ``UsageAggregator`` (pure, clock injected): ``record()`` is a dict update on
+  the request path; ``drain()`` hands over per-minute rollups keyed by
+  (minute, network, endpoint, method) with counts and a latency histogram.
+* ``UsageShipper``: every ``flush_s`` it drains the aggregator into a batch
+  with a unique id, appends it to the on-disk spool (``data_dir/spool``,
+  a diskcache Index shared by the proxy processes of the machine), then
+  delivers spooled batches oldest first. A batch leaves the spool only when
+  the sidecar accepted it; batch ids make a repeated delivery harmless. Past
+  ``spool_max_batches`` the oldest batch is dropped, counted and logged.
+  When the spool cannot be written (a full disk), batches wait in a bounded
+  memory backlog (``memory_max_batches``; past it the oldest is dropped,
+  counted and logged) and are delivered from there, or moved to the spool
+  once it works again; the outage is logged once, and its end once.
+  On a graceful stop or reload the last records are drained into the spool
+  synchronously, and delivered after the restart.
+
+The spool and the backlog themselves are in ``addon.reporting.spool``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from addon.reporting.live_metrics import LiveMetrics
+from addon.reporting.spool import Backlog, Spool, SpoolError, calls_in
+from common import latency_hist
+from common.metrics_wire import HEARTBEAT_S
+from common.outage import Outage
+
+log = logging.getLogger("chainproxy.usage")
+
+__all__ = ["Spool", "SpoolError", "UsageAggregator", "UsageShipper", "new_batch"]
+
+Key = tuple[int, str, str | None, str]  # minute, network, endpoint id, method
+
+
+@dataclass(slots=True)
+class _Rollup:
+    requests: int = 0
+    errors: int = 0
+    failovers: int = 0
+    cache_hits: int = 0
+    latency_ms_sum: float = 0.0
+    hist: dict[int, int] = field(default_factory=dict)
+
+
+class UsageAggregator:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._rollups: dict[Key, _Rollup] = {}
+        self.recorded = 0
+
+    def __len__(self) -> int:
+        return len(self._rollups)
+
+    def record(
+        self,
+        *,
+        network: str,
+        method: str,
+        endpoint: str | None,
+        latency_ms: float,
+        error: bool,
+        failover: bool,
+        cache_hit: bool,
+        at: float | None = None,
+    ) -> None:
+        minute = int((self._clock() if at is None else at) // 60)
+        key = (minute, network, endpoint, method)
+        r = self._rollups.get(key)
+        if r is None:
+            r = self._rollups[key] = _Rollup()
+        r.requests += 1
+        r.errors += error
+        r.failovers += failover
+        r.cache_hits += cache_hit
+        r.latency_ms_sum += latency_ms
+        latency_hist.add(r.hist, latency_ms)
+        self.recorded += 1
+
+    def drain(self) -> list[dict[str, Any]]:
+        rollups, self._rollups = self._rollups, {}
+        return [
+            {
+                "minute": minute,
+                "network": network,
+                "endpoint": endpoint,
+                "method": method,
+                "requests": r.requests,
+                "errors": r.errors,
+                "failovers": r.failovers,
+                "cache_hits": r.cache_hits,
+                "latency_ms_sum": round(r.latency_ms_sum, 3),
+                "latency_hist": latency_hist.to_wire(r.hist),
+            }
+            for (minute, network, endpoint, method), r in rollups.items()
+        ]
+
+
+def new_batch(
+    rollups: list[dict[str, Any]], now: float, metrics: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    batch: dict[str, Any] = {"batch_id": uuid.uuid4().hex, "sent_at": now, "rollups": rollups}
+    if metrics is not None:
+        batch["metrics"] = metrics  # live counters and gauges (common/metrics_wire.py)
+    return batch
+
+
+Deliver = Callable[[dict[str, Any]], Any]  # async: True when accepted
+
+
+class UsageShipper:
+    def __init__(
+        self,
+        aggregator: UsageAggregator,
+        spool: Spool,
+        deliver: Deliver,
+        *,
+        flush_s: float,
+        clock: Callable[[], float] = time.time,
+        max_retry_s: float = 10.0,
+        metrics: LiveMetrics | None = None,
+        gauges: Callable[[], dict[str, Any]] = dict,
+        heartbeat_s: float = HEARTBEAT_S,
+        memory_max_batches: int = 1000,
+    ) -> None:
+        self.aggregator = aggregator
+        self.metrics = metrics
+        self._gauges = gauges
+        self.heartbeat_s = heartbeat_s
+        self._last_batch = float("-inf")
+        self.spool = spool
+        # Batches the spool could not take (a full disk): kept here, bounded,
+        # moved to the spool once it works again or delivered from here.
+        self.backlog = Backlog(memory_max_batches)
+        self.spool_outage = Outage()
+        # Delivered, but the spool could not forget them (a deletion needs disk
+        # space too): not sent again, removed again at every flush.
+        self._unremoved: set[str] = set()
+        self._deliver = deliver
+        self.flush_s = flush_s
+        self.max_retry_s = max_retry_s
+        self._clock = clock
+        self.delivered = 0
+        self.failures = 0
+
+    def spool_pending(self) -> int:
+        """Drain the aggregator (and the live counters) into the spool; also used
+        synchronously at stop. An idle proxy still spools a batch every
+        ``heartbeat_s``: the sidecar's ``updated`` then means "a proxy is alive"."""
+        rollups = self.aggregator.drain()
+        now = self._clock()
+        live = self.metrics is not None and self.metrics.pending
+        if (
+            rollups
+            or live
+            or (self.metrics is not None and now - self._last_batch >= self.heartbeat_s)
+        ):
+            metrics = self.metrics.drain(self._gauges()) if self.metrics is not None else None
+            dropped = self.backlog.push(new_batch(rollups, now, metrics))
+            if dropped is not None:
+                self._log_drop(dropped)
+            self._last_batch = now
+        self._flush_backlog()
+        return len(rollups)
+
+    def _flush_backlog(self) -> None:
+        """Move the batches kept in memory to the spool, oldest first, while it takes them."""
+        wrote = False  # only a write proves the spool works again (an empty backlog does not)
+        for batch_id in list(self._unremoved):
+            try:
+                self.spool.remove(batch_id)
+            except SpoolError as e:
+                self._spool_failed(e)
+                return
+            self._unremoved.discard(batch_id)
+            wrote = True
+        while len(self.backlog):
+            batch = self.backlog.first()
+            try:
+                self.spool.append(batch)
+            except SpoolError as e:
+                self._spool_failed(e)
+                return
+            self.backlog.remove(batch)
+            wrote = True
+        n = self.spool_outage.ok() if wrote else None
+        if n is not None:
+            log.info("usage spool works again (%d failed operations while it did not)", n)
+
+    def _spool_failed(self, e: SpoolError) -> None:
+        if self.spool_outage.failed():  # once per outage, not once per batch
+            log.error(
+                "usage spool unusable (%s): keeping up to %d batches in memory until it works",
+                e,
+                self.backlog.max_batches,
+            )
+
+    def _log_drop(self, dropped: dict[str, Any]) -> None:
+        b = self.backlog
+        if b.dropped == 1 or b.dropped % 100 == 0:
+            log.error(
+                "usage batches in memory over %d: dropped the oldest (%s, %d calls);"
+                " %d batches (%d calls) dropped so far",
+                b.max_batches,
+                dropped.get("batch_id"),
+                calls_in(dropped),
+                b.dropped,
+                b.dropped_calls,
+            )
+
+    async def deliver_spooled(self, max_batches: int = 50) -> bool:
+        """Send spooled batches, oldest first, then those kept in memory; stop at
+        the first failure."""
+        try:
+            spooled = self.spool.oldest(max_batches + len(self._unremoved))
+        except SpoolError as e:  # unreadable: what memory holds can still go
+            self._spool_failed(e)
+            spooled = []
+        for batch_id, batch in spooled:
+            if batch_id in self._unremoved:
+                continue
+            if not await self._deliver(batch):
+                return False
+            self.delivered += 1
+            try:
+                self.spool.remove(batch_id)
+            except SpoolError as e:
+                self._unremoved.add(batch_id)
+                self._spool_failed(e)
+        for batch in self.backlog:  # a copy, oldest first
+            if not await self._deliver(batch):
+                return False
+            self.backlog.remove(batch)
+            self.delivered += 1
+        return True
+
+    def lost_at_stop(self) -> None:
+        """At stop: what memory still holds dies with the process; say so."""
+        if len(self.backlog):
+            log.error(
+                "usage spool unusable at stop: %d batches (%d calls) kept in memory are lost",
+                len(self.backlog),
+                self.backlog.calls(),
+            )
+
+    async def run(self) -> None:
+        delay = self.flush_s
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                self.spool_pending()
+                ok = await self.deliver_spooled()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the shipper must outlive any one bad moment
+                log.exception("usage delivery failed unexpectedly")
+                ok = False
+            if ok:
+                if self.failures:
+                    log.info("usage delivery to the sidecar resumed (%d spooled)", len(self.spool))
+                self.failures = 0
+                delay = self.flush_s
+            else:
+                self.failures += 1
+                if self.failures == 1 or self.failures % 10 == 0:
+                    log.warning(
+                        "sidecar not accepting usage; %d batch(es) spooled on disk, %d in memory",
+                        len(self.spool),
+                        len(self.backlog),
+                    )
+                delay = min(self.max_retry_s, max(self.flush_s, delay * 2))

@@ -1,0 +1,257 @@
+"""JSON-RPC over WebSocket on the same paths (``ws://host/rpc/v1/<network>``),
+for the clients that speak nothing else (the bittensor SDK,
+async-substrate-interface, substrate-interface with a ``ws://`` URL).
+
+Every message a client sends is one JSON-RPC body (a call or a batch) and goes
+through exactly the steps of a POST (``addon/pipeline/runner.py``), as the client
+identified once at the handshake: same allowlist, same per-client quota (each
+call counts, a subscribe too), same cache, upstream choice, failover and usage
+records. The answer body is sent back as one text message; the HTTP status a
+POST would have had is not, the JSON-RPC error inside says it all. Read
+subscriptions are steps of the same run (``addon/steps/subscribe.py``) over
+``addon/subs`` (shared upstream subscriptions that move to another node when
+theirs fails).
+
+mitmproxy relays a WebSocket only between two connections, so the handshake
+goes to a sink of our own (``addon/sockets/sink.py``), which accepts and never
+speaks. Client
+messages are dropped before they reach it; answers are injected towards the
+client. Calls on one connection are answered concurrently (clients match
+answers by id), at most ``MAX_IN_FLIGHT`` at a time: past that, mitmproxy stops
+reading from that client until one is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from mitmproxy import ctx, http
+from mitmproxy.utils.asyncio_utils import create_task
+
+from addon.mitm import internals as mitm_internals
+from addon.mitm import limits as mitm_limits
+from addon.mitm.tuning import DIRECT_OPTION
+from addon.pipeline.context import WS_HEADERS_KEY, WS_KEY
+from addon.pipeline.gate import flow_client
+from addon.pipeline.jsonrpc import INTERNAL_ERROR, dumps, error_obj
+from addon.pipeline.paths import RpcRoute, classify
+from addon.pipeline.reply import json_response, message_body
+from addon.quota.choose import decide
+from addon.quota.local import Decision
+from addon.runtime import RuntimeHolder
+from addon.sockets.conn import SLOW_CLIENT_CLOSE, ClientConn
+from addon.sockets.sink import FLOW_HEADER, Sink
+from addon.steps.rate_limit import quota_error
+from common.config.model import WebSocketConfig
+
+log = logging.getLogger("chainproxy")
+
+KEEP_MESSAGES = 100  # messages kept on a flow for mitmweb (the rest would grow forever)
+
+
+def is_upgrade(request: http.Request) -> bool:
+    """A well-formed WebSocket handshake (RFC 6455 4.1). Anything less is left
+    to the gate (``open_rpc``), which answers a GET on an RPC path with the 405."""
+    if not (
+        request.method == "GET"
+        and request.headers.get("upgrade", "").lower() == "websocket"
+        and "upgrade" in request.headers.get("connection", "").lower()
+        and request.headers.get("sec-websocket-version", "").strip() == "13"
+    ):
+        return False
+    try:
+        key = base64.b64decode(request.headers.get("sec-websocket-key", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return len(key) == 16
+
+
+class WebSocketRpc:
+    """Before the pipeline: takes WebSocket handshakes on RPC paths; answers messages."""
+
+    def __init__(
+        self,
+        holder: RuntimeHolder,
+        pipeline: Any,
+        read_limits: mitm_limits.ReadLimits | None = None,
+    ) -> None:
+        self.holder = holder
+        self.pipeline = (
+            pipeline  # the RPC pipeline (addon/pipeline/runner.py): ``message`` per message
+        )
+        # refusals of the WebSocket message limit (by default one never installed: none)
+        self.read_limits = read_limits if read_limits is not None else mitm_limits.ReadLimits()
+        self.sink = Sink()
+        self._conns: dict[str, ClientConn] = {}
+
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        # Synchronous for the plain POSTs that are nearly every request (no
+        # coroutine each); a handshake returns one, which mitmproxy awaits.
+        rt = self.holder.runtime
+        if flow.response or flow.error or not flow.live or rt is None:
+            return None
+        if not is_upgrade(flow.request):
+            return None
+        route = classify("POST", flow.request.path, rt.config.proxy.networks)
+        if not isinstance(route, RpcRoute):
+            return None  # the pipeline answers it (404 for an unknown network)
+        client = flow_client(flow, rt)  # once: every message of the socket is this client's
+        decision = decide(rt, client, 1, take=False)
+        if not isinstance(decision, Decision):  # the shared quota: one Redis round trip
+            return self._decide_later(flow, route, client, decision)
+        if not decision.allowed:
+            _over_quota(flow, route, client, decision)
+            return None
+        return self._take_handshake(flow, route, client)
+
+    async def _decide_later(
+        self, flow: http.HTTPFlow, route: RpcRoute, client: str, pending: Awaitable[Decision]
+    ) -> None:
+        decision = await pending
+        if not decision.allowed:
+            _over_quota(flow, route, client, decision)
+            return
+        await self._take_handshake(flow, route, client)
+
+    async def _take_handshake(self, flow: http.HTTPFlow, route: RpcRoute, client: str) -> None:
+        port = await self.sink.start()
+        flow.metadata[WS_KEY] = route.network
+        flow.metadata[WS_HEADERS_KEY] = {"client": client}
+        flow.request.headers[FLOW_HEADER] = flow.id
+        flow.request.scheme = "http"
+        flow.request.host = "127.0.0.1"
+        flow.request.port = port  # the path stays: logs and mitmweb show the real one
+        flow.comment = f"WebSocket JSON-RPC, {route.network}"
+
+    def _conn(self, flow: http.HTTPFlow) -> ClientConn | None:
+        conn = self._conns.get(flow.id)
+        if conn is not None:
+            return conn
+        network = flow.metadata.get(WS_KEY)
+        if network is None:
+            return None  # not an RPC socket of ours
+        # (also a socket opened before a hot reload, that another instance saw start)
+        rt = self.holder.runtime
+        ws = rt.config.proxy.websocket if rt is not None else WebSocketConfig()
+        if rt is not None:
+            rt.ws_connections += 1
+        conn = self._conns[flow.id] = ClientConn(
+            flow,
+            network,
+            flow.metadata.get(WS_HEADERS_KEY, {}).get("client", "unknown"),
+            master=ctx.master,
+            max_queued=ws.max_queued_notifications,
+            max_buffer_bytes=ws.max_buffer_bytes,
+            on_slow=self._close_slow,
+            direct=bool(getattr(ctx.options, DIRECT_OPTION, True)),
+        )
+        return conn
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        self._conn(flow)
+
+    async def websocket_message(self, flow: http.HTTPFlow) -> None:
+        conn = self._conn(flow)
+        if conn is None or flow.websocket is None:
+            return
+        messages = flow.websocket.messages
+        msg = messages[-1]
+        if len(messages) > KEEP_MESSAGES:
+            del messages[: len(messages) - KEEP_MESSAGES]
+        if not msg.from_client:
+            if msg.injected:
+                conn.relayed += 1  # one of ours is on its way to the client
+            else:
+                msg.drop()  # the sink never speaks; nothing of it reaches the client
+            return
+        msg.drop()  # answered by us, never relayed to the sink
+        refused = self.read_limits.refused_message(flow.client_conn.id)
+        if refused is not None:
+            # over max_body_bytes: its content was never kept (addon/mitm/limits.py)
+            conn.calls += 1
+            conn.send(dumps(refused))
+            return
+        if conn.slots.locked():
+            # Back-pressure: the hook waiting pauses only mitmproxy's WebSocket
+            # layer; its connection handler would go on reading the socket and
+            # queue whatever arrives. Stop reading the client until a slot frees.
+            stream = mitm_internals.client_stream(ctx.master, flow)
+            transport = stream[0] if stream is not None else None
+            if stream is not None:
+                mitm_internals.pause_reading(*stream)
+            try:
+                await conn.slots.acquire()
+            finally:
+                if transport is not None and not transport.is_closing():
+                    transport.resume_reading()
+        else:
+            await conn.slots.acquire()
+        conn.calls += 1
+        task = asyncio.create_task(self._answer(flow, conn, msg.content))
+        conn.tasks.add(task)
+        task.add_done_callback(conn.tasks.discard)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.read_limits.refused_message(flow.client_conn.id)  # one cut off by the close
+        conn = self._conns.pop(flow.id, None)
+        if conn is None:
+            return
+        for task in list(conn.tasks):
+            task.cancel()
+        rt = self.holder.runtime
+        if rt is not None:
+            rt.ws_connections = max(0, rt.ws_connections - 1)
+            rt.subs.release(conn)  # closing a socket ends its subscriptions
+        flow.comment = conn.describe()
+
+    def _close_slow(self, conn: ClientConn) -> None:
+        rt = self.holder.runtime
+        if rt is not None:
+            rt.subs.release(conn)
+        create_task(
+            self.sink.close_flow(conn.flow.id, SLOW_CLIENT_CLOSE, "notifications not read"),
+            name="chainproxy: close a slow WebSocket client",
+            keep_ref=True,
+        )
+
+    async def _answer(self, flow: http.HTTPFlow, conn: ClientConn, content: bytes) -> None:
+        afters = None
+        try:
+            rpc = await self.pipeline.message(content, conn, conn)
+            body, afters = message_body(rpc), rpc.afters
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("WebSocket message on %s: no answer", conn.network)
+            body = dumps(error_obj(None, INTERNAL_ERROR, "internal proxy error"))
+        finally:
+            conn.slots.release()
+        if conn.open:
+            conn.send(body)  # the same way as its notifications: they never overtake it
+            for after in afters or ():  # e.g. the current head, right after the subscription id
+                after()
+
+    def done(self) -> None:
+        # synchronous (hot reload): the sink's close is scheduled; open
+        # connections to it end, and their clients reconnect
+        rt = self.holder.runtime
+        for conn in self._conns.values():
+            for task in list(conn.tasks):
+                task.cancel()
+            if rt is not None:
+                rt.subs.release(conn)
+        self._conns.clear()
+        self.sink.close()
+
+
+def _over_quota(flow: http.HTTPFlow, route: RpcRoute, client: str, decision: Decision) -> None:
+    # Over quota already: 429 with the policy headers, not upgraded (the
+    # bittensor SDK's gateway policy contract).
+    body = quota_error(None, decision, 1, client)
+    flow.response = json_response(429, body, decision.headers())
+    flow.comment = f"WebSocket JSON-RPC, {route.network}: refused, over quota"

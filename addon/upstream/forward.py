@@ -1,0 +1,281 @@
+"""Forwarding with failover: up to N attempts on distinct upstreams, each with
+its own timeout, all within one overall deadline. The caller sees one answer.
+
+The transport is a small Protocol so the loop is tested with in-process fakes;
+``AiohttpTransport`` is the real one (one shared, pooled ClientSession).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from asyncio import FIRST_COMPLETED
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import aiohttp
+from multidict import CIMultiDict
+
+from addon.pipeline.jsonrpc import Call, dumps
+from addon.upstream.failover import assess
+from addon.upstream.hedge import Hedger
+from addon.upstream.pool import Upstream, UpstreamPool
+
+
+class TransportError(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Transport(Protocol):
+    async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        """POST ``body``; the status and whole body, or ``TransportError``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    endpoint: str  # endpoint id, never the URL (it may hold a secret)
+    provider: str
+    outcome: Literal["ok", "soft", "hard"]
+    reason: str
+    latency_ms: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "reason": self.reason or "ok",
+            "latency_ms": self.latency_ms,
+        }
+
+
+ResultKind = Literal["ok", "soft", "failed", "deadline", "no-upstream"]
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardResult:
+    kind: ResultKind
+    answers: tuple[dict[str, Any], ...] | None  # one per call, in order (ok / soft)
+    attempts: tuple[Attempt, ...]
+    upstream: Upstream | None  # whose answer it is
+    hedged: bool = False  # a second upstream raced a slow first one
+
+    @property
+    def failover(self) -> bool:
+        return len(self.attempts) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    max_attempts: int
+    attempt_timeout_s: float
+    deadline_s: float
+
+
+def outbound_body(calls: Sequence[Call], is_batch: bool) -> bytes:
+    """The request sent upstream: the caller's calls renumbered 0..n-1, so answers
+    are matched to calls even when the caller reused or nulled ids."""
+    objs = [
+        {"jsonrpc": "2.0", "id": i, "method": c.method, "params": c.params}
+        for i, c in enumerate(calls)
+    ]
+    return dumps(objs if is_batch else objs[0])
+
+
+async def forward(
+    calls: Sequence[Call],
+    *,
+    is_batch: bool,
+    pool: UpstreamPool,
+    transport: Transport,
+    budget: Budget,
+    clock: Callable[[], float],
+    tip: int | None = None,
+    min_block: int | None = None,
+    prefer_archive: bool = False,
+    hedger: Hedger | None = None,
+) -> ForwardResult:
+    """Attempts one after the other (failover); with a ``hedger``, an attempt
+    not answered within its delay gets a second one racing it on the next-best
+    upstream, the first good answer wins and the other is cancelled."""
+    body = outbound_body(calls, is_batch)
+    deadline = clock() + budget.deadline_s
+    tried: set[str] = set()
+    attempts: list[Attempt] = []
+    soft: tuple[tuple[dict[str, Any], ...], Upstream] | None = None
+    by_deadline = False
+    hedged = False  # a second upstream was sent the call
+    waited = False  # the hedge delay passed once (one hedge per call at most)
+    running: dict[asyncio.Task[tuple[int, bytes]], tuple[Upstream, float, float]] = {}
+    if hedger is not None:
+        hedger.call()
+
+    def launch() -> bool:
+        nonlocal by_deadline
+        remaining = deadline - clock()
+        if remaining <= 0:
+            by_deadline = True
+            return False
+        upstream = pool.choose(tried, prefer_archive=prefer_archive, min_block=min_block)
+        if upstream is None:
+            return False
+        tried.add(upstream.id)
+        timeout = min(budget.attempt_timeout_s, remaining)
+        pool.started(upstream)
+        task = asyncio.ensure_future(transport.post(upstream.url, body, timeout))
+        running[task] = (upstream, clock(), timeout)
+        return True
+
+    try:
+        while True:
+            # a hedge is an extra racer, not one of the failover attempts
+            limit = budget.max_attempts + hedged
+            if not running and (len(tried) >= limit or not launch()):
+                break
+            wait: float | None = None
+            if hedger is not None and not waited and len(tried) < budget.max_attempts:
+                wait = hedger.delay()
+            done, _ = await asyncio.wait(running, timeout=wait, return_when=FIRST_COMPLETED)
+            if not done:  # the first is slow: race it on the next-best upstream, once
+                waited = True
+                assert hedger is not None
+                if hedger.can_hedge() and launch():
+                    hedger.hedged()
+                    hedged = True
+                continue
+            for task in done:
+                upstream, start, timeout = running.pop(task)
+                latency = (clock() - start) * 1000
+                try:
+                    status, raw = task.result()
+                except TransportError as e:
+                    pool.failed(upstream, latency)
+                    attempts.append(
+                        Attempt(upstream.id, upstream.provider, "hard", e.reason, round(latency))
+                    )
+                    if e.reason == "timeout" and timeout < budget.attempt_timeout_s:
+                        by_deadline = True
+                    continue
+                except BaseException:  # a closed session, a cancelled post: settle, raise
+                    pool.abandoned(upstream, latency)
+                    raise
+                verdict = assess(status, raw, calls, is_batch=is_batch, tip=tip)
+                attempts.append(
+                    Attempt(
+                        upstream.id,
+                        upstream.provider,
+                        verdict.verdict,
+                        verdict.reason,
+                        round(latency),
+                    )
+                )
+                if verdict.verdict == "hard":
+                    pool.failed(upstream, latency)
+                    continue
+                pool.succeeded(upstream, latency)  # a soft answer is a healthy node, behind
+                if hedger is not None:
+                    hedger.observe(latency)
+                assert verdict.answers is not None
+                if verdict.verdict == "ok":
+                    return ForwardResult("ok", verdict.answers, tuple(attempts), upstream, hedged)
+                soft = (verdict.answers, upstream)
+                prefer_archive = prefer_archive or verdict.prefer_archive
+            if by_deadline and not running:
+                break
+    finally:
+        # the other racer, or everything when the flow itself was cancelled
+        outraced = hedged and bool(attempts) and attempts[-1].outcome == "ok"
+        for task, (upstream, start, _) in running.items():
+            task.cancel()
+            if outraced:
+                pool.outraced(upstream, (clock() - start) * 1000)
+            else:
+                pool.abandoned(upstream, (clock() - start) * 1000)
+
+    if soft is not None:
+        return ForwardResult("soft", soft[0], tuple(attempts), soft[1], hedged)
+    # every upstream tried kept silent: a gateway timeout (504), however the time
+    # was split between racers and attempts
+    if by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
+        return ForwardResult("deadline", None, tuple(attempts), None, hedged)
+    if not attempts:
+        return ForwardResult("no-upstream", None, (), None, hedged)
+    return ForwardResult("failed", None, tuple(attempts), None, hedged)
+
+
+# built once: aiohttp would otherwise turn a dict into a CIMultiDict on every call
+_HEADERS = CIMultiDict({"Content-Type": "application/json", "Accept": "application/json"})
+
+
+class AiohttpTransport:
+    """One pooled ClientSession for every upstream call (keep-alive across clients)."""
+
+    def __init__(self, session: aiohttp.ClientSession, *, max_response_bytes: int) -> None:
+        self._session = session
+        self._max = max_response_bytes
+
+    async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        try:
+            async with asyncio.timeout(timeout):
+                try:
+                    return await self._exchange(url, body)
+                except _StaleConnection:
+                    # A pooled keep-alive connection the upstream closed just as we
+                    # reused it (Node's 5 s keep-alive vs ours): nothing was answered,
+                    # the call is a read, so send it again once on a new connection,
+                    # as Go's http.Transport does, rather than call the node failed.
+                    return await self._exchange(url, body)
+        except _StaleConnection:
+            raise TransportError("disconnected") from None
+        except TimeoutError:
+            raise TransportError("timeout") from None
+        except aiohttp.ClientConnectorError:
+            raise TransportError("connect-error") from None
+        except aiohttp.ServerDisconnectedError:
+            raise TransportError("disconnected") from None
+        except aiohttp.ClientPayloadError:
+            raise TransportError("truncated-body") from None
+        except aiohttp.ClientError as e:
+            raise TransportError(f"client-error:{type(e).__name__}") from None
+
+    async def _exchange(self, url: str, body: bytes) -> tuple[int, bytes]:
+        try:
+            resp = await self._session.post(url, data=body, headers=_HEADERS, allow_redirects=False)
+        except aiohttp.ClientConnectorError:
+            raise  # could not connect at all: not a stale connection
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            raise _StaleConnection() from e
+        async with resp:
+            if (resp.content_length or 0) > self._max:
+                raise TransportError("response-too-large")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.content.iter_any():
+                size += len(chunk)
+                if size > self._max:
+                    raise TransportError("response-too-large")
+                chunks.append(chunk)
+            return resp.status, b"".join(chunks)
+
+
+class _StaleConnection(Exception):
+    """The connection closed before any answer arrived."""
+
+
+def new_session() -> aiohttp.ClientSession:
+    # Idle connections are dropped after 4 s, before common node servers drop them
+    # (Node/chopsticks 5 s): a connection is rarely reused just as the node closes it.
+    connector = aiohttp.TCPConnector(
+        limit=1024, limit_per_host=256, ttl_dns_cache=300, keepalive_timeout=4.0
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        # Calls are stateless: an upstream's (or its load balancer's) cookie is
+        # neither kept nor sent back, and no jar is consulted on every call.
+        cookie_jar=aiohttp.DummyCookieJar(),
+        json_serialize=json.dumps,
+        auto_decompress=True,
+        timeout=aiohttp.ClientTimeout(total=None),
+    )
