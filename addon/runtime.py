@@ -16,8 +16,7 @@ import aiohttp
 
 from addon.cache.redis_tier import SharedCacheTier
 from addon.cache.store import CacheStore, DiskCacheStore
-from addon.chain.blocks import BlockIndex
-from addon.chain.head_book import HeadBook
+from addon.chain.state import ChainState
 from addon.quota.local import RateLimiter
 from addon.quota.redis_limiter import SharedLimiter
 from addon.redislink.link import RedisLink
@@ -48,9 +47,7 @@ class Runtime:
     ws_connections: int = 0  # client WebSockets open (a gauge)
     transport: Transport | None = None  # set when the event loop runs
     session: aiohttp.ClientSession | None = None
-    tips: dict[str, int] = field(default_factory=dict)  # from the sidecar's snapshot
-    finalized: dict[str, int] = field(default_factory=dict)
-    blocks: BlockIndex = field(default_factory=BlockIndex)  # hash -> height, learned
+    chain: ChainState = field(default_factory=ChainState)  # heights, hashes, best heads
     cache: CacheStore | None = None  # None: caching off (or storage not opened yet)
     usage: UsageAggregator = field(default_factory=UsageAggregator)
     spool: Spool | None = None
@@ -59,7 +56,6 @@ class Runtime:
     shared_limiter: SharedLimiter | None = None
     shared_cache: SharedCacheTier | None = None
     # Fewer upstream calls, shorter tail (DESIGN-NOTES "Upstream calls")
-    heads: HeadBook = field(default_factory=HeadBook)  # best block + hash seen, per network
     coalescer: Coalescer = field(default_factory=Coalescer)
     hedgers: dict[str, Hedger] = field(default_factory=dict)  # per network
 
@@ -134,17 +130,12 @@ class Runtime:
             for net, pool in pools.items():
                 if net in old_pools:
                     pool.inherit(old_pools[net])
-        for net in self.pools:
-            for heads_new, heads_old in ((self.tips, old.tips), (self.finalized, old.finalized)):
-                if net in heads_old:
-                    heads_new[net] = heads_old[net]
+        self.chain = old.chain  # chain facts do not change with the config
         self.metrics = old.metrics  # counts not yet shipped stay with the process
         self.ws_connections = old.ws_connections
         # One hub per process: clients' subscriptions live on, on the new pools.
         old.subs.reconfigure(self.ws_pools, self.subs.settings, self)
         self.subs = old.subs
-        self.blocks = old.blocks
-        self.heads = old.heads
         self.coalescer = old.coalescer  # calls in flight stay shareable
         for net, hedger in old.hedgers.items():
             if net in self.hedgers and hedger.config == self.hedgers[net].config:
@@ -185,21 +176,13 @@ class Runtime:
     # --- what the subscription hub reads and tells (``subs.hub.ChainView``) ---
 
     def heights(self, network: str) -> tuple[int | None, int | None]:
-        return self.tips.get(network), self.finalized.get(network)
+        return self.chain.heights(network)
 
     def head_delivered(self, network: str, header: Any) -> None:
-        self.heads.learn(network, header, self.clock())
+        self.chain.best.learn(network, header, self.clock())
 
     def subscription_moved(self, network: str) -> None:
         self.metrics.count_extra("chainproxy_subscription_moves_total", network=network)
-
-    def set_heads(self, network: str, tip: int | None, finalized: int | None) -> None:
-        """Chain heights from the latest snapshot (None: unknown, forget the old)."""
-        for store, value in ((self.tips, tip), (self.finalized, finalized)):
-            if value is None:
-                store.pop(network, None)
-            else:
-                store[network] = value
 
     def detach_session(self) -> aiohttp.ClientSession | None:
         session, self.session, self.transport = self.session, None, None

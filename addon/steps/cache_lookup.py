@@ -21,7 +21,7 @@ def cache_lookup(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
         return None
     assert rpc.parsed is not None
     extra = rt.config.proxy.cache.methods
-    finalized = rt.finalized.get(rpc.network)
+    finalized = rt.chain.finalized.get(rpc.network)
     missed: list[int] = []
     for i in rpc.pending():
         call = rpc.parsed.items[i]

@@ -25,8 +25,8 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
         return  # all from the cache
     assert rt.transport is not None  # attached by HttpSession.running, before any call
     calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
-    tip = rt.tips.get(rpc.network)
-    hint = hints(calls, tip=tip, index=rt.blocks)
+    tip = rt.chain.tips.get(rpc.network)
+    hint = hints(calls, tip=tip, index=rt.chain.blocks)
     min_block = hint.min_block
     if rpc.min_block is not None:  # pinned to the head: only nodes that have it
         min_block = rpc.min_block if min_block is None else max(min_block, rpc.min_block)

@@ -14,7 +14,7 @@ def learn(rpc: RpcContext, rt: Runtime) -> None:
     """Heights of block hashes, from the upstream's results (for archive routing),
     and the best head with its hash (for head pinning), before the client sees it;
     a head hash shown without its header pauses pinning (``addon/chain/head_book.py``)."""
-    if rpc.hits and rt.heads.unseen(rpc.network):
+    if rpc.hits and rt.chain.best.unseen(rpc.network):
         _learn_cached_headers(rpc, rt)
     if rpc.result is None or rpc.result.answers is None:
         return
@@ -23,13 +23,13 @@ def learn(rpc: RpcContext, rt: Runtime) -> None:
     for i in rpc.forwarded:
         item, answer = rpc.parsed.items[i], rpc.answers[i]
         if isinstance(item, Call) and answer is not None and "result" in answer:
-            rt.blocks.learn(item, answer["result"])
+            rt.chain.blocks.learn(item, answer["result"])
             if item.method in HEADER_METHODS:
                 header = answered_header(item.method, answer["result"])
-                rt.heads.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
+                rt.chain.best.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
             elif item.method in HASH_METHODS and isinstance(answer["result"], str):
                 block_hash = answer["result"]
-                rt.heads.shown(rpc.network, block_hash, now, rt.blocks.get(block_hash))
+                rt.chain.best.shown(rpc.network, block_hash, now, rt.chain.blocks.get(block_hash))
 
 
 def _learn_cached_headers(rpc: RpcContext, rt: Runtime) -> None:
@@ -41,4 +41,4 @@ def _learn_cached_headers(rpc: RpcContext, rt: Runtime) -> None:
         item, answer = rpc.parsed.items[i], rpc.answers[i]
         if isinstance(item, Call) and item.method in HEADER_METHODS and answer is not None:
             header = answered_header(item.method, answer.get("result"))
-            rt.heads.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
+            rt.chain.best.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))

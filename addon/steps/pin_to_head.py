@@ -26,8 +26,11 @@ def pin_to_head(rpc: RpcContext, rt: Runtime) -> None:
         if not isinstance(call, Call) or call.method not in HASH_POSITION:
             continue  # most calls: no head lookup, no copy
         if head is None:
-            head = rt.heads.fresh(
-                rpc.network, rt.clock(), max_age_s=cfg.max_age_s, probe_tip=rt.tips.get(rpc.network)
+            head = rt.chain.best.fresh(
+                rpc.network,
+                rt.clock(),
+                max_age_s=cfg.max_age_s,
+                probe_tip=rt.chain.tips.get(rpc.network),
             )
             if head is None:
                 return  # no fresh head known: everything goes as sent

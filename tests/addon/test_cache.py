@@ -185,7 +185,7 @@ async def test_block_hash_is_cached_only_below_finality() -> None:
     await run(stages, rpc_flow(call("chain_getBlockHash", [50])))  # finality unknown
     f = await run(stages, rpc_flow(call("chain_getBlockHash", [50])))
     assert f.response.headers["X-Cache"] == "MISS"
-    rt.set_heads("finney", 120, 100)
+    rt.chain.set_heights("finney", 120, 100)
     await run(stages, rpc_flow(call("chain_getBlockHash", [50])))
     f = await run(stages, rpc_flow(call("chain_getBlockHash", ["0x32"])))
     assert f.response.headers["X-Cache"] == "HIT"

@@ -290,8 +290,8 @@ async def test_refresh_once_applies_every_network_and_sets_heads(
     i = ids(rt.config)
     refresher = SnapshotRefresher(holder_of(rt))
     await refresher.refresh_once()
-    assert rt.tips == {"finney": 100, "test": 7000}
-    assert rt.finalized == {"finney": 98, "test": 6998}
+    assert rt.chain.tips == {"finney": 100, "test": 7000}
+    assert rt.chain.finalized == {"finney": 98, "test": 6998}
     fa, fb = rt.pools["finney"].upstreams[i["fa"]], rt.pools["finney"].upstreams[i["fb"]]
     assert (fa.tier, fa.best, fa.score) == (TIER_SYNCED, 100, 0.9)
     assert (fb.tier, fb.best, fb.archive) == (TIER_LAGGING, 90, True)
@@ -309,7 +309,7 @@ async def test_no_authorization_header_without_a_token(
     fill(fake, rt.config)
     await SnapshotRefresher(holder_of(rt)).refresh_once()
     assert {auth for _, auth in fake.requests} == {None}
-    assert rt.tips["finney"] == 100
+    assert rt.chain.tips["finney"] == 100
 
 
 async def test_a_later_snapshot_without_a_tip_forgets_the_old_one(
@@ -322,8 +322,8 @@ async def test_a_later_snapshot_without_a_tip_forgets_the_old_one(
     await refresher.refresh_once()
     fake.docs["finney"] = doc(tip=None, finalized=None)  # every finney node unhealthy
     await refresher.refresh_once()
-    assert "finney" not in rt.tips and "finney" not in rt.finalized
-    assert rt.tips["test"] == 7000
+    assert "finney" not in rt.chain.tips and "finney" not in rt.chain.finalized
+    assert rt.chain.tips["test"] == 7000
     assert {u.tier for u in rt.pools["finney"].upstreams.values()} == {TIER_UNPROBED}
 
 
@@ -340,7 +340,7 @@ async def test_refresh_once_refuses_an_error_answer(
     fake.mode = "500"
     with pytest.raises(SnapshotError):
         await SnapshotRefresher(holder_of(rt)).refresh_once()
-    assert rt.tips == {}
+    assert rt.chain.tips == {}
 
 
 def backoff(refresh_s: float, failures: int) -> list[float]:
@@ -393,14 +393,14 @@ async def test_run_backs_off_keeps_the_last_snapshot_and_resets_on_success(
     kept: list[bool] = []
 
     def break_it() -> None:
-        good.update(pools=pool_state(rt), tips=dict(rt.tips), fin=dict(rt.finalized))
+        good.update(pools=pool_state(rt), tips=dict(rt.chain.tips), fin=dict(rt.chain.finalized))
         fake.mode = failure
 
     def check() -> None:
         kept.append(
             pool_state(rt) == good["pools"]
-            and rt.tips == good["tips"]
-            and rt.finalized == good["fin"]
+            and rt.chain.tips == good["tips"]
+            and rt.chain.finalized == good["fin"]
         )
 
     def heal() -> None:
@@ -417,7 +417,7 @@ async def test_run_backs_off_keeps_the_last_snapshot_and_resets_on_success(
     assert sleep.delays[2:5] == [4.0, 8.0, min(16.0, MAX_BACKOFF_S)]  # exponential
     assert sleep.delays[6:8] == [MAX_BACKOFF_S, MAX_BACKOFF_S]  # and capped
     assert kept and all(kept)  # the last good snapshot served through every failure
-    assert rt.tips["finney"] == 120  # and the next good one replaced it
+    assert rt.chain.tips["finney"] == 120  # and the next good one replaced it
     assert refresher.failures == 0 and refresher.applied == 3
 
 
@@ -439,7 +439,7 @@ async def test_run_keeps_the_last_snapshot_while_the_sidecar_is_unreachable(
     assert sleep.delays[:3] == [1.0, 2.0, 4.0]
     assert refresher.failures == 5
     assert pool_state(rt) == before
-    assert rt.tips == {"finney": 100, "test": 7000}
+    assert rt.chain.tips == {"finney": 100, "test": 7000}
 
 
 async def test_run_waits_refresh_s_between_good_refreshes(
@@ -474,4 +474,4 @@ async def test_run_survives_a_body_that_is_not_an_object(
     with pytest.raises(Stop):
         await refresher.run()
     assert sleep.delays == [2.0, 4.0, 1.0]
-    assert rt.tips["finney"] == 100
+    assert rt.chain.tips["finney"] == 100

@@ -55,7 +55,7 @@ async def test_no_fresh_head_means_the_read_goes_as_sent() -> None:
     await run(stages, rpc_flow(call("state_getStorage", ["0x02"])))
     assert fake.seen[-1][1]["params"] == ["0x02"]
     await run(stages, rpc_flow(call("chain_getHeader")))  # seen again: fresh
-    rt.tips["finney"] = 4_000_001  # but the probes saw a newer block
+    rt.chain.tips["finney"] = 4_000_001  # but the probes saw a newer block
     await run(stages, rpc_flow(call("state_getStorage", ["0x03"])))
     assert fake.seen[-1][1]["params"] == ["0x03"]
 

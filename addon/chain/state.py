@@ -1,0 +1,36 @@
+"""What this proxy process knows of each network's chain, in one place; it
+outlives config reloads (``Runtime.inherit`` hands it on whole).
+
+* ``tips`` / ``finalized``: the heights the sidecar's probes report (the
+  routing snapshot): how far the healthy nodes are, for routing and caching.
+* ``blocks``: heights of block hashes learned from answers (archive routing).
+* ``best``: the best head *shown through this proxy*, with its hash, learned
+  from headers that pass (head pinning, ``head_book.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from addon.chain.blocks import BlockIndex
+from addon.chain.head_book import HeadBook
+
+
+@dataclass(slots=True)
+class ChainState:
+    tips: dict[str, int] = field(default_factory=dict)
+    finalized: dict[str, int] = field(default_factory=dict)
+    blocks: BlockIndex = field(default_factory=BlockIndex)
+    best: HeadBook = field(default_factory=HeadBook)
+
+    def heights(self, network: str) -> tuple[int | None, int | None]:
+        """(tip, finalized) from the probes; None where unknown."""
+        return self.tips.get(network), self.finalized.get(network)
+
+    def set_heights(self, network: str, tip: int | None, finalized: int | None) -> None:
+        """Heights from the latest snapshot (None: unknown, forget the old)."""
+        for store, value in ((self.tips, tip), (self.finalized, finalized)):
+            if value is None:
+                store.pop(network, None)
+            else:
+                store[network] = value
