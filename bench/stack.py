@@ -1,8 +1,15 @@
-"""Processes for the proxy benchmarks, all on 127.0.0.1 with free ports: the
-trivial upstream, simulated nodes, the sidecar, chainproxy (mitmdump with the
-addon), bare mitmdump, nginx. Every child runs in its own session, gets SIGTERM
-from the kernel if the runner dies, and is stopped with its process group by
-``Stack.stop`` (``chainproxy.supervisor``)."""
+"""Processes on 127.0.0.1 with free ports, for the benchmarks and the end-to-end
+tests: ``ProcessStack`` starts what both need (simulated nodes, the sidecar,
+chainproxy = mitmdump with the addon) and ``Stack`` adds what only the
+benchmarks run (the trivial upstream, bare mitmdump, nginx). Every child runs
+in its own session, gets SIGTERM from the kernel if the runner dies, and is
+stopped with its process group by ``stop`` (``chainproxy.supervisor``).
+
+Why here: the e2e harness (``tests/e2e/harness.py``) builds on
+``ProcessStack``, and the tests already import ``bench`` (the soak smoke
+test), while the benchmarks must not need pytest, which nothing here imports.
+``chainproxy/`` is product code, and a top-level folder of its own would be a
+third place for test machinery."""
 
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -45,21 +52,39 @@ def post_raw(url: str, body: bytes, timeout: float = 10.0) -> tuple[int, dict[st
         return e.code, dict(e.headers), e.read()
 
 
+def sidecar_section(port: int | None = None) -> dict[str, Any]:
+    """The config's ``sidecar`` block: loopback, on ``port`` or a free one."""
+    port = port or free_port()
+    return {"host": "127.0.0.1", "port": port, "url": f"http://127.0.0.1:{port}"}
+
+
 @dataclass
 class Node(RemoteNode):
     """A simulated node (``python -m simnode``)."""
 
     proc: Child
-    argv: list[str]
+    argv: list[str] = field(default_factory=list)  # its command line, for a restart
 
 
 @dataclass
-class Stack:
+class ProcessStack:
+    """The processes the benchmarks and the e2e tests both start."""
+
     tmp: Path  # the processes' logs and configs
+    nodes: list[Node] = field(default_factory=list)  # every node started, restarts replaced
     sup: Supervisor = field(init=False)
+
+    # the simulated chain's defaults: a block every NODE_BLOCK_S from NODE_START_HEIGHT
+    NODE_BLOCK_S: ClassVar[float] = 12.0
+    NODE_START_HEIGHT: ClassVar[int] = 4_000_000
 
     def __post_init__(self) -> None:
         self.sup = Supervisor(logdir=self.tmp, cwd=REPO)
+
+    @property
+    def procs(self) -> list[Child]:
+        """Every process started for this stack: ``stop`` ends them."""
+        return self.sup.children
 
     def spawn(
         self,
@@ -68,12 +93,108 @@ class Stack:
         cpus: set[int] | None = None,
         env: dict[str, str] | None = None,
     ) -> Child:
-        """Start ``argv``; ``cpus``: pin it (and every thread it starts) to these cores;
-        ``env``: variables to add to the environment."""
+        """Start ``argv`` (output in ``<tmp>/<name>.log``); ``cpus``: pin it (and
+        every thread it starts) to these cores; ``env``: variables to add to the
+        environment."""
         return self.sup.start(name, argv, cpus=cpus, env=env)
 
     def stop(self) -> None:
         self.sup.stop_all()
+
+    # --- simulated nodes -------------------------------------------------------------
+
+    def start_node(
+        self,
+        name: str,
+        *,
+        epoch: float,
+        port: int | None = None,
+        wait: bool = True,
+        block_time: float | None = None,
+        start_height: int | None = None,
+        seed: str = "finney",
+        genesis: str = FINNEY_GENESIS,
+        archive: bool = False,
+        host: str = "127.0.0.1",
+    ) -> Node:
+        """A node on ``host``:``port`` (a free port by default); ``wait=False``:
+        return at once, before it answers."""
+        port = port or free_port()
+        argv = simnode_argv(
+            port,
+            name=name,
+            seed=seed,
+            epoch=epoch,
+            block_time=self.NODE_BLOCK_S if block_time is None else block_time,
+            start_height=self.NODE_START_HEIGHT if start_height is None else start_height,
+            genesis=genesis,
+            archive=archive,
+            host=host,
+        )
+        proc = self.spawn(f"node-{name}", argv)
+        node = Node(url=f"http://{host}:{port}", name=name, proc=proc, argv=argv)
+        if wait:
+            wait_http(f"{node.url}/_sim/state", proc)
+        self.nodes.append(node)
+        return node
+
+    def restart_node(self, node: Node) -> Node:
+        """A new process on the same port (after the old one was killed)."""
+        node.proc.stop(signal.SIGKILL)
+        self.sup.forget(node.proc)
+        proc = self.spawn(node.proc.name, node.argv)
+        fresh = Node(url=node.url, name=node.name, proc=proc, argv=node.argv)
+        wait_http(f"{fresh.url}/_sim/state", proc)
+        self.nodes = [fresh if n is node else n for n in self.nodes]
+        return fresh
+
+    # --- chainproxy ------------------------------------------------------------------
+
+    def start_sidecar(self, name: str, config: Path, url: str, *, timeout_s: float = 30.0) -> Child:
+        """The sidecar on ``config``, once ``url`` answers ``/healthz``."""
+        proc = self.spawn(name, sidecar_argv(config))
+        wait_http(f"{url}/healthz", proc, timeout_s)
+        return proc
+
+    def start_chainproxy(
+        self,
+        name: str,
+        config: Path,
+        sidecar_url: str,
+        *,
+        port: int | None = None,
+        sets: tuple[str, ...] = (),
+        quiet: bool = True,
+        cpus: set[int] | None = None,
+        wait: bool = True,
+        tree: Path | None = None,
+    ) -> tuple[Child, str]:
+        """mitmdump with the addon on ``port`` (a free one by default);
+        ``wait=False``: return at once, call ``wait_http(url + "/rpc/", proc)``
+        before using it (``/rpc/`` answers even without the sidecar). ``tree``:
+        another checkout of the project (e.g. an older commit) whose addon to run."""
+        port = port or free_port()
+        argv = proxy_argv(
+            BIN / "mitmdump",
+            config,
+            sidecar_url,
+            port=port,
+            sets=sets,
+            quiet=quiet,
+            tree=tree or REPO,
+        )
+        # the tree's packages before the installed (editable) ones
+        env = {"PYTHONPATH": str(tree)} if tree else None
+        proc = self.spawn(name, argv, cpus, env)
+        url = f"http://127.0.0.1:{port}"
+        if wait:
+            wait_http(f"{url}/rpc/", proc)
+        return proc, url
+
+
+@dataclass
+class Stack(ProcessStack):
+    """The benchmarks' processes: ``ProcessStack`` and the baselines."""
 
     # --- upstreams -------------------------------------------------------------------
 
@@ -93,40 +214,6 @@ class Stack:
         wait_port(port, proc)
         return f"http://127.0.0.1:{port}"
 
-    def start_node(
-        self,
-        name: str,
-        *,
-        epoch: float,
-        port: int | None = None,
-        wait: bool = True,
-        block_time: float = 12,
-    ) -> Node:
-        port = port or free_port()
-        argv = simnode_argv(
-            port,
-            name=name,
-            seed="finney",
-            epoch=epoch,
-            block_time=block_time,
-            start_height=4_000_000,
-            genesis=FINNEY_GENESIS,
-        )
-        proc = self.spawn(f"node-{name}", argv)
-        node = Node(url=f"http://127.0.0.1:{port}", name=name, proc=proc, argv=argv)
-        if wait:
-            wait_http(f"{node.url}/_sim/state", proc)
-        return node
-
-    def restart_node(self, node: Node) -> Node:
-        """A new process on the same port (after the old one was killed)."""
-        node.proc.stop(signal.SIGKILL)
-        self.sup.forget(node.proc)
-        proc = self.spawn(node.proc.name, node.argv)
-        fresh = Node(url=node.url, name=node.name, proc=proc, argv=node.argv)
-        wait_http(f"{fresh.url}/_sim/state", proc)
-        return fresh
-
     # --- chainproxy ------------------------------------------------------------------
 
     def write_config(
@@ -138,8 +225,7 @@ class Stack:
         proxy: dict[str, Any] | None = None,
         top: dict[str, Any] | None = None,
     ) -> tuple[Path, str]:
-        sidecar_port = free_port()
-        sidecar_url = f"http://127.0.0.1:{sidecar_port}"
+        sidecar = sidecar_section()
         config = {
             "proxy": {
                 "networks": ["finney"],
@@ -147,7 +233,7 @@ class Stack:
                 "rate_limit": {"requests": 1_000_000_000, "window_s": 60},
                 **(proxy or {}),
             },
-            "sidecar": {"host": "127.0.0.1", "port": sidecar_port, "url": sidecar_url},
+            "sidecar": sidecar,
             "data_dir": str(data_dir),
             "networks": {"finney": {"genesis": FINNEY_GENESIS}},
             "registry": {
@@ -166,44 +252,7 @@ class Stack:
         }
         path = self.tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        return path, sidecar_url
-
-    def start_sidecar(self, name: str, config: Path, url: str) -> Child:
-        proc = self.spawn(name, sidecar_argv(config))
-        wait_http(f"{url}/healthz", proc)
-        return proc
-
-    def start_chainproxy(
-        self,
-        name: str,
-        config: Path,
-        sidecar_url: str,
-        *,
-        sets: tuple[str, ...] = (),
-        cpus: set[int] | None = None,
-        wait: bool = True,
-        tree: Path | None = None,
-    ) -> tuple[Child, str]:
-        """mitmdump with the addon; ``wait=False``: return at once, call
-        ``wait_http(url + "/rpc/", proc)`` before using it. ``tree``: another
-        checkout of the project (e.g. an older commit) whose addon to run."""
-        port = free_port()
-        argv = proxy_argv(
-            BIN / "mitmdump",
-            config,
-            sidecar_url,
-            port=port,
-            sets=sets,
-            quiet=True,
-            tree=tree or REPO,
-        )
-        # the tree's packages before the installed (editable) ones
-        env = {"PYTHONPATH": str(tree)} if tree else None
-        proc = self.spawn(name, argv, cpus, env)
-        url = f"http://127.0.0.1:{port}"
-        if wait:
-            wait_http(f"{url}/rpc/", proc)
-        return proc, url
+        return path, sidecar["url"]
 
     def start_bare_mitmdump(
         self, name: str, target: str, *, cpus: set[int] | None = None, wait: bool = True

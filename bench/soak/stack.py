@@ -16,8 +16,7 @@ from typing import Any
 import yaml
 
 from bench.redis_stack import start_haproxy
-from bench.stack import BIN, Node, Stack
-from chainproxy.commands import proxy_argv, sidecar_argv
+from bench.stack import Node, Stack, sidecar_section
 from chainproxy.supervisor import Child, free_port, wait_http, wait_port
 from chainproxy.workers import BALANCER_SOURCE, find_tool, redis_argv
 from common.config import FINNEY_GENESIS
@@ -41,11 +40,7 @@ def soak_config(
             "usage": {"flush_s": 1},
             "websocket": {"stall_s": 3 * BLOCK_S, "upstream_linger_s": 5},
         },
-        "sidecar": {
-            "host": "127.0.0.1",
-            "port": sidecar_port,
-            "url": f"http://127.0.0.1:{sidecar_port}",
-        },
+        "sidecar": sidecar_section(sidecar_port),
         "data_dir": str(data_dir),
         "networks": {"finney": {"genesis": FINNEY_GENESIS}},
         "probe": {"interval_s": 3, "head_interval_s": 1, "timeout_s": 2},
@@ -116,19 +111,20 @@ class SoakStack:
         wait_port(self._redis_port, self.redis)
 
     def start_sidecar(self) -> None:
-        self.sidecar = self.base.spawn("sidecar", sidecar_argv(self.config_path))
-        wait_http(f"{self.sidecar_url}/healthz", self.sidecar, timeout_s=60)
+        self.sidecar = self.base.start_sidecar(
+            "sidecar", self.config_path, self.sidecar_url, timeout_s=60
+        )
 
     def _spawn_proxy(self, i: int) -> Child:
-        argv = proxy_argv(
-            BIN / "mitmdump",
+        child, _url = self.base.start_chainproxy(
+            f"proxy-{i + 1}",
             self.config_path,
             self.sidecar_url,
             port=self.proxy_ports[i],
             sets=(f"chainproxy_trusted_proxies={BALANCER_SOURCE}/32",),
-            quiet=True,
+            wait=False,
         )
-        return self.base.spawn(f"proxy-{i + 1}", argv)
+        return child
 
     # --- chaos -------------------------------------------------------------------------
 

@@ -23,9 +23,8 @@ import pytest
 
 from common.config import FINNEY_GENESIS, TEST_GENESIS
 from common.endpoint_id import endpoint_id
-from simnode.command import simnode_argv
 from tests.e2e.conftest import PROXY_DEFAULTS, Reply, call, next_client_ip, post
-from tests.e2e.harness import REPO, Node, Stack, free_port, http_json, wait_http
+from tests.e2e.harness import REPO, Node, Stack, free_port, http_json
 
 pytestmark = pytest.mark.e2e
 
@@ -63,26 +62,6 @@ class Sent:
         return r
 
 
-def _start_node(stack: Stack, name: str, epoch: float, *, host: str, test: bool) -> Node:
-    port = free_port()
-    argv = simnode_argv(
-        port,
-        name=name,
-        seed="test" if test else "finney",
-        epoch=epoch,
-        block_time=2.0,
-        start_height=5000,
-        genesis=TEST_GENESIS if test else FINNEY_GENESIS,
-        archive=name == "delta",
-        host=host,
-    )
-    proc = stack.sup.start(f"node-{name}", argv)
-    node = Node(url=f"http://{host}:{port}", name=name, proc=proc)
-    wait_http(f"{node.url}/_sim/state", proc)
-    stack.nodes.append(node)
-    return node
-
-
 def _registry(nodes: dict[str, Node]) -> list[dict[str, Any]]:
     def entry(url: str, provider: str, kind: str = "node-rpc", **more: Any) -> dict[str, Any]:
         return {"url": url, "provider": provider, "kind": kind, "network": "finney", **more}
@@ -104,7 +83,14 @@ def _start(tmp: Path) -> tuple[Stack, dict[str, Node]]:
     stack = Stack(tmp)
     epoch = time.time() - 600
     nodes = {
-        name: _start_node(stack, name, epoch, host=host, test=name == "epsilon")
+        name: stack.start_node(
+            name,
+            epoch=epoch,
+            seed="test" if name == "epsilon" else "finney",
+            genesis=TEST_GENESIS if name == "epsilon" else FINNEY_GENESIS,
+            archive=name == "delta",
+            host=host,
+        )
         for name, host in HOSTS.items()
     }
     port = free_port()
