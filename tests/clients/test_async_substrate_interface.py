@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.clients.chopsticks_stack import ChainStack
-from tests.e2e.conftest import next_client_ip
 from tests.e2e.harness import REPO
+from tests.e2e.helpers import next_client_ip
 
 ASI_PYTHON = REPO / ".venv-asi" / "bin" / "python"
 ASI_READY = REPO / ".venv-asi" / ".installed"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tests.clients.chopsticks import GENESIS_PLACEHOLDER
 from tests.clients.chopsticks_stack import NETWORK, ChainStack, routes
 from tests.clients.helpers import get_json, raw_post
-from tests.e2e.conftest import next_client_ip
+from tests.e2e.helpers import next_client_ip
 
 
 def test_an_error_without_code_is_passed_through_not_retried(both_endpoints: ChainStack) -> None:

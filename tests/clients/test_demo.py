@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from tests.clients.helpers import LineReader, eventually, raw_post
-from tests.e2e.conftest import next_client_ip
 from tests.e2e.harness import REPO, free_port
+from tests.e2e.helpers import next_client_ip
 
 
 def _listening(port: int) -> bool:

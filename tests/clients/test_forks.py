@@ -24,8 +24,8 @@ from tests.clients.chopsticks import Chopsticks, start_chopsticks
 from tests.clients.chopsticks_stack import proxy_config, wait_routes
 from tests.clients.helpers import raw_post
 from tests.clients.substrate_client import substrate
-from tests.e2e.conftest import next_client_ip
 from tests.e2e.harness import Stack, free_port
+from tests.e2e.helpers import next_client_ip
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 from tests.clients.chopsticks import CHAIN_NAME, GENESIS_PLACEHOLDER
 from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.helpers import eventually, failovers
-from tests.e2e.conftest import next_client_ip
+from tests.e2e.helpers import next_client_ip
 
 
 def test_raw_calls_and_a_metadata_driven_session(

@@ -27,8 +27,8 @@ from tests.clients.subscriptions import (
     subscribes_served,
     wait_ws_synced,
 )
-from tests.e2e.conftest import next_client_ip
 from tests.e2e.harness import REPO
+from tests.e2e.helpers import next_client_ip
 
 ASI_PYTHON = REPO / ".venv-asi" / "bin" / "python"
 ASI_READY = REPO / ".venv-asi" / ".installed"

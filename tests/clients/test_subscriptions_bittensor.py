@@ -20,8 +20,8 @@ import pytest
 from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.helpers import eventually
 from tests.clients.subscriptions import run_block_asking, subscribes_served, wait_ws_synced
-from tests.e2e.conftest import next_client_ip
 from tests.e2e.harness import REPO
+from tests.e2e.helpers import next_client_ip
 
 BT_PYTHON = REPO / ".venv-bt" / "bin" / "python"
 BT_READY = REPO / ".venv-bt" / ".installed"

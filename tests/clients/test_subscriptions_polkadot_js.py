@@ -17,7 +17,7 @@ from tests.clients.subscriptions import (
     wait_moves,
     wait_ws_synced,
 )
-from tests.e2e.conftest import next_client_ip
+from tests.e2e.helpers import next_client_ip
 
 if TYPE_CHECKING:
     from tests.clients.conftest import NodeSession

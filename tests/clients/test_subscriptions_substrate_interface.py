@@ -14,7 +14,7 @@ import pytest
 from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.subscriptions import assert_chain, wait_ws_synced
 from tests.clients.substrate_client import substrate_ws
-from tests.e2e.conftest import next_client_ip
+from tests.e2e.helpers import next_client_ip
 
 BLOCKS = 3
 

@@ -12,7 +12,7 @@ from tests.clients.chopsticks import CHAIN_NAME
 from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.helpers import eventually, failovers, raw_post
 from tests.clients.substrate_client import substrate
-from tests.e2e.conftest import next_client_ip
+from tests.e2e.helpers import next_client_ip
 
 ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import build_stack, call, next_client_ip, post
 from tests.e2e.harness import Stack, http_json
+from tests.e2e.helpers import build_stack, call, next_client_ip, post
 
 pytestmark = pytest.mark.e2e
 

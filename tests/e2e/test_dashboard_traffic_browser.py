@@ -23,8 +23,8 @@ import pytest
 
 from common.config import FINNEY_GENESIS, TEST_GENESIS
 from common.endpoint_id import endpoint_id
-from tests.e2e.conftest import PROXY_DEFAULTS, Reply, call, next_client_ip, post
 from tests.e2e.harness import REPO, Node, Stack, free_port, http_json
+from tests.e2e.helpers import PROXY_DEFAULTS, Reply, call, next_client_ip, post
 
 pytestmark = pytest.mark.e2e
 

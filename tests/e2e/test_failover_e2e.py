@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from common.endpoint_id import endpoint_id
-from tests.e2e.conftest import build_stack, call, next_client_ip, post
 from tests.e2e.harness import Stack
+from tests.e2e.helpers import build_stack, call, next_client_ip, post
 
 pytestmark = pytest.mark.e2e
 

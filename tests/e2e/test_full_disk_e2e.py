@@ -23,8 +23,8 @@ import aiohttp
 import pytest
 
 from chainproxy.commands import sidecar_argv
-from tests.e2e.conftest import PROXY_DEFAULTS, call, next_client_ip
 from tests.e2e.harness import Stack, base_config, http_json, wait_http
+from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip
 from tests.tmpfs import fill, tmpfs
 
 pytestmark = pytest.mark.e2e

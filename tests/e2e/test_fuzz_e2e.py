@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.conftest import build_stack
 from tests.e2e.harness import Stack
+from tests.e2e.helpers import build_stack
 
 pytestmark = pytest.mark.e2e
 

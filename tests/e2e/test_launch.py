@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.e2e.harness import REPO, free_port
+from tests.e2e.helpers import demo_config, read_until_banner, two_heads
 
 pytestmark = pytest.mark.e2e
 
@@ -42,36 +43,6 @@ def _children_of(config: Path) -> list[int]:
     return out
 
 
-def _demo_config(tmp: Path) -> Path:
-    nodes = [free_port() for _ in range(3)]
-    sidecar = free_port()
-    doc = {
-        "proxy": {"networks": ["finney"]},
-        "sidecar": {"port": sidecar, "url": f"http://127.0.0.1:{sidecar}"},
-        "data_dir": str(tmp / "data"),
-        "registry": {
-            "endpoints": [
-                {
-                    "url": f"http://127.0.0.1:{p}",
-                    "provider": f"sim{i}",
-                    "kind": "node-rpc",
-                    "network": "finney",
-                    "archive": i == 2,
-                }
-                for i, p in enumerate(nodes)
-            ]
-            + [
-                {"url": f"ws://127.0.0.1:{p}", "provider": f"sim{i}", "kind": "node-wss"}
-                | {"network": "finney"}
-                for i, p in enumerate(nodes)
-            ]
-        },
-    }
-    path = tmp / "demo.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
 @pytest.mark.parametrize(
     ("sig", "sets"),
     [(signal.SIGTERM, ()), (signal.SIGINT, ("chainproxy_lean=true",))],
@@ -80,7 +51,7 @@ def _demo_config(tmp: Path) -> Path:
 def test_demo_prints_a_working_curl_and_stops_cleanly(
     tmp_path: Path, sig: int, sets: tuple[str, ...]
 ) -> None:
-    config = _demo_config(tmp_path)
+    config = demo_config(tmp_path)
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -121,7 +92,7 @@ def test_demo_prints_a_working_curl_and_stops_cleanly(
             answer = json.loads(urllib.request.urlopen(req, timeout=20).read())
         assert answer["id"] == 1 and int(answer["result"]["number"], 16) > 0
         assert "chain_subscribeNewHeads" in text  # the banner says how to see live heads
-        heads = asyncio.run(_two_heads(f"ws://127.0.0.1:{port}/rpc/v1/finney"))
+        heads = asyncio.run(two_heads(f"ws://127.0.0.1:{port}/rpc/v1/finney"))
         assert int(heads[1]["number"], 16) == int(heads[0]["number"], 16) + 1
         os.kill(proc.pid, sig)
         assert proc.wait(20) == 0
@@ -136,37 +107,6 @@ def test_demo_prints_a_working_curl_and_stops_cleanly(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def read_until_banner(proc: subprocess.Popen[str], timeout_s: float) -> list[str]:
-    """The launcher's output lines up to its banner's last line (or its exit)."""
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if "Ctrl-C stops everything" in line:
-            break
-    return lines
-
-
-async def _two_heads(url: str) -> list[dict[str, object]]:
-    """The demo's simulated nodes make blocks: a subscription sees two heads."""
-    import aiohttp
-
-    sub = {"jsonrpc": "2.0", "id": 1, "method": "chain_subscribeNewHeads", "params": []}
-    heads: list[dict[str, object]] = []
-    async with aiohttp.ClientSession() as s, s.ws_connect(url) as ws:
-        await ws.send_str(json.dumps(sub))
-        async with asyncio.timeout(30):  # the demo makes a block every few seconds
-            while len(heads) < 2:
-                doc = json.loads((await ws.receive()).data)
-                if doc.get("method") == "chain_newHead":
-                    heads.append(doc["params"]["result"])
-    return heads
 
 
 def test_launcher_rejects_a_bad_config_with_one_line(tmp_path: Path) -> None:
@@ -188,7 +128,7 @@ def test_inspect_shows_annotated_flows_in_mitmweb(tmp_path: Path) -> None:
     flow with its comment: network, method, upstream, attempts, cache."""
     import urllib.request
 
-    config = _demo_config(tmp_path)
+    config = demo_config(tmp_path)
     port, web_port = free_port(), free_port()
     proc = subprocess.Popen(
         [
@@ -251,7 +191,7 @@ def test_launcher_rejects_a_malformed_set(tmp_path: Path) -> None:
             "-m",
             "chainproxy.launch",
             "--config",
-            str(_demo_config(tmp_path)),
+            str(demo_config(tmp_path)),
             "--set",
             "chainproxy_lean",
         ],

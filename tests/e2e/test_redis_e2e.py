@@ -16,9 +16,8 @@ import yaml
 
 from chainproxy.commands import proxy_argv
 from chainproxy.supervisor import Child, free_port, wait_http
-from tests.e2e.conftest import PROXY_DEFAULTS, call, next_client_ip, post
 from tests.e2e.harness import BIN, Stack, base_config, http_json
-from tests.e2e.test_subscriptions_e2e import Client, _with_wss
+from tests.e2e.helpers import PROXY_DEFAULTS, Client, call, next_client_ip, post, with_wss
 from tests.redis_server import REDIS_SERVER, RedisServer
 
 pytestmark = [
@@ -47,7 +46,7 @@ def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoMachines]:
         epoch = time.time() - 600
         for name in ("alpha", "beta"):
             stack.start_node(name, epoch=epoch)
-        config = _with_wss(base_config(tmp, stack.nodes, **PROXY_DEFAULTS))
+        config = with_wss(base_config(tmp, stack.nodes, **PROXY_DEFAULTS))
         config["redis"] = {"url": redis.url, "key_prefix": "e2e:"}
         stack.write_config(config)
         stack.start_sidecar()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from common.endpoint_id import endpoint_id
-from tests.e2e.conftest import PROXY_DEFAULTS, call, post
 from tests.e2e.harness import Stack, free_port, http_json
+from tests.e2e.helpers import PROXY_DEFAULTS, call, post
 
 pytestmark = pytest.mark.e2e
 

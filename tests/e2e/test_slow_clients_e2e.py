@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import build_stack, call, post
 from tests.e2e.harness import Stack
+from tests.e2e.helpers import build_stack, call, post
 
 pytestmark = pytest.mark.e2e
 

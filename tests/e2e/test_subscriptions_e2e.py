@@ -7,7 +7,6 @@ bound, HTTP refusal). Everything on 127.0.0.1, every wait bounded."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -17,20 +16,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.e2e.conftest import PROXY_DEFAULTS, call, next_client_ip, post
 from tests.e2e.harness import Stack, base_config
+from tests.e2e.helpers import PROXY_DEFAULTS, Client, call, next_client_ip, post, with_wss
 
 pytestmark = pytest.mark.e2e
 
 BLOCK_S = 1.0
-
-
-def _with_wss(config: dict[str, Any]) -> dict[str, Any]:
-    """Each simulated node also as a node-wss endpoint (same port, ws://)."""
-    rpc = [e for e in config["registry"]["endpoints"] if e["kind"] == "node-rpc"]
-    wss = [{**e, "url": e["url"].replace("http://", "ws://"), "kind": "node-wss"} for e in rpc]
-    config["registry"]["endpoints"] = rpc + wss
-    return config
 
 
 def build(tmp: Any, names: tuple[str, ...], **proxy: Any) -> Stack:
@@ -46,7 +37,7 @@ def build(tmp: Any, names: tuple[str, ...], **proxy: Any) -> Stack:
             top={"probe": {"interval_s": 2, "head_interval_s": 1, "timeout_s": 2}},
             **{**PROXY_DEFAULTS, "websocket": websocket, **proxy},
         )
-        stack.write_config(_with_wss(config))
+        stack.write_config(with_wss(config))
         stack.start_sidecar()
         stack.start_proxy()
     except BaseException:
@@ -64,54 +55,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def ws_url(stack: Stack) -> str:
     return stack.rpc_url().replace("http://", "ws://")
-
-
-class Client:
-    """One client socket: answers by id, notifications per subscription id."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self.answers: dict[Any, Any] = {}
-        self.notes: dict[str, list[Any]] = {}
-        self.methods: dict[str, str] = {}
-        self._ids = iter(range(1, 10**9))
-        self._reader = asyncio.get_running_loop().create_task(self._read())
-        self._arrived = asyncio.Event()
-
-    async def _read(self) -> None:
-        async for msg in self.ws:
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                break
-            doc = json.loads(msg.data)
-            if isinstance(doc, dict) and "params" in doc and "subscription" in doc["params"]:
-                sid = doc["params"]["subscription"]
-                self.notes.setdefault(sid, []).append(doc["params"]["result"])
-                self.methods[sid] = doc["method"]
-            else:
-                for d in doc if isinstance(doc, list) else [doc]:
-                    self.answers[d.get("id")] = d
-            self._arrived.set()
-
-    async def ask(self, method: str, params: Any = None, timeout: float = 20) -> Any:
-        call_id = next(self._ids)
-        await self.ws.send_str(json.dumps(call(method, params, id_=call_id)))
-        deadline = time.monotonic() + timeout
-        while call_id not in self.answers:
-            self._arrived.clear()
-            left = deadline - time.monotonic()
-            assert left > 0, f"no answer to {method}"
-            try:
-                await asyncio.wait_for(self._arrived.wait(), left)
-            except TimeoutError:
-                pass
-        return self.answers.pop(call_id)
-
-    async def wait_notes(self, sid: str, count: int, timeout: float = 20) -> list[Any]:
-        deadline = time.monotonic() + timeout
-        while len(self.notes.get(sid, [])) < count:
-            assert time.monotonic() < deadline, f"{len(self.notes.get(sid, []))}/{count} notes"
-            await asyncio.sleep(0.05)
-        return self.notes[sid]
 
 
 @asynccontextmanager

@@ -14,8 +14,8 @@ import pytest
 
 from addon.chain.header_hash import header_hash
 from common.endpoint_id import endpoint_id
-from tests.e2e.conftest import PROXY_DEFAULTS, call, next_client_ip, post
 from tests.e2e.harness import Stack, base_config
+from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip, post
 
 pytestmark = pytest.mark.e2e
 

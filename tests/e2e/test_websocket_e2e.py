@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.e2e.conftest import call, next_client_ip, post
 from tests.e2e.harness import Stack
+from tests.e2e.helpers import call, next_client_ip, post
 
 pytestmark = pytest.mark.e2e
 
@@ -167,8 +167,8 @@ async def test_websocket_calls_are_counted_in_usage_and_served_from_the_cache(
     """Usage records and the edge cache are the HTTP pipeline's: a call over
     WebSocket counts once, a refusal not at all, a block-pinned read repeated is
     a cache hit."""
-    from tests.e2e.conftest import build_stack
     from tests.e2e.harness import http_json
+    from tests.e2e.helpers import build_stack
 
     s = build_stack(
         tmp_path_factory.mktemp("ws-usage"),

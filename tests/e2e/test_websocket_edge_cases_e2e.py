@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.e2e.conftest import PROXY_DEFAULTS, build_stack, call, next_client_ip, post
 from tests.e2e.harness import BIN, REPO, Stack, base_config, free_port, spawn, wait_http
+from tests.e2e.helpers import PROXY_DEFAULTS, build_stack, call, next_client_ip, post
 
 pytestmark = pytest.mark.e2e
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import call, next_client_ip, post
 from tests.e2e.harness import Stack
+from tests.e2e.helpers import call, next_client_ip, post
 
 pytestmark = pytest.mark.e2e
 

@@ -20,9 +20,8 @@ import pytest
 import yaml
 
 from chainproxy.workers import find_tool
-from tests.e2e.conftest import call, next_client_ip, post
 from tests.e2e.harness import REPO, free_port
-from tests.e2e.test_launch import _demo_config, _two_heads, read_until_banner
+from tests.e2e.helpers import call, demo_config, next_client_ip, post, read_until_banner, two_heads
 
 pytestmark = [
     pytest.mark.e2e,
@@ -85,12 +84,12 @@ async def _traffic(url: str, sidecar: str, ips: list[str]) -> None:
     assert spoofed.status == 429
 
     # subscriptions through the balancer
-    heads = await _two_heads(url.replace("http://", "ws://"))
+    heads = await two_heads(url.replace("http://", "ws://"))
     assert int(heads[1]["number"], 16) == int(heads[0]["number"], 16) + 1
 
 
 def test_two_workers_serve_one_address_with_one_quota(tmp_path: Path) -> None:
-    config = _demo_config(tmp_path)
+    config = demo_config(tmp_path)
     sidecar = f"http://127.0.0.1:{yaml.safe_load(config.read_text())['sidecar']['port']}"
     port = free_port()
     argv = [sys.executable, "-m", "chainproxy.launch", "--config", str(config), "--simulate"]

@@ -1,0 +1,217 @@
+"""What the end-to-end tests share: calls and their replies over HTTP from a
+fresh client address each, a stack of nodes + sidecar + proxy, a WebSocket
+client with subscriptions, and the demo launcher's config and output."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from tests.e2e.harness import Stack, base_config, free_port
+
+_client_ips = (f"127.0.{a}.{b}" for a, b in itertools.product(range(10, 250), range(2, 250)))
+
+
+def next_client_ip() -> str:
+    """A fresh loopback source address: its own rate-limit identity."""
+    return next(_client_ips)
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: Any
+    body: Any
+    raw: bytes
+
+
+async def post(
+    url: str,
+    body: Any,
+    *,
+    client_ip: str | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 20.0,
+) -> Reply:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    connector = aiohttp.TCPConnector(local_addr=(client_ip or next_client_ip(), 0))
+    async with aiohttp.ClientSession(connector=connector) as s:
+        async with s.post(
+            url,
+            data=data,
+            headers={"Content-Type": "application/json", **(headers or {})},
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as r:
+            raw = await r.read()
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = None
+            return Reply(r.status, r.headers, parsed, raw)
+
+
+def call(method: str, params: Any = None, id_: Any = 1) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": id_,
+        "method": method,
+        "params": [] if params is None else params,
+    }
+
+
+PROXY_DEFAULTS = {
+    "failover": {
+        "max_attempts": 3,
+        "attempt_timeout_s": 1,
+        "deadline_s": 2.5,
+        "eject_after": 3,
+        "eject_cooldown_s": 1,
+    },
+}
+
+
+def build_stack(
+    tmp: Any,
+    names: tuple[str, ...],
+    *,
+    top: dict[str, Any] | None = None,
+    sets: tuple[str, ...] = (),
+    **proxy: Any,
+) -> Stack:
+    """Nodes ``names``, the sidecar and the proxy; ``sets``: mitmdump options."""
+    stack = Stack(tmp, proxy_sets=sets)
+    epoch = time.time() - 600
+    try:
+        for name in names:
+            stack.start_node(name, epoch=epoch, archive=name.startswith("archive"))
+        stack.write_config(base_config(tmp, stack.nodes, top=top, **{**PROXY_DEFAULTS, **proxy}))
+        stack.start_sidecar()
+        stack.start_proxy()
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+def with_wss(config: dict[str, Any]) -> dict[str, Any]:
+    """Each simulated node also as a node-wss endpoint (same port, ws://)."""
+    rpc = [e for e in config["registry"]["endpoints"] if e["kind"] == "node-rpc"]
+    wss = [{**e, "url": e["url"].replace("http://", "ws://"), "kind": "node-wss"} for e in rpc]
+    config["registry"]["endpoints"] = rpc + wss
+    return config
+
+
+class Client:
+    """One client socket: answers by id, notifications per subscription id."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.answers: dict[Any, Any] = {}
+        self.notes: dict[str, list[Any]] = {}
+        self.methods: dict[str, str] = {}
+        self._ids = iter(range(1, 10**9))
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._arrived = asyncio.Event()
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            doc = json.loads(msg.data)
+            if isinstance(doc, dict) and "params" in doc and "subscription" in doc["params"]:
+                sid = doc["params"]["subscription"]
+                self.notes.setdefault(sid, []).append(doc["params"]["result"])
+                self.methods[sid] = doc["method"]
+            else:
+                for d in doc if isinstance(doc, list) else [doc]:
+                    self.answers[d.get("id")] = d
+            self._arrived.set()
+
+    async def ask(self, method: str, params: Any = None, timeout: float = 20) -> Any:
+        call_id = next(self._ids)
+        await self.ws.send_str(json.dumps(call(method, params, id_=call_id)))
+        deadline = time.monotonic() + timeout
+        while call_id not in self.answers:
+            self._arrived.clear()
+            left = deadline - time.monotonic()
+            assert left > 0, f"no answer to {method}"
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                pass
+        return self.answers.pop(call_id)
+
+    async def wait_notes(self, sid: str, count: int, timeout: float = 20) -> list[Any]:
+        deadline = time.monotonic() + timeout
+        while len(self.notes.get(sid, [])) < count:
+            assert time.monotonic() < deadline, f"{len(self.notes.get(sid, []))}/{count} notes"
+            await asyncio.sleep(0.05)
+        return self.notes[sid]
+
+
+def demo_config(tmp: Path) -> Path:
+    nodes = [free_port() for _ in range(3)]
+    sidecar = free_port()
+    doc = {
+        "proxy": {"networks": ["finney"]},
+        "sidecar": {"port": sidecar, "url": f"http://127.0.0.1:{sidecar}"},
+        "data_dir": str(tmp / "data"),
+        "registry": {
+            "endpoints": [
+                {
+                    "url": f"http://127.0.0.1:{p}",
+                    "provider": f"sim{i}",
+                    "kind": "node-rpc",
+                    "network": "finney",
+                    "archive": i == 2,
+                }
+                for i, p in enumerate(nodes)
+            ]
+            + [
+                {"url": f"ws://127.0.0.1:{p}", "provider": f"sim{i}", "kind": "node-wss"}
+                | {"network": "finney"}
+                for i, p in enumerate(nodes)
+            ]
+        },
+    }
+    path = tmp / "demo.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def read_until_banner(proc: subprocess.Popen[str], timeout_s: float) -> list[str]:
+    """The launcher's output lines up to its banner's last line (or its exit)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "Ctrl-C stops everything" in line:
+            break
+    return lines
+
+
+async def two_heads(url: str) -> list[dict[str, object]]:
+    """The demo's simulated nodes make blocks: a subscription sees two heads."""
+    sub = {"jsonrpc": "2.0", "id": 1, "method": "chain_subscribeNewHeads", "params": []}
+    heads: list[dict[str, object]] = []
+    async with aiohttp.ClientSession() as s, s.ws_connect(url) as ws:
+        await ws.send_str(json.dumps(sub))
+        async with asyncio.timeout(30):  # the demo makes a block every few seconds
+            while len(heads) < 2:
+                doc = json.loads((await ws.receive()).data)
+                if doc.get("method") == "chain_newHead":
+                    heads.append(doc["params"]["result"])
+    return heads
