@@ -1,18 +1,10 @@
-"""What the simulator's tests share: a clock they move by hand, and requests."""
+"""What the simulator's tests share: where their clocks start, and requests."""
 
 from __future__ import annotations
 
 from typing import Any
 
 EPOCH = 1_000_000.0
-
-
-class FakeClock:
-    def __init__(self, now: float = EPOCH) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def req(method: str, params: Any = None, rid: Any = 1) -> dict[str, Any]:

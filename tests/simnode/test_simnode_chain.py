@@ -19,13 +19,14 @@ from simnode.chain import (
     ChainConfig,
 )
 from simnode.rpc import Dispatcher, RpcError, parse
-from tests.simnode.helpers import EPOCH, FakeClock
+from tests.fakes import FakeClock
+from tests.simnode.helpers import EPOCH
 
 HASH = re.compile(r"0x[0-9a-f]{64}")
 
 
 def make_chain(clock: FakeClock | None = None, **kw: Any) -> tuple[Chain, FakeClock]:
-    clock = clock or FakeClock()
+    clock = clock or FakeClock(EPOCH)
     kw.setdefault("epoch", EPOCH)
     kw.setdefault("start_height", 1000)
     kw.setdefault("block_time", 12.0)
@@ -42,11 +43,11 @@ def rpc(d: Dispatcher, method: str, params: Any = None) -> Any:
 def test_height_follows_clock() -> None:
     chain, clock = make_chain()
     assert chain.best() == 1000
-    clock.now = EPOCH + 11.99
+    clock.t = EPOCH + 11.99
     assert chain.best() == 1000
-    clock.now = EPOCH + 12
+    clock.t = EPOCH + 12
     assert chain.best() == 1001
-    clock.now = EPOCH + 12 * 50 + 5
+    clock.t = EPOCH + 12 * 50 + 5
     assert chain.best() == 1050
 
 
@@ -100,7 +101,7 @@ def test_deep_history_uses_the_seeded_stand_in() -> None:
 def test_replicas_agree() -> None:
     a, ca = make_chain()
     b, cb = make_chain()
-    ca.now = cb.now = EPOCH + 12 * 77
+    ca.t = cb.t = EPOCH + 12 * 77
     assert a.best() == b.best() == 1077
     for n in (0, 1, 500, 1077):
         assert a.block_hash(n) == b.block_hash(n)
@@ -150,7 +151,7 @@ def test_number_of_resolves_known_and_rejects_future() -> None:
     assert chain.number_of(FINNEY_GENESIS) == 0
     future = replica.block_hash(1001)
     assert chain.number_of(future) is None
-    clock.now += 12
+    clock.t += 12
     assert chain.number_of(future) == 1001
     assert chain.number_of("0x" + "00" * 32) is None
 
@@ -195,7 +196,7 @@ def test_lag() -> None:
 def test_freeze_and_resume() -> None:
     chain, clock = make_chain()
     chain.set_frozen(True)
-    clock.now += 12 * 10
+    clock.t += 12 * 10
     assert chain.best() == 1000
     chain.set_frozen(True)  # re-freezing keeps the original height
     assert chain.best() == 1000
@@ -400,10 +401,10 @@ def test_envelope_batch_order_and_fail_hook() -> None:
 def test_fork_gives_the_blocks_above_the_head_other_linked_hashes() -> None:
     chain, clock = make_chain()
     main, _ = make_chain()  # a replica that stays on the main chain
-    clock.now += 12 * 3  # head 1003
+    clock.t += 12 * 3  # head 1003
     main._clock = clock
     chain.set_fork(True)
-    clock.now += 12 * 5  # head 1008
+    clock.t += 12 * 5  # head 1008
     assert chain.best() == main.best() == 1008
     assert chain.block_hash(1003) == main.block_hash(1003)  # shared history
     for n in range(1004, 1009):

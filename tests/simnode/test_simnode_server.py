@@ -12,12 +12,13 @@ import aiohttp
 import pytest
 
 from simnode import FINNEY_GENESIS, SimNode
-from tests.simnode.helpers import EPOCH, FakeClock, req
+from tests.fakes import FakeClock
+from tests.simnode.helpers import EPOCH, req
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(EPOCH)
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ async def test_head_advances_with_clock(
     node: SimNode, clock: FakeClock, session: aiohttp.ClientSession
 ) -> None:
     assert int((await call(session, node, "chain_getHeader"))["number"], 16) == 1000
-    clock.now += 12 * 3
+    clock.t += 12 * 3
     head = await call(session, node, "chain_getHeader")
     assert int(head["number"], 16) == 1003
     fin = await call(session, node, "chain_getFinalizedHead")
@@ -233,7 +234,7 @@ async def test_lag(node: SimNode, session: aiohttp.ClientSession) -> None:
 
 async def test_freeze(node: SimNode, clock: FakeClock, session: aiohttp.ClientSession) -> None:
     await control(session, node, freeze=True)
-    clock.now += 12 * 5
+    clock.t += 12 * 5
     assert int((await call(session, node, "chain_getHeader"))["number"], 16) == 1000
     await control(session, node, freeze=False)
     assert int((await call(session, node, "chain_getHeader"))["number"], 16) == 1005

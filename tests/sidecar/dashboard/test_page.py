@@ -13,18 +13,11 @@ from common.config import Config, parse_config
 from sidecar.probing.results import ProbeResult
 from sidecar.server.app import create_app
 from sidecar.server.app_keys import PROBER_KEY
+from tests.fakes import FakeClock
 from tests.sidecar.metrics_batch import batch_with_metrics
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 USAGE = "/api/v1/internal/usage"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def config(tmp: Path, served: list[str] | None = None) -> Config:
@@ -49,8 +42,8 @@ def config(tmp: Path, served: list[str] | None = None) -> Config:
     return parse_config(raw, env={})
 
 
-async def start(aiohttp_client: Any, cfg: Config) -> tuple[Any, Any, Clock]:
-    clock = Clock()
+async def start(aiohttp_client: Any, cfg: Config) -> tuple[Any, Any, FakeClock]:
+    clock = FakeClock()
     app = create_app(cfg, probing=False, clock=clock)
     return app, await aiohttp_client(app), clock
 

@@ -15,16 +15,9 @@ from sidecar.incidents.tracker import DOWN_AFTER_S, Incident, IncidentTracker, f
 from sidecar.probing.health import Health
 from sidecar.probing.prober import Prober
 from sidecar.probing.results import ProbeResult
+from tests.fakes import FakeClock
 
 T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _config(n: int = 2) -> Config:
@@ -56,7 +49,7 @@ class Rig:
     def __init__(
         self, *, fail: int = 2, recover: int = 2, sink: IncidentStore | None = None
     ) -> None:
-        self.clock = Clock()
+        self.clock = FakeClock()
         self.config = _config()
         self.e = self.config.endpoints[0]
         self.tracker = IncidentTracker(sink, clock=self.clock)
@@ -137,7 +130,7 @@ def test_incidents_are_per_endpoint() -> None:
 
 
 def test_open_twice_and_close_without_open_change_nothing() -> None:
-    t = IncidentTracker(clock=Clock())
+    t = IncidentTracker(clock=FakeClock())
     assert t.close("x", T0) is None
     assert t.open("x", T0, "dead") is not None
     assert t.open("x", T0 + 5, "timeout") is None
@@ -176,7 +169,7 @@ def _h(status: str, **kw: object) -> Health:
 
 
 def test_reconcile_closes_what_restored_health_contradicts() -> None:
-    clock = Clock(T0 + 1000)
+    clock = FakeClock(T0 + 1000)
     t = IncidentTracker(clock=clock)
     for eid in ("ok", "degraded", "unknown", "gone", "missing"):
         t.open(eid, T0, "dead")
@@ -194,14 +187,14 @@ def test_reconcile_closes_what_restored_health_contradicts() -> None:
 
 
 def test_reconcile_opens_an_incident_for_a_degraded_endpoint_without_one() -> None:
-    t = IncidentTracker(clock=Clock(T0 + 50))
+    t = IncidentTracker(clock=FakeClock(T0 + 50))
     t.reconcile({"a": _h("Degraded", message="timeout"), "b": _h("OK")}, ["a", "b"], T0 + 50)
     [inc] = t.incidents()
     assert (inc.endpoint_id, inc.started, inc.message, inc.ongoing) == ("a", T0, "timeout", True)
 
 
 def test_retention_drops_old_and_excess_resolved_but_never_ongoing() -> None:
-    clock = Clock()
+    clock = FakeClock()
     t = IncidentTracker(clock=clock, retention_s=86400, max_rows=5)
     t.open("old-ongoing", T0, "dead")
     for n in range(10):
@@ -225,7 +218,7 @@ def test_store_round_trip_and_restart(tmp_path: Path) -> None:
     store.close()
 
     store2 = IncidentStore(path)
-    t2 = IncidentTracker(store2, clock=Clock(T0 + 10_000))
+    t2 = IncidentTracker(store2, clock=FakeClock(T0 + 10_000))
     assert t2.incidents() == before
     assert t2.open_incident(rig.e.id) == before[0]
     new = t2.open("other", T0 + 10_000, "dead")
@@ -266,7 +259,7 @@ class FlakySink:
 
 def test_a_failed_write_is_counted_and_retried_never_raised() -> None:
     sink = FlakySink()
-    t = IncidentTracker(sink, clock=Clock())
+    t = IncidentTracker(sink, clock=FakeClock())
     t.open("a", T0, "dead")  # the write fails: no exception into the probe loop
     assert t.write_errors == 1 and t.open_incident("a") is not None
     sink.fail = False
@@ -277,7 +270,7 @@ def test_a_failed_write_is_counted_and_retried_never_raised() -> None:
 def test_two_open_rows_for_one_endpoint_load_as_one_open(tmp_path: Path) -> None:
     store = IncidentStore(tmp_path / "s.sqlite3")
     store.save([Incident(1, "a", T0, "dead"), Incident(2, "a", T0 + 60, "timeout")])
-    t = IncidentTracker(store, clock=Clock(T0 + 120))
+    t = IncidentTracker(store, clock=FakeClock(T0 + 120))
     assert [i.state for i in t.incidents()] == ["ongoing", "resolved"]
     assert t.open_incident("a") == Incident(2, "a", T0 + 60, "timeout")
     store.close()

@@ -15,20 +15,13 @@ from common.config import Config, parse_config
 from sidecar.probing.results import ProbeResult
 from sidecar.server.app import create_app
 from sidecar.server.app_keys import PROBER_KEY, USAGE_KEY
+from tests.fakes import FakeClock
 from tests.sidecar.deploy_files import deploy_metric_names
 from tests.sidecar.metrics_batch import batch_with_metrics, metrics_section
 from tests.sidecar.usage.stats.helpers import wire_rollup
 
 T0 = 1_800_000_000.0
 USAGE = "/api/v1/internal/usage"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def config(tmp: Path) -> Config:
@@ -40,8 +33,8 @@ def config(tmp: Path) -> Config:
     return parse_config({"data_dir": str(tmp), "registry": {"endpoints": [*nodes, wss]}}, env={})
 
 
-async def start(aiohttp_client: Any, tmp: Path) -> tuple[Any, Any, Clock, Config]:
-    clock, cfg = Clock(), config(tmp)
+async def start(aiohttp_client: Any, tmp: Path) -> tuple[Any, Any, FakeClock, Config]:
+    clock, cfg = FakeClock(), config(tmp)
     app = create_app(cfg, probing=False, clock=clock)
     return app, await aiohttp_client(app), clock, cfg
 

@@ -15,6 +15,7 @@ import pytest
 from sidecar.probing.health import Health, apply
 from sidecar.probing.results import LIVE, TIMEOUT, ProbeResult
 from sidecar.probing.store import Store
+from tests.sidecar.helpers import probe_result
 
 A = "endpoint-srf-aaaaaaaaaaaaaaaa"
 B = "endpoint-srf-bbbbbbbbbbbbbbbb"
@@ -22,7 +23,7 @@ NOW = 1_700_000_000.0
 
 
 def probe(eid: str = A, at: float = NOW, classification: str = LIVE, **kw: object) -> ProbeResult:
-    return ProbeResult(eid, at, "full", classification, **kw)  # type: ignore[arg-type]
+    return probe_result(eid, at, classification, **kw)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from sidecar.probing.results import ProbeResult
 from sidecar.server.app import create_app
 from sidecar.server.app_keys import PROBER_KEY
 from sidecar.server.openapi.document import openapi_document
+from tests.fakes import FakeClock
 from tests.sidecar.usage.stats.helpers import wire_rollup
 
 T0 = 1_800_000_000.0
@@ -42,14 +43,6 @@ PUBLIC_GETS = [
     "/api/v1/incidents/timeline",
     "/api/v1/openapi.json",
 ]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _config(tmp: Path, n_extra: int = 0, **probe: Any) -> Config:
@@ -90,7 +83,7 @@ def _config(tmp: Path, n_extra: int = 0, **probe: Any) -> Config:
     )
 
 
-def _factory(outcomes: dict[str, str] | None = None, clock: Clock | None = None) -> Any:
+def _factory(outcomes: dict[str, str] | None = None, clock: FakeClock | None = None) -> Any:
     """Provider -> classification for scheduled probes (default live)."""
 
     def factory(_session: Any, _config: Config) -> Any:
@@ -106,7 +99,9 @@ def _factory(outcomes: dict[str, str] | None = None, clock: Clock | None = None)
     return factory
 
 
-def observe(app: web.Application, clock: Clock, e: Endpoint, outcome: str, lat: int = 40) -> None:
+def observe(
+    app: web.Application, clock: FakeClock, e: Endpoint, outcome: str, lat: int = 40
+) -> None:
     clock.t += 30
     ok = outcome == "live"
     result = ProbeResult(
@@ -115,7 +110,9 @@ def observe(app: web.Application, clock: Clock, e: Endpoint, outcome: str, lat: 
     app[PROBER_KEY].observe(e, result)
 
 
-async def _client(aiohttp_client: Any, config: Config, clock: Clock) -> tuple[Any, web.Application]:
+async def _client(
+    aiohttp_client: Any, config: Config, clock: FakeClock
+) -> tuple[Any, web.Application]:
     app = create_app(config, probing=False, probe_factory=_factory(), clock=clock)
     return await aiohttp_client(app), app
 
@@ -169,7 +166,7 @@ def test_openapi_documents_every_public_route(tmp_path: Path) -> None:
 async def test_every_public_path_answers_documented_json(
     aiohttp_client: Any, tmp_path: Path
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     config = _config(tmp_path)
     client, app = await _client(aiohttp_client, config, clock)
     # Before any probe, then with OK, Degraded (an incident) and resolved incidents.
@@ -200,7 +197,7 @@ async def test_every_public_path_answers_documented_json(
 
 
 async def test_bad_inputs_are_documented_json_errors(aiohttp_client: Any, tmp_path: Path) -> None:
-    client, _ = await _client(aiohttp_client, _config(tmp_path), Clock())
+    client, _ = await _client(aiohttp_client, _config(tmp_path), FakeClock())
     cases = [
         ("/api/v1/endpoints/callable?page=0", 400),
         ("/api/v1/endpoints/callable?page=-1", 400),
@@ -237,7 +234,7 @@ async def test_bad_inputs_are_documented_json_errors(aiohttp_client: Any, tmp_pa
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
 async def test_public_paths_are_read_only(aiohttp_client: Any, tmp_path: Path, method: str) -> None:
     config = _config(tmp_path)
-    client, _ = await _client(aiohttp_client, config, Clock())
+    client, _ = await _client(aiohttp_client, config, FakeClock())
     for path in [*PUBLIC_GETS, "/metrics", f"/api/v1/endpoints/{config.endpoints[0].id}"]:
         r = await client.request(method, path, data=b"{}")
         assert r.status == 405, (method, path)
@@ -249,7 +246,7 @@ async def test_public_paths_are_read_only(aiohttp_client: Any, tmp_path: Path, m
 async def test_root_and_callable_are_not_taken_for_endpoint_ids(
     aiohttp_client: Any, tmp_path: Path
 ) -> None:
-    client, _ = await _client(aiohttp_client, _config(tmp_path), Clock())
+    client, _ = await _client(aiohttp_client, _config(tmp_path), FakeClock())
     root = await (await client.get("/api/v1/endpoints/root")).json()
     assert set(root) == {"rows", "summary"} and root["summary"]["total"] == 3
     page = await (await client.get("/api/v1/endpoints/callable")).json()
@@ -258,7 +255,7 @@ async def test_root_and_callable_are_not_taken_for_endpoint_ids(
 
 async def test_callable_pages_over_http(aiohttp_client: Any, tmp_path: Path) -> None:
     config = _config(tmp_path, n_extra=56)  # 60 endpoints
-    client, _ = await _client(aiohttp_client, config, Clock())
+    client, _ = await _client(aiohttp_client, config, FakeClock())
     p2 = await (await client.get("/api/v1/endpoints/callable?page=2")).json()
     assert (p2["total"], p2["pages"], p2["page_size"], len(p2["rows"])) == (60, 3, 25, 25)
     ordered = sorted(enumerate(config.endpoints), key=lambda ie: (ie[1].subnet, ie[0]))
@@ -273,7 +270,7 @@ async def test_callable_pages_over_http(aiohttp_client: Any, tmp_path: Path) -> 
 
 async def test_empty_registry(aiohttp_client: Any, tmp_path: Path) -> None:
     config = parse_config({"data_dir": str(tmp_path)}, env={})
-    client, _ = await _client(aiohttp_client, config, Clock())
+    client, _ = await _client(aiohttp_client, config, FakeClock())
     page = await (await client.get("/api/v1/endpoints/callable?page=1")).json()
     assert (page["total"], page["pages"], page["rows"]) == (0, 1, [])
     assert (await client.get("/api/v1/endpoints/callable?page=2")).status == 404
@@ -292,7 +289,7 @@ async def test_empty_registry(aiohttp_client: Any, tmp_path: Path) -> None:
 
 
 async def test_incident_opens_and_resolves_with_probes(aiohttp_client: Any, tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     config = _config(tmp_path)
     a = config.endpoints[0]
     client, app = await _client(aiohttp_client, config, clock)
@@ -326,7 +323,7 @@ async def test_incident_opens_and_resolves_with_probes(aiohttp_client: Any, tmp_
 async def test_incidents_from_the_running_prober(aiohttp_client: Any, tmp_path: Path) -> None:
     """The hook is wired: the scheduler's own probes open an incident."""
     config = _config(tmp_path, interval_s=0.05, head_interval_s=0.05)
-    app = create_app(config, probe_factory=_factory({"a": "http-503"}, Clock()))
+    app = create_app(config, probe_factory=_factory({"a": "http-503"}, FakeClock()))
     client = await aiohttp_client(app)
     for _ in range(200):
         doc = await (await client.get("/api/v1/incidents")).json()
@@ -342,7 +339,7 @@ async def test_incidents_from_the_running_prober(aiohttp_client: Any, tmp_path: 
 
 
 async def test_incidents_survive_a_restart(aiohttp_client: Any, tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     config = _config(tmp_path)
     a, b = config.endpoints[0], config.endpoints[1]
     client, app = await _client(aiohttp_client, config, clock)
@@ -372,7 +369,7 @@ async def test_incidents_survive_a_restart(aiohttp_client: Any, tmp_path: Path) 
 async def test_restart_closes_an_incident_whose_health_recovered(
     aiohttp_client: Any, tmp_path: Path
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     config = _config(tmp_path)
     a = config.endpoints[0]
     client, app = await _client(aiohttp_client, config, clock)
@@ -394,7 +391,7 @@ async def test_restart_closes_an_incident_whose_health_recovered(
 
 
 async def test_usage_with_traffic_matches_its_schema(aiohttp_client: Any, tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     config = _config(tmp_path)
     client, _ = await _client(aiohttp_client, config, clock)
     minute = int(clock.t // 60)

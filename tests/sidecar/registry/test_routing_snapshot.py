@@ -9,58 +9,10 @@ from typing import Any
 
 import pytest
 
-from common.config import Config, Endpoint, parse_config
 from sidecar.probing.health import Health
 from sidecar.registry.routing_snapshot import chain_heads, route, snapshot
-
-NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
-
-
-def ep(name: str, kind: str = "node-rpc", network: str = "finney", **kw: Any) -> dict[str, Any]:
-    scheme = {"node-rpc": "https", "node-wss": "wss", "data-artifact": "https", "sse": "https"}
-    return {
-        "url": f"{scheme[kind]}://{name}.example.org",
-        "provider": name,
-        "kind": kind,
-        "network": network,
-        **kw,
-    }
-
-
-def config(*endpoints: dict[str, Any]) -> Config:
-    return parse_config({"registry": {"endpoints": list(endpoints)}}, env={})
-
-
-def by_provider(cfg: Config) -> dict[str, Endpoint]:
-    return {e.provider: e for e in cfg.endpoints}
-
-
-def ok(best: int | None = None, finalized: int | None = None, **kw: Any) -> Health:
-    """A healthy, probed endpoint."""
-    return Health(
-        status="OK",
-        classification="live",
-        last_probe_at=NOW - 5,
-        last_ok_at=NOW - 5,
-        best=best,
-        finalized=finalized,
-        recent=(True,),
-        **kw,
-    )
-
-
-def degraded(best: int | None = None, finalized: int | None = None, **kw: Any) -> Health:
-    return Health(
-        status="Degraded",
-        classification="dead",
-        consecutive_failures=2,
-        last_probe_at=NOW - 5,
-        best=best,
-        finalized=finalized,
-        recent=(True, False, False),
-        message="dead",
-        **kw,
-    )
+from tests.configs import endpoint, make_config
+from tests.sidecar.registry.helpers import NOW, by_provider, degraded, ok
 
 
 def ups(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -71,7 +23,7 @@ def ups(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_tip_is_the_highest_best_of_healthy_nodes_including_wss() -> None:
-    cfg = config(ep("a"), ep("b"), ep("w", kind="node-wss"))
+    cfg = make_config(endpoint("a"), endpoint("b"), endpoint("w", kind="node-wss"))
     e = by_provider(cfg)
     health = {
         e["a"].id: ok(100, 97),
@@ -87,7 +39,7 @@ def test_tip_is_the_highest_best_of_healthy_nodes_including_wss() -> None:
 
 
 def test_unhealthy_node_with_a_higher_best_does_not_raise_the_tip() -> None:
-    cfg = config(ep("a"), ep("bad"), ep("new"))
+    cfg = make_config(endpoint("a"), endpoint("bad"), endpoint("new"))
     e = by_provider(cfg)
     health = {
         e["a"].id: ok(100, 98),
@@ -101,14 +53,16 @@ def test_unhealthy_node_with_a_higher_best_does_not_raise_the_tip() -> None:
 
 
 def test_finalized_is_the_highest_finalized_independently_of_best() -> None:
-    cfg = config(ep("a"), ep("b"))
+    cfg = make_config(endpoint("a"), endpoint("b"))
     e = by_provider(cfg)
     health = {e["a"].id: ok(100, 90), e["b"].id: ok(99, 97)}
     assert chain_heads(cfg.endpoints, health) == (100, 97)
 
 
 def test_non_node_endpoints_do_not_count_for_the_tip() -> None:
-    cfg = config(ep("a"), ep("art", kind="data-artifact"), ep("ev", kind="sse"))
+    cfg = make_config(
+        endpoint("a"), endpoint("art", kind="data-artifact"), endpoint("ev", kind="sse")
+    )
     e = by_provider(cfg)
     health = {e["a"].id: ok(100, 98), e["art"].id: ok(500, 499), e["ev"].id: ok(600, 599)}
     doc = snapshot("finney", cfg.endpoints, health, max_lag=3, now=NOW)
@@ -117,7 +71,7 @@ def test_non_node_endpoints_do_not_count_for_the_tip() -> None:
 
 
 def test_other_networks_do_not_count_for_the_tip_and_are_not_listed() -> None:
-    cfg = config(ep("f"), ep("t", network="test"))
+    cfg = make_config(endpoint("f"), endpoint("t", network="test"))
     e = by_provider(cfg)
     health = {e["f"].id: ok(100, 98), e["t"].id: ok(7000, 6998)}
     doc = snapshot("finney", cfg.endpoints, health, max_lag=3, now=NOW)
@@ -131,7 +85,7 @@ def test_other_networks_do_not_count_for_the_tip_and_are_not_listed() -> None:
 
 
 def test_no_healthy_node_means_no_tip() -> None:
-    cfg = config(ep("a"), ep("b"))
+    cfg = make_config(endpoint("a"), endpoint("b"))
     e = by_provider(cfg)
     health = {e["a"].id: degraded(100, 98)}
     doc = snapshot("finney", cfg.endpoints, health, max_lag=3, now=NOW)
@@ -149,7 +103,7 @@ def test_no_healthy_node_means_no_tip() -> None:
     [(100, 3, True, 0), (97, 3, True, 0), (96, 3, False, 1), (100, 0, True, 0), (99, 0, False, 1)],
 )
 def test_lag_and_synced_use_max_lag(best: int, max_lag: int, synced: bool, tier: int) -> None:
-    cfg = config(ep("top"), ep("x"))
+    cfg = make_config(endpoint("top"), endpoint("x"))
     e = by_provider(cfg)
     health = {e["top"].id: ok(100, 98), e["x"].id: ok(best, best - 2)}
     doc = snapshot("finney", cfg.endpoints, health, max_lag=max_lag, now=NOW)
@@ -161,7 +115,7 @@ def test_lag_and_synced_use_max_lag(best: int, max_lag: int, synced: bool, tier:
 
 
 def test_tiers_synced_lagging_unprobed_unhealthy_in_that_order() -> None:
-    cfg = config(ep("dead"), ep("fresh"), ep("lagging"), ep("synced"))
+    cfg = make_config(endpoint("dead"), endpoint("fresh"), endpoint("lagging"), endpoint("synced"))
     e = by_provider(cfg)
     health = {
         e["dead"].id: degraded(100, 98, latency_ms=5.0),
@@ -181,7 +135,7 @@ def test_tiers_synced_lagging_unprobed_unhealthy_in_that_order() -> None:
 
 
 def test_probed_once_and_failed_is_last_resort_not_unprobed() -> None:
-    cfg = config(ep("a"), ep("once"))
+    cfg = make_config(endpoint("a"), endpoint("once"))
     e = by_provider(cfg)
     one_failure = Health(classification="timeout", consecutive_failures=1, last_probe_at=NOW)
     health = {e["a"].id: ok(100, 98), e["once"].id: one_failure}
@@ -191,7 +145,7 @@ def test_probed_once_and_failed_is_last_resort_not_unprobed() -> None:
 
 
 def test_healthy_node_without_a_known_height_is_not_synced() -> None:
-    cfg = config(ep("a"), ep("nohead"))
+    cfg = make_config(endpoint("a"), endpoint("nohead"))
     e = by_provider(cfg)
     health = {e["a"].id: ok(100, 98), e["nohead"].id: ok(None, None)}
     doc = snapshot("finney", cfg.endpoints, health, max_lag=3, now=NOW)
@@ -200,7 +154,7 @@ def test_healthy_node_without_a_known_height_is_not_synced() -> None:
 
 
 def test_within_a_tier_faster_first_and_unknown_latency_last() -> None:
-    cfg = config(ep("slow"), ep("mid"), ep("fast"), ep("untimed"))
+    cfg = make_config(endpoint("slow"), endpoint("mid"), endpoint("fast"), endpoint("untimed"))
     e = by_provider(cfg)
     health = {
         e["slow"].id: ok(100, 98, latency_ms=300.0),
@@ -215,7 +169,7 @@ def test_within_a_tier_faster_first_and_unknown_latency_last() -> None:
 
 
 def test_order_is_deterministic_for_equal_tier_and_latency() -> None:
-    cfg = config(*(ep(f"n{i}") for i in range(6)))
+    cfg = make_config(*(endpoint(f"n{i}") for i in range(6)))
     health = {e.id: ok(100, 98, latency_ms=50.0) for e in cfg.endpoints}
     first = snapshot("finney", cfg.endpoints, health, max_lag=3, now=NOW)
     second = snapshot("finney", tuple(reversed(cfg.endpoints)), health, max_lag=3, now=NOW)
@@ -226,7 +180,9 @@ def test_order_is_deterministic_for_equal_tier_and_latency() -> None:
 
 
 def test_conclusive_archive_probe_overrides_the_config_flag() -> None:
-    cfg = config(ep("said_yes", archive=True), ep("said_no"), ep("untested", archive=True))
+    cfg = make_config(
+        endpoint("said_yes", archive=True), endpoint("said_no"), endpoint("untested", archive=True)
+    )
     e = by_provider(cfg)
     health = {
         e["said_yes"].id: ok(100, 98, archive=False),  # configured archive, but prunes
@@ -240,13 +196,13 @@ def test_conclusive_archive_probe_overrides_the_config_flag() -> None:
 
 
 def test_unprobed_endpoint_takes_archive_from_the_config() -> None:
-    cfg = config(ep("arch", archive=True), ep("plain"))
+    cfg = make_config(endpoint("arch", archive=True), endpoint("plain"))
     u = ups(snapshot("finney", cfg.endpoints, {}, max_lag=3, now=NOW))
     assert u["arch"]["archive"] is True and u["plain"]["archive"] is False
 
 
 def test_url_is_redacted_and_secrets_never_appear() -> None:
-    cfg = config(
+    cfg = make_config(
         {
             "url": "https://rpc.example.org/v1/?apikey=SECRET",
             "provider": "keyed",
@@ -276,7 +232,7 @@ def test_url_is_redacted_and_secrets_never_appear() -> None:
 
 
 def test_score_is_the_probe_success_share_rounded() -> None:
-    cfg = config(ep("a"))
+    cfg = make_config(endpoint("a"))
     (a,) = cfg.endpoints
     h = Health(
         status="OK", last_probe_at=NOW, best=100, recent=(True, True, False), latency_ms=10.0
@@ -287,7 +243,7 @@ def test_score_is_the_probe_success_share_rounded() -> None:
 
 
 def test_route_for_a_missing_health_is_unprobed() -> None:
-    cfg = config(ep("a"))
+    cfg = make_config(endpoint("a"))
     r = route(cfg.endpoints[0], None, 100, 3)
     assert (r.tier, r.healthy, r.synced, r.lag, r.status) == (2, False, False, None, "Unknown")
 
@@ -309,7 +265,7 @@ def test_empty_network_is_a_valid_document() -> None:
 
 
 def test_every_contract_field_is_present_with_the_right_type() -> None:
-    cfg = config(ep("a", archive=True), ep("b"), ep("c"), ep("d"))
+    cfg = make_config(endpoint("a", archive=True), endpoint("b"), endpoint("c"), endpoint("d"))
     e = by_provider(cfg)
     health = {
         e["a"].id: ok(100, 98, latency_ms=12.7),
@@ -353,7 +309,7 @@ def test_every_contract_field_is_present_with_the_right_type() -> None:
 def test_the_document_is_json_serialisable() -> None:
     import json
 
-    cfg = config(ep("a"), ep("b"))
+    cfg = make_config(endpoint("a"), endpoint("b"))
     e = by_provider(cfg)
     health = {e["a"].id: ok(100, 98, latency_ms=12.0, archive=True)}
     doc = snapshot("finney", cfg.endpoints, health, max_lag=3, now=NOW)

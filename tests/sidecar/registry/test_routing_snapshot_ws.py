@@ -4,16 +4,17 @@ same rules as node-rpc ones, for the proxy's subscriptions."""
 from __future__ import annotations
 
 from sidecar.registry.routing_snapshot import snapshot
-from tests.sidecar.registry.test_routing_snapshot import by_provider, config, degraded, ep, ok
+from tests.configs import endpoint, make_config
+from tests.sidecar.registry.helpers import by_provider, degraded, ok
 
 
 def test_wss_endpoints_are_ranked_apart_from_the_rpc_ones() -> None:
-    cfg = config(
-        ep("rpc-a"),
-        ep("wss-synced", kind="node-wss"),
-        ep("wss-lagging", kind="node-wss"),
-        ep("wss-down", kind="node-wss"),
-        ep("wss-other-net", kind="node-wss", network="test"),
+    cfg = make_config(
+        endpoint("rpc-a"),
+        endpoint("wss-synced", kind="node-wss"),
+        endpoint("wss-lagging", kind="node-wss"),
+        endpoint("wss-down", kind="node-wss"),
+        endpoint("wss-other-net", kind="node-wss", network="test"),
     )
     e = by_provider(cfg)
     health = {
@@ -31,6 +32,6 @@ def test_wss_endpoints_are_ranked_apart_from_the_rpc_ones() -> None:
 
 
 def test_a_network_without_wss_endpoints_has_an_empty_list() -> None:
-    cfg = config(ep("rpc-a"))
+    cfg = make_config(endpoint("rpc-a"))
     doc = snapshot("finney", cfg.endpoints, {}, max_lag=3, now=0.0)
     assert doc["ws_upstreams"] == []

@@ -6,10 +6,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from common.config import Config, Endpoint, parse_config
-from sidecar.probing.results import ProbeResult
+from common.config import Config, parse_config
 from sidecar.server.app import create_app
 from sidecar.server.app_keys import PROBER_KEY
+from tests.sidecar.helpers import fake_factory
 
 
 def _config(tmp: Path, token: str | None = None) -> Config:
@@ -44,21 +44,6 @@ def _config(tmp: Path, token: str | None = None) -> Config:
         },
         env={},
     )
-
-
-def fake_factory(heights: dict[str, int | None]) -> Any:
-    """Provider -> best height (None = dead)."""
-
-    def factory(_session: Any, _config: Config) -> Any:
-        async def probe(e: Endpoint, kind: str) -> ProbeResult:
-            best = heights.get(e.provider)
-            if best is None:
-                return ProbeResult(e.id, 1000.0, kind, "dead")  # type: ignore[arg-type]
-            return ProbeResult(e.id, 1000.0, kind, "live", 20, best, best - 2)  # type: ignore[arg-type]
-
-        return probe
-
-    return factory
 
 
 async def test_healthz_reports_ok(aiohttp_client: Any, tmp_path: Path) -> None:

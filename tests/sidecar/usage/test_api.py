@@ -12,84 +12,38 @@ from typing import Any
 
 import pytest
 
-from common.config import Config, parse_config
+from common.config import Config
 from sidecar.jsonfmt import iso
 from sidecar.server.app import create_app
 from sidecar.server.app_keys import USAGE_KEY
 from sidecar.usage import api as usage_api
 from sidecar.usage.stats.window import WINDOW_S, window_start_minute
-from tests.sidecar.server.test_app import fake_factory
+from tests.fakes import FakeClock
+from tests.sidecar.helpers import fake_factory
+from tests.sidecar.usage.helpers import (
+    MINUTE,
+    NOW,
+    URL,
+    get_usage,
+    usage_client,
+    usage_config,
+    wire_batch,
+)
 from tests.sidecar.usage.stats.helpers import wire_rollup
-
-NOW = 1_763_700_000.0
-MINUTE = int(NOW // 60)
-URL = "/api/v1/internal/usage"
-
-
-class Clock:
-    def __init__(self, t: float = NOW) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _config(tmp: Path, token: str | None = None) -> Config:
-    def ep(port: int, provider: str, network: str = "finney", **kw: Any) -> dict[str, Any]:
-        return {
-            "url": f"http://127.0.0.1:{port}",
-            "provider": provider,
-            "kind": "node-rpc",
-            "network": network,
-            **kw,
-        }
-
-    return parse_config(
-        {
-            "sidecar": {"token": token},
-            "data_dir": str(tmp),
-            "registry": {
-                "endpoints": [
-                    ep(1, "opentensor"),
-                    ep(2, "opentensor", archive=True),
-                    ep(3, "onfinality"),
-                    ep(4, "onfinality"),
-                    ep(5, "opentensor", "test"),
-                    {**ep(6, "opentensor"), "url": "ws://127.0.0.1:6", "kind": "node-wss"},
-                ]
-            },
-        },
-        env={},
-    )
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(NOW)
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Config:
-    return _config(tmp_path)
-
-
-async def _client(aiohttp_client: Any, config: Config, clock: Clock, **kw: Any) -> Any:
-    app = create_app(config, probing=False, probe_factory=fake_factory({}), clock=clock, **kw)
-    return await aiohttp_client(app)
-
-
-def _batch(rollups: list[dict[str, Any]], batch_id: str | None = None) -> dict[str, Any]:
-    return {"batch_id": batch_id or uuid.uuid4().hex, "sent_at": NOW, "rollups": rollups}
+    return usage_config(tmp_path)
 
 
 async def _post(client: Any, doc: Any, **kw: Any) -> Any:
     return await client.post(URL, json=doc, **kw)
-
-
-async def _usage(client: Any, query: str = "") -> dict[str, Any]:
-    r = await client.get("/api/v1/usage" + query)
-    assert r.status == 200, await r.text()
-    return await r.json()
 
 
 def _ids(config: Config) -> dict[str, str]:
@@ -101,10 +55,10 @@ def _ids(config: Config) -> dict[str, str]:
 
 
 async def test_empty_usage_has_the_contract_shape(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
-    client = await _client(aiohttp_client, config, clock)
-    doc = await _usage(client)
+    client = await usage_client(aiohttp_client, config, clock)
+    doc = await get_usage(client)
     assert doc == {
         "window_s": 604800,
         "requests": 0,
@@ -122,9 +76,9 @@ async def test_empty_usage_has_the_contract_shape(
 
 
 async def test_counts_labels_and_types_for_known_batches(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
-    client = await _client(aiohttp_client, config, clock)
+    client = await usage_client(aiohttp_client, config, clock)
     ids = _ids(config)
     batches = [
         [
@@ -140,11 +94,11 @@ async def test_counts_labels_and_types_for_known_batches(
         ],
     ]
     for rollups in batches:
-        r = await _post(client, _batch(rollups))
+        r = await _post(client, wire_batch(rollups))
         assert r.status == 200
         assert await r.json() == {"accepted": True, "duplicate": False, "rollups": len(rollups)}
 
-    doc = await _usage(client)
+    doc = await get_usage(client)
     assert doc["requests"] == 31
     assert doc["success"] == {"count": 25, "pct": 80.65}
     assert doc["errors"] == {"count": 6, "pct": 19.35}
@@ -182,20 +136,20 @@ async def test_counts_labels_and_types_for_known_batches(
         assert isinstance(row["share_pct"], int | float) and 0 <= row["share_pct"] <= 100
 
     # ?network= narrows everything but by_network.
-    test = await _usage(client, "?network=test")
+    test = await get_usage(client, "?network=test")
     assert test["requests"] == 5 and test["errors"] == {"count": 1, "pct": 20.0}
     assert test["by_network"] == {"finney": 26, "test": 5}
     assert [row["endpoint"] for row in test["endpoints"]] == ["opentensor-test-rpc"]
     assert test["endpoints"][0]["share_pct"] == 100.0 and test["p50_ms"] == 40
-    finney = await _usage(client, "?network=finney")
+    finney = await get_usage(client, "?network=finney")
     assert finney["requests"] == 26 and len(finney["endpoints"]) == 4
-    assert (await _usage(client, "?network="))["requests"] == 31  # empty = all
+    assert (await get_usage(client, "?network="))["requests"] == 31  # empty = all
 
 
 async def test_unknown_network_is_a_404_json_error(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
-    client = await _client(aiohttp_client, config, clock)
+    client = await usage_client(aiohttp_client, config, clock)
     r = await client.get("/api/v1/usage?network=mars")
     assert r.status == 404
     body = await r.json()
@@ -203,9 +157,9 @@ async def test_unknown_network_is_a_404_json_error(
 
 
 async def test_p50_p95_are_within_2_percent_of_the_exact_quantiles(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
-    client = await _client(aiohttp_client, config, clock)
+    client = await usage_client(aiohttp_client, config, clock)
     ids = _ids(config)
     rng = random.Random(42)
     everything: list[float] = []
@@ -220,8 +174,8 @@ async def test_p50_p95_are_within_2_percent_of_the_exact_quantiles(
                     MINUTE - i * 37, lat, network=net, endpoint=ids[port], method=f"m{i % 3}"
                 )
             )
-        assert (await _post(client, _batch(rollups))).status == 200
-    doc = await _usage(client)
+        assert (await _post(client, wire_batch(rollups))).status == 200
+    doc = await get_usage(client)
     ordered = sorted(everything)
     for q, key in ((0.5, "p50_ms"), (0.95, "p95_ms")):
         exact = ordered[max(1, math.ceil(q * len(ordered))) - 1]
@@ -230,15 +184,15 @@ async def test_p50_p95_are_within_2_percent_of_the_exact_quantiles(
 
 
 async def test_a_duplicate_batch_is_not_counted_twice(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
-    client = await _client(aiohttp_client, config, clock)
-    doc = _batch([wire_rollup(MINUTE, [10] * 5, endpoint=_ids(config)["1"])])
+    client = await usage_client(aiohttp_client, config, clock)
+    doc = wire_batch([wire_rollup(MINUTE, [10] * 5, endpoint=_ids(config)["1"])])
     assert (await (await _post(client, doc)).json())["duplicate"] is False
     r = await _post(client, doc)
     assert r.status == 200
     assert await r.json() == {"accepted": True, "duplicate": True, "rollups": 1}
-    assert (await _usage(client))["requests"] == 5
+    assert (await get_usage(client))["requests"] == 5
     svc = client.app[USAGE_KEY]
     assert (svc.batches_accepted, svc.batches_duplicate, svc.records) == (1, 1, 5)
 
@@ -247,13 +201,13 @@ def _bad_docs(ids: dict[str, str]) -> list[tuple[str, Any, str]]:
     def one(**kw: Any) -> dict[str, Any]:
         r = wire_rollup(MINUTE, [10, 20], endpoint=ids["1"])
         r.update(kw)
-        return _batch([r])
+        return wire_batch([r])
 
     return [
-        ("batch_id", {**_batch([]), "batch_id": "nope"}, "batch_id"),
+        ("batch_id", {**wire_batch([]), "batch_id": "nope"}, "batch_id"),
         ("sent_at", {"batch_id": uuid.uuid4().hex, "rollups": []}, "sent_at"),
-        ("rollups type", {**_batch([]), "rollups": "x"}, "rollups"),
-        ("missing field", _batch([{"minute": MINUTE}]), "required"),
+        ("rollups type", {**wire_batch([]), "rollups": "x"}, "rollups"),
+        ("missing field", wire_batch([{"minute": MINUTE}]), "required"),
         ("type", one(requests="2"), "rollups[1].requests"),
         ("negative", one(errors=-1), "rollups[1].errors"),
         ("errors > requests", one(errors=3), "errors (3) > requests (2)"),
@@ -264,15 +218,15 @@ def _bad_docs(ids: dict[str, str]) -> list[tuple[str, Any, str]]:
         ("network", one(network="mars"), "rollups[1].network"),
         ("endpoint", one(endpoint="http://evil"), "rollups[1].endpoint"),
         ("future", one(minute=MINUTE + 600), "future"),
-        ("too many", _batch([wire_rollup(MINUTE, [1])] * 10_001), "too many rollups"),
+        ("too many", wire_batch([wire_rollup(MINUTE, [1])] * 10_001), "too many rollups"),
         ("not an object", [1, 2], "JSON object"),
     ]
 
 
 async def test_bad_batches_are_refused_with_400_and_nothing_is_stored(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
-    client = await _client(aiohttp_client, config, clock)
+    client = await usage_client(aiohttp_client, config, clock)
     ids = _ids(config)
     for name, doc, message in _bad_docs(ids):
         if isinstance(doc, dict) and isinstance(doc.get("rollups"), list) and doc["rollups"]:
@@ -287,18 +241,18 @@ async def test_bad_batches_are_refused_with_400_and_nothing_is_stored(
     assert r.status == 400 and "not JSON" in (await r.json())["error"]["message"]
     r = await client.post(URL, data=b"\xff\xfe\x00")
     assert r.status == 400
-    doc = await _usage(client)
+    doc = await get_usage(client)
     assert doc["requests"] == 0 and doc["updated"] is None
     svc = client.app[USAGE_KEY]
     assert svc.batches_rejected == len(_bad_docs(ids)) + 2 and svc.batches_accepted == 0
 
 
 async def test_a_body_over_the_limit_is_a_413(
-    aiohttp_client: Any, config: Config, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    aiohttp_client: Any, config: Config, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(usage_api, "MAX_BODY_BYTES", 2000)
-    client = await _client(aiohttp_client, config, clock)
-    doc = _batch([wire_rollup(MINUTE, [5], endpoint=None)] * 20)
+    client = await usage_client(aiohttp_client, config, clock)
+    doc = wire_batch([wire_rollup(MINUTE, [5], endpoint=None)] * 20)
     r = await _post(client, doc)
     assert r.status == 413 and "2000 bytes" in (await r.json())["error"]["message"]
 
@@ -312,10 +266,10 @@ async def test_a_body_over_the_limit_is_a_413(
 
 
 async def test_a_batch_over_1_mib_is_accepted(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
     """The app-wide 1 MiB request limit does not cut a full-size batch."""
-    client = await _client(aiohttp_client, config, clock)
+    client = await usage_client(aiohttp_client, config, clock)
     ids = _ids(config)
     rng = random.Random(1)
     rollups = [
@@ -327,31 +281,31 @@ async def test_a_batch_over_1_mib_is_accepted(
         )
         for i in range(3000)
     ]
-    doc = _batch(rollups)
+    doc = wire_batch(rollups)
     assert len(json.dumps(doc)) > 1_048_576
     r = await _post(client, doc)
     assert r.status == 200, await r.text()
-    assert (await _usage(client))["requests"] == 3000 * 40
+    assert (await get_usage(client))["requests"] == 3000 * 40
 
 
 async def test_the_internal_path_needs_the_token_when_set(
-    aiohttp_client: Any, tmp_path: Path, clock: Clock
+    aiohttp_client: Any, tmp_path: Path, clock: FakeClock
 ) -> None:
-    config = _config(tmp_path, token="s3cret")
-    client = await _client(aiohttp_client, config, clock)
-    doc = _batch([wire_rollup(MINUTE, [5], endpoint=None)])
+    config = usage_config(tmp_path, token="s3cret")
+    client = await usage_client(aiohttp_client, config, clock)
+    doc = wire_batch([wire_rollup(MINUTE, [5], endpoint=None)])
     assert (await _post(client, doc)).status == 401
     assert (await _post(client, doc, headers={"Authorization": "Bearer nope"})).status == 401
-    assert (await _usage(client))["requests"] == 0
+    assert (await get_usage(client))["requests"] == 0
     r = await _post(client, doc, headers={"Authorization": "Bearer s3cret"})
     assert r.status == 200
-    assert (await _usage(client))["requests"] == 1  # the public summary needs no token
+    assert (await get_usage(client))["requests"] == 1  # the public summary needs no token
 
 
 async def test_updated_freshness_and_the_window_follow_the_clock(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
-    client = await _client(aiohttp_client, config, clock)
+    client = await usage_client(aiohttp_client, config, clock)
     ep = _ids(config)["1"]
     start = window_start_minute(NOW)
     rollups = [
@@ -359,47 +313,47 @@ async def test_updated_freshness_and_the_window_follow_the_clock(
         wire_rollup(start + 1, [10] * 2, endpoint=ep),
         wire_rollup(MINUTE, [10] * 4, endpoint=ep),
     ]
-    assert (await _post(client, _batch(rollups))).status == 200
-    doc = await _usage(client)
+    assert (await _post(client, wire_batch(rollups))).status == 200
+    doc = await get_usage(client)
     assert doc["requests"] == 7 and doc["updated"] == iso(NOW) and doc["freshness"] == "fresh"
     clock.t = NOW + 60  # the oldest minute leaves the window
-    assert (await _usage(client))["requests"] == 6
+    assert (await get_usage(client))["requests"] == 6
     clock.t = NOW + 600
-    doc = await _usage(client)
+    doc = await get_usage(client)
     assert doc["requests"] == 4 and doc["freshness"] == "fresh"
     clock.t = NOW + 601
-    doc = await _usage(client)
+    doc = await get_usage(client)
     assert doc["freshness"] == "unknown" and doc["updated"] == iso(NOW)
     # An empty batch is a heartbeat: fresh again.
-    assert (await _post(client, _batch([]))).status == 200
-    doc = await _usage(client)
+    assert (await _post(client, wire_batch([]))).status == 200
+    doc = await get_usage(client)
     assert doc["freshness"] == "fresh" and doc["updated"] == iso(NOW + 601)
     clock.t = NOW + WINDOW_S + 61
-    doc = await _usage(client)
+    doc = await get_usage(client)
     assert doc["requests"] == 0 and doc["p50_ms"] is None and doc["endpoints"] == []
 
 
 async def test_a_restart_keeps_the_usage_and_updated(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
-    client = await _client(aiohttp_client, config, clock)
-    doc = _batch([wire_rollup(MINUTE, [10, 20, 30], endpoint=_ids(config)["3"])])
+    client = await usage_client(aiohttp_client, config, clock)
+    doc = wire_batch([wire_rollup(MINUTE, [10, 20, 30], endpoint=_ids(config)["3"])])
     assert (await _post(client, doc)).status == 200
-    before = await _usage(client)
+    before = await get_usage(client)
     await client.close()
 
-    client2 = await _client(aiohttp_client, config, clock)
-    assert await _usage(client2) == before
+    client2 = await usage_client(aiohttp_client, config, clock)
+    assert await get_usage(client2) == before
     assert (await (await _post(client2, doc)).json())["duplicate"] is True
 
 
 async def test_a_locked_database_answers_503_and_the_retry_counts_once(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
     app = create_app(config, probing=False, probe_factory=fake_factory({}), clock=clock)
     app[USAGE_KEY].busy_timeout_ms = 50
     client = await aiohttp_client(app)
-    doc = _batch([wire_rollup(MINUTE, [10] * 3, endpoint=None)])
+    doc = wire_batch([wire_rollup(MINUTE, [10] * 3, endpoint=None)])
     other = sqlite3.connect(config.data_dir / "usage.sqlite3", isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
     try:
@@ -413,13 +367,13 @@ async def test_a_locked_database_answers_503_and_the_retry_counts_once(
     assert svc.batches_failed == 1 and svc.store_errors == 1
     r = await _post(client, doc)
     assert (await r.json())["duplicate"] is False
-    assert (await _usage(client))["requests"] == 3
+    assert (await get_usage(client))["requests"] == 3
 
 
 async def test_wrong_methods_are_json_errors(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
-    client = await _client(aiohttp_client, config, clock)
+    client = await usage_client(aiohttp_client, config, clock)
     r = await client.get(URL)
     assert r.status == 405 and r.content_type == "application/json"
     r = await client.post("/api/v1/usage")
@@ -427,25 +381,25 @@ async def test_wrong_methods_are_json_errors(
 
 
 async def test_a_corrupt_database_is_set_aside_at_start(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     (config.data_dir / "usage.sqlite3").write_bytes(b"not a database" * 500)
-    client = await _client(aiohttp_client, config, clock)
-    doc = _batch([wire_rollup(MINUTE, [10] * 2, endpoint=None)])
+    client = await usage_client(aiohttp_client, config, clock)
+    doc = wire_batch([wire_rollup(MINUTE, [10] * 2, endpoint=None)])
     assert (await _post(client, doc)).status == 200
-    assert (await _usage(client))["requests"] == 2
+    assert (await get_usage(client))["requests"] == 2
     aside = list(config.data_dir.glob("usage.sqlite3.corrupt-*"))
     assert len(aside) == 1 and aside[0].read_bytes().startswith(b"not a database")
 
 
 async def test_an_unusable_database_answers_503_and_the_rest_of_the_app_runs(
-    aiohttp_client: Any, config: Config, clock: Clock
+    aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
     (config.data_dir / "usage.sqlite3").mkdir(parents=True)  # a directory: cannot be opened
-    client = await _client(aiohttp_client, config, clock)
+    client = await usage_client(aiohttp_client, config, clock)
     assert (await client.get("/healthz")).status == 200
     r = await client.get("/api/v1/usage")
     assert r.status == 503 and (await r.json())["error"]["code"] == 503
-    r = await _post(client, _batch([wire_rollup(MINUTE, [10], endpoint=None)]))
+    r = await _post(client, wire_batch([wire_rollup(MINUTE, [10], endpoint=None)]))
     assert r.status == 503 and r.headers["Retry-After"] == "10"

@@ -15,10 +15,21 @@ import pytest
 from sidecar.probing.store import Store
 from sidecar.server.app_keys import USAGE_KEY
 from sidecar.usage.store import StoreUnavailable, UsageStore
-from tests.sidecar.probing.test_store import probe
+from tests.fakes import FakeClock
+from tests.sidecar.helpers import probe_result
+from tests.sidecar.usage.helpers import (
+    EP_A,
+    MINUTE,
+    NOW,
+    URL,
+    batch,
+    get_usage,
+    r,
+    usage_client,
+    usage_config,
+    wire_batch,
+)
 from tests.sidecar.usage.stats.helpers import wire_rollup
-from tests.sidecar.usage.test_api import MINUTE, URL, Clock, _batch, _client, _config, _usage
-from tests.sidecar.usage.test_store import EP_A, NOW, batch, r
 from tests.tmpfs import fill, tmpfs
 
 
@@ -60,20 +71,20 @@ def test_a_full_disk_refuses_ingest_keeps_reads_and_a_retry_counts_once(
 async def test_the_api_answers_503_to_ingest_and_serves_reads_on_a_full_disk(
     aiohttp_client: Any, disk: Path
 ) -> None:
-    config = _config(disk)
-    client = await _client(aiohttp_client, config, Clock())
-    first = _batch([wire_rollup(MINUTE, [10] * 3, endpoint=None)])
+    config = usage_config(disk)
+    client = await usage_client(aiohttp_client, config, FakeClock(NOW))
+    first = wire_batch([wire_rollup(MINUTE, [10] * 3, endpoint=None)])
     assert (await client.post(URL, json=first)).status == 200
     filler = fill(disk)
 
-    doc = _batch([wire_rollup(MINUTE, [10] * 4, endpoint=None)])
+    doc = wire_batch([wire_rollup(MINUTE, [10] * 4, endpoint=None)])
     for _ in range(3):
         resp = await client.post(URL, json=doc)
         assert resp.status == 503 and resp.headers["Retry-After"] == "10"
         assert resp.content_type == "application/json"
         body = await resp.json()
         assert body["error"]["code"] == 503 and "full" in body["error"]["message"]
-    assert (await _usage(client))["requests"] == 3
+    assert (await get_usage(client))["requests"] == 3
     for path in ("/", "/healthz", "/metrics", "/api/v1/registry/totals", "/api/v1/incidents"):
         assert (await client.get(path)).status == 200, path
     svc = client.app[USAGE_KEY]
@@ -82,7 +93,7 @@ async def test_the_api_answers_503_to_ingest_and_serves_reads_on_a_full_disk(
     filler.unlink()
     assert (await (await client.post(URL, json=doc)).json())["duplicate"] is False
     assert (await (await client.post(URL, json=doc)).json())["duplicate"] is True
-    assert (await _usage(client))["requests"] == 3 + 4
+    assert (await get_usage(client))["requests"] == 3 + 4
 
 
 @pytest.fixture(autouse=True)
@@ -94,14 +105,14 @@ def test_the_probe_store_on_a_full_disk_logs_once_and_keeps_probing(
     disk: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = Store(disk / "sidecar.sqlite3")
-    store.record([probe(at=NOW)], {}, NOW)
+    store.record([probe_result(EP_A, NOW)], {}, NOW)
     filler = fill(disk)
     for i in range(10):
-        store.record([probe(at=NOW + i)], {}, NOW + i)  # never raises
+        store.record([probe_result(EP_A, NOW + i)], {}, NOW + i)  # never raises
     assert store.errors == 10 and store.probe_count() == 1
     assert lines(caplog, "probe store write failed") == 1
     filler.unlink()
-    store.record([probe(at=NOW + 20)], {}, NOW + 20)
+    store.record([probe_result(EP_A, NOW + 20)], {}, NOW + 20)
     assert store.probe_count() == 2
     assert lines(caplog, "probe store works again (10 failed operations") == 1
     store.close()

@@ -8,18 +8,11 @@ from typing import Any
 from common.metrics_wire import DURATION_BUCKETS
 from sidecar.usage.proxy_counters import Histogram, ProxyCounters, host_of
 from sidecar.usage.stats.proxy_metrics import parse_metrics
+from tests.fakes import FakeClock
 from tests.sidecar.metrics_batch import metrics_section
 from tests.sidecar.usage.stats.helpers import EP_A, EP_B, NETWORKS
 
 T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def section(**kw: Any) -> Any:
@@ -27,7 +20,7 @@ def section(**kw: Any) -> Any:
 
 
 def test_counters_add_up_over_batches() -> None:
-    pc = ProxyCounters(Clock())
+    pc = ProxyCounters(FakeClock())
     pc.add(section(), T0)
     pc.add(section(proxy_id="other:1"), T0)
     c = pc.counters()
@@ -49,7 +42,7 @@ def test_the_histogram_is_cumulative_with_inf_last() -> None:
 
 
 def test_new_label_sets_past_the_cap_are_dropped_and_counted() -> None:
-    pc = ProxyCounters(Clock(), max_series=2)
+    pc = ProxyCounters(FakeClock(), max_series=2)
     rows = [["finney", f"m{i}", "ok", 1] for i in range(3)]
     pc.add(parse_metrics({"proxy_id": "h:1", "requests": rows}, NETWORKS), T0)
     pc.add(parse_metrics({"proxy_id": "h:1", "requests": rows[:1]}, NETWORKS), T0)
@@ -59,7 +52,7 @@ def test_new_label_sets_past_the_cap_are_dropped_and_counted() -> None:
 
 
 def test_gauges_sum_the_proxies_heard_from_recently() -> None:
-    clock = Clock()
+    clock = FakeClock()
     pc = ProxyCounters(clock, gauge_ttl_s=120)
     pc.add(section(proxy_id="a:1"), T0)
     clock.t += 60
@@ -76,7 +69,7 @@ def test_gauges_sum_the_proxies_heard_from_recently() -> None:
 
 
 def test_a_machines_shared_spool_is_counted_once() -> None:
-    pc = ProxyCounters(Clock())
+    pc = ProxyCounters(FakeClock())
     pc.add(section(proxy_id="m1:10", spool=5), T0)
     pc.add(section(proxy_id="m1:11", spool=4), T0)  # same spool, read a moment later
     pc.add(section(proxy_id="m2:10", spool=1), T0)
@@ -85,7 +78,7 @@ def test_a_machines_shared_spool_is_counted_once() -> None:
 
 
 def test_an_older_snapshot_delivered_late_does_not_replace_the_current_one() -> None:
-    pc = ProxyCounters(Clock())
+    pc = ProxyCounters(FakeClock())
     pc.add(section(spool=0), T0)
     pc.add(section(spool=9), T0 - 30)  # from the spool, built before the current one
     assert pc.gauges().spool_batches == 0
@@ -93,14 +86,14 @@ def test_an_older_snapshot_delivered_late_does_not_replace_the_current_one() -> 
 
 
 def test_live_proxies_are_bounded() -> None:
-    pc = ProxyCounters(Clock(), max_proxies=2)
+    pc = ProxyCounters(FakeClock(), max_proxies=2)
     for i in range(3):
         pc.add(section(proxy_id=f"h:{i}"), T0)
     assert pc.gauges().proxies == 2 and pc.counters().dropped == {"gauges": 1}
 
 
 def test_a_section_without_gauges_leaves_the_snapshot_alone() -> None:
-    pc = ProxyCounters(Clock())
+    pc = ProxyCounters(FakeClock())
     pc.add(section(), T0)
     pc.add(parse_metrics({"proxy_id": "proxy-host:4242"}, NETWORKS), T0 + 1)
     assert pc.gauges().ws_connections == 2

@@ -12,33 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.usage.rows import hist_json
-from sidecar.usage.stats.batch import Batch, Rollup
+from sidecar.usage.stats.batch import Rollup
 from sidecar.usage.stats.window import WINDOW_S, WindowTotals, totals_of, window_start_minute
 from sidecar.usage.store import StoreUnavailable, UsageStore
+from tests.sidecar.usage.helpers import EP_A, MINUTE, NOW, batch, r
 
-NOW = 1_763_700_000.0
-MINUTE = int(NOW // 60)
-EP_A = "endpoint-srf-" + "a" * 16
 EP_B = "endpoint-srf-" + "b" * 16
 DAY = 86_400
 START = MINUTE - WINDOW_S // 60  # the window's first minute at NOW
-
-
-def batch(*rollups: Rollup, batch_id: str | None = None) -> Batch:
-    return Batch(batch_id or uuid.uuid4().hex, NOW, tuple(rollups))
-
-
-def r(
-    minute: int = MINUTE,
-    n: int = 1,
-    *,
-    network: str = "finney",
-    endpoint: str | None = EP_A,
-    method: str = "chain_getHeader",
-    errors: int = 0,
-    bucket: int = 250,
-) -> Rollup:
-    return Rollup(minute, network, endpoint, method, n, errors, 0, 0, n * 100.0, {bucket: n})
 
 
 def assert_same_totals(got: WindowTotals, want: WindowTotals) -> None:
