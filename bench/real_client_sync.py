@@ -1,4 +1,4 @@
-"""Scenario 12 (issue 15 with a real client): how many upstream calls a
+"""Scenario 12 (head pinning, coalescing and hedging with real clients): how many upstream calls a
 metagraph-style sync of several real clients costs, counted where the calls
 reach a real Substrate runtime.
 

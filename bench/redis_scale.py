@@ -1,5 +1,5 @@
-"""Scenario 10: Redis scale-out (issue 14), against baselines measured in the
-same run; ratios, never thresholds.
+"""Scenario 10: Redis scale-out (one quota and cache over N proxies), against
+baselines measured in the same run; ratios, never thresholds.
 
 Processes (all children of the run's ``Stack``): the trivial upstream, one
 sidecar, one redis-server, and mitmdump + addon as

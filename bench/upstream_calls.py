@@ -1,5 +1,6 @@
-"""Scenario 11 (issue 15): fewer upstream calls and a shorter tail, against
-baselines measured in the same run on the same three simulated nodes:
+"""Scenario 11 (head pinning, coalescing and hedging): fewer upstream calls and a
+shorter tail, against baselines measured in the same run on the same three
+simulated nodes:
 
 * ``bare mitmdump`` reverse-proxying to one node (every client call is one
   upstream call: what a plain proxy does);

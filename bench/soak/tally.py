@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-REFUSAL_CODES = {-32601, -32005}  # allowlist, rate limit (DESIGN.md wire contract)
+REFUSAL_CODES = {-32601, -32005}  # allowlist, rate limit (the wire contract)
 # the proxy's own answers after forwarding failed: still a usage record
 FORWARD_FAILURE_CODES = {-32603}
 

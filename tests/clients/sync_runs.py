@@ -2,7 +2,7 @@
 (``tests/clients/asi/sync_client.py``, one process each, in ``.venv-asi``),
 with the JSON-RPC calls counted where they reach chopsticks: at the counting
 endpoint fronts (``tests/clients/counting.py``). Shared by
-``test_upstream_calls_real_client.py`` and ``bench/real_client_sync.py``.
+``test_sync_upstream_call_counts.py`` and ``bench/real_client_sync.py``.
 
 A *run* is: start the clients against one WebSocket URL (a front itself:
 direct to the node; or a proxy), let them connect, then ``blocks`` times make a
@@ -34,7 +34,7 @@ from tests.e2e.harness import REPO, Stack
 ASI_PYTHON = REPO / ".venv-asi" / "bin" / "python"
 ASI_READY = REPO / ".venv-asi" / ".installed"
 SYNC_CLIENT = Path(__file__).parent / "asi" / "sync_client.py"
-# the features of issue 15 off; the edge cache stays on, as in every deployment
+# coalescing, head pinning and hedging off; the edge cache stays on, as in every deployment
 FEATURES_OFF: dict[str, Any] = {
     "coalesce": {"enabled": False},
     "head_pinning": {"enabled": False},

@@ -1,4 +1,4 @@
-"""Config parsing (DESIGN.md section 7): defaults must match the documented
+"""Config parsing: defaults must match the documented
 contract, the shipped configs load, and reading a file fails with one line.
 """
 

@@ -1,4 +1,4 @@
-"""Config errors (DESIGN.md section 7): each class of mistake stops start-up
+"""Config errors: each class of mistake stops start-up
 with ONE line naming the key and the problem, and never shows a secret.
 """
 

@@ -1,4 +1,4 @@
-"""The ``redis:`` section (DESIGN.md section 10) and the command-line overrides
+"""The ``redis:`` section (a shared quota and cache across processes) and the command-line overrides
 the ``--workers`` launcher adds (``common/config/overrides.py``): defaults, one
 line naming ``redis.<key>`` per mistake, and a password that never shows."""
 

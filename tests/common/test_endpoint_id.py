@@ -1,4 +1,4 @@
-"""Endpoint ids (DESIGN.md section 6): stable, one per endpoint, secret-free."""
+"""Endpoint ids: stable, one per endpoint, secret-free."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Two proxy processes, each with its own data directory (two "machines"), and
 one real redis-server: one quota per client, a shared cache, and Redis dying
-and coming back without a client noticing (DESIGN.md section 10)."""
+and coming back without a client noticing."""
 
 from __future__ import annotations
 

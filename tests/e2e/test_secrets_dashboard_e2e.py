@@ -1,4 +1,4 @@
-"""Secrets in upstream URLs never reach the dashboard (issue 17, item 3).
+"""Secrets in upstream URLs never reach the dashboard.
 
 Upstream URLs carry a userinfo name and password, key-like query values and a
 key-like path segment; after real traffic (HTTP and WebSocket, so the usage

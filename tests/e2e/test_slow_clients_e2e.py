@@ -1,4 +1,4 @@
-"""Slow and oversized clients against the real proxy (issue 17, item 3).
+"""Slow and oversized clients against the real proxy: bounded in time and size.
 
 * A request (head and body) must arrive within ``proxy.read_timeout_s`` of its
   first byte: a body or head sent a few bytes a second, or not at all, gets a

@@ -123,8 +123,8 @@ async def test_a_malformed_handshake_gets_a_json_rpc_error(stack: Stack, extra: 
     # "400 Bad Request", text/plain ("Unsupported version: "), and a
     # "Server: Python/3.12 aiohttp/3.14.5" header, relayed as is. Before the
     # WebSocket addon this request was the contract's JSON-RPC error (GET on an
-    # RPC path: 405 -32600, Allow: POST); DESIGN.md section 3: "Every error body
-    # is a JSON-RPC 2.0 error object". Expected: a 4xx JSON-RPC error body with
+    # RPC path: 405 -32600, Allow: POST); the wire contract: every error body
+    # is a JSON-RPC 2.0 error object. Expected: a 4xx JSON-RPC error body with
     # application/json. Fix: only take handshakes that wsproto/aiohttp would
     # accept (Sec-WebSocket-Key present, Version 13), otherwise leave the flow to
     # the gate; or turn a non-101 answer of the sink into a JSON-RPC error in a

@@ -1,4 +1,5 @@
-"""The wire contract (DESIGN.md section 3), row by row, over real HTTP through
+"""The wire contract (status, headers and JSON-RPC body of every kind of
+call and refusal), row by row, over real HTTP through
 mitmdump + addon to simulated nodes."""
 
 from __future__ import annotations

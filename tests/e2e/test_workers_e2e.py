@@ -1,7 +1,7 @@
 """``python -m chainproxy.launch --workers 2`` as an operator runs it: one
 address, two proxy processes behind HAProxy, a local redis-server for the one
 quota, usage counted once, subscriptions through the balancer, and Ctrl-C
-leaving no process behind (DESIGN.md section 10)."""
+leaving no process behind."""
 
 from __future__ import annotations
 

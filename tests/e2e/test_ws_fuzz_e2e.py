@@ -1,4 +1,4 @@
-"""Raw WebSocket frames against the real proxy (issue 17, item 3): generated
+"""Raw WebSocket frames against the real proxy: generated
 sequences (hypothesis) of whole and fragmented messages, text and binary,
 pings, pongs, closes and protocol violations, each with its defined outcome:
 

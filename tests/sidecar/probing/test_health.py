@@ -1,4 +1,4 @@
-"""Per-endpoint health with flap damping (DESIGN.md section 6, "Status"):
+"""Per-endpoint health with flap damping:
 Unknown -> OK on the first answer, OK -> Degraded after ``fail_threshold``
 consecutive failures, Degraded -> OK after ``recover_threshold`` consecutive
 successes."""

@@ -1,4 +1,4 @@
-"""The probe scheduler (DESIGN.md section 6, "Probes" and "Status") with a fake
+"""The probe scheduler (probe rounds, head tracking, health status) with a fake
 probe function, tiny intervals and the real event loop: every endpoint is
 probed, head tracking only for node endpoints, bounded concurrency, and neither
 a hung nor a crashing probe stops the others."""

@@ -1,4 +1,4 @@
-"""SQLite probe history and per-endpoint health (DESIGN.md section 6): a restart
+"""SQLite probe history and per-endpoint health: a restart
 resumes with the same health, history is bounded, and a failing disk is logged
 and counted instead of breaking the probe loop."""
 

@@ -1,5 +1,5 @@
 """Chain tip, lag, tiers and the routing snapshot document the addon reads
-(DESIGN.md section 4 and the ``/api/v1/internal/routes/<network>`` contract)."""
+(the ``/api/v1/internal/routes/<network>`` contract)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fewer upstream calls and a shorter tail (issue 15), through the real
+"""Fewer upstream calls and a shorter tail, through the real
 mitmdump + addon to simulated nodes that count every call per method: head
 pinning + coalescing on a validator-like sync, identical concurrent calls,
 the head a pinned read uses, and hedging a node that stalls."""

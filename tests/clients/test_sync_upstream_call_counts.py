@@ -1,9 +1,11 @@
-"""Issue 15 with a real client on a real runtime: async-substrate-interface
-clients (``.venv-asi``) running a metagraph-style sync at the same time after
-each new block, calls counted where they reach chopsticks (counting endpoint
-fronts; ``tests/clients/sync_runs.py``), in three runs: straight to the node,
-through chainproxy with coalescing, head pinning and hedging off, and through
-chainproxy with the defaults. Only counts and answers are asserted, never times.
+"""Head pinning, coalescing and hedging cut upstream calls for real clients on a
+real runtime: async-substrate-interface clients (``.venv-asi``) running a
+metagraph-style sync at the same time after each new block, calls counted
+where they reach chopsticks (counting endpoint fronts;
+``tests/clients/sync_runs.py``), in three runs: straight to the node, through
+chainproxy with coalescing, head pinning and hedging off, and through
+chainproxy with the defaults. Only counts and answers are asserted, never
+times.
 
 Why 6 clients: per block each client sends 16 calls. 11 of them are one upstream
 call per block whoever sends them (pinned to the head, or carrying a block hash:
