@@ -1,0 +1,61 @@
+"""The diskcache store: shared between instances, bounded by size, and a deleted
+directory, a corrupt database or a corrupt entry never an error."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from addon.cache.rules import plan
+from addon.cache.store import DiskCacheStore
+from addon.pipeline.jsonrpc import Call
+
+EXTRA = {"state_getStorage": 1, "state_call": 2}
+
+
+def p(method: str, params: Any, finalized: int | None = 100, net: str = "finney") -> Any:
+    return plan(net, Call(1, method, params), extra=EXTRA, finalized=finalized)
+
+
+def test_disk_store_round_trip_and_shared_between_instances(tmp_path: Path) -> None:
+    a = DiskCacheStore(tmp_path / "c", size_limit_mb=1)
+    b = DiskCacheStore(tmp_path / "c", size_limit_mb=1)  # another proxy process
+    a.set("k", {"x": [1, 2]})
+    assert b.get("k") == {"x": [1, 2]}
+    assert a.get("missing") is None
+
+
+def test_disk_store_bounded_by_size(tmp_path: Path) -> None:
+    s = DiskCacheStore(tmp_path / "c", size_limit_mb=1)
+    blob = "x" * 20_000
+    for i in range(400):  # ~8 MB written into a 1 MB cache
+        s.set(f"k{i}", blob)
+    s._cache.cull()
+    assert s._cache.volume() < 3 * 1_048_576
+    assert s.get("k399") == blob  # the most recent survive
+
+
+def test_deleted_cache_directory_is_never_an_error(tmp_path: Path) -> None:
+    s = DiskCacheStore(tmp_path / "c", size_limit_mb=1)
+    s.set("k", 1)
+    shutil.rmtree(tmp_path / "c")
+    assert s.get("k") in (1, None)  # the open handle may still answer; never raises
+    s.set("k2", 2)
+    assert s.get("k2") in (2, None)
+
+
+def test_corrupt_cache_database_is_set_aside_and_the_proxy_starts(tmp_path: Path) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "cache.db").write_bytes(b"this is not sqlite" * 100)
+    s = DiskCacheStore(tmp_path / "c", size_limit_mb=1)
+    assert s.get("k") is None
+    s.set("k", 5)
+    assert s.get("k") == 5
+    assert any(p.name.startswith("c.corrupt-") for p in tmp_path.iterdir())
+
+
+def test_corrupt_entry_is_a_miss(tmp_path: Path) -> None:
+    s = DiskCacheStore(tmp_path / "c", size_limit_mb=1)
+    s._cache.set("k", "{not json")
+    assert s.get("k") is None and s.errors == 1

@@ -1,0 +1,92 @@
+"""The best head each network has shown: the highest header with its real hash, used
+only while fresh and not behind the probes; a newer hash shown without its header
+pauses pinning until the header comes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from addon.chain.head_book import HeadBook
+from addon.chain.header_hash import header_hash
+
+H = "0x" + "ab" * 32
+
+OTHER = "0x" + "cd" * 32
+
+
+def header(n: int, parent: str = "0x" + "11" * 32) -> dict[str, Any]:
+    return {
+        "parentHash": parent,
+        "number": hex(n),
+        "stateRoot": "0x" + "22" * 32,
+        "extrinsicsRoot": "0x" + "33" * 32,
+        "digest": {"logs": []},
+    }
+
+
+def test_the_highest_header_seen_is_the_head_with_its_real_hash() -> None:
+    book = HeadBook()
+    assert book.learn("finney", header(10), now=0.0)
+    assert book.get("finney").hash == header_hash(header(10))  # type: ignore[union-attr]
+    assert not book.learn("finney", header(9), now=1.0)  # older: ignored
+    assert book.learn("finney", header(11), now=2.0, block_hash=H)  # the hash asked for
+    assert book.get("finney") is not None and book.get("finney").number == 11  # type: ignore[union-attr]
+    assert book.get("test") is None  # per network
+    assert not book.learn("finney", {"number": "0xzz"}, now=3.0)
+    assert not book.learn("finney", None, now=3.0)
+
+
+def test_a_head_is_used_only_while_fresh_and_not_behind_the_probes() -> None:
+    book = HeadBook()
+    book.learn("finney", header(100), now=10.0)
+    assert book.fresh("finney", 20.0, max_age_s=30, probe_tip=100) is not None
+    assert book.fresh("finney", 20.0, max_age_s=30, probe_tip=None) is not None
+    assert book.fresh("finney", 41.0, max_age_s=30, probe_tip=100) is None  # too old
+    assert book.fresh("finney", 20.0, max_age_s=30, probe_tip=101) is None  # probes saw more
+    book.learn("finney", header(100), now=40.0)  # the same head, seen again: fresh again
+    assert book.fresh("finney", 65.0, max_age_s=30, probe_tip=100) is not None
+
+
+def test_a_reorg_at_the_same_height_replaces_the_head() -> None:
+    book = HeadBook()
+    book.learn("finney", header(5, parent=H), now=0.0)
+    assert book.learn("finney", header(5, parent=OTHER), now=1.0)
+    assert book.get("finney").hash == header_hash(header(5, parent=OTHER))  # type: ignore[union-attr]
+
+
+def test_a_new_hash_shown_without_its_header_pauses_pinning_until_the_header() -> None:
+    book = HeadBook()
+    book.learn("finney", header(100), now=0.0)
+    book.shown("finney", H.upper().replace("0X", "0x"), now=1.0, height=None)  # chain_getHead
+    assert book.unseen("finney")
+    assert book.fresh("finney", 2.0, max_age_s=30, probe_tip=100) is None
+    assert not book.learn("finney", header(99), now=3.0)  # another block's header: still waiting
+    assert book.fresh("finney", 3.0, max_age_s=30, probe_tip=100) is None
+    assert book.learn("finney", header(101), now=4.0, block_hash=H)  # its header
+    head = book.fresh("finney", 5.0, max_age_s=30, probe_tip=100)
+    assert head is not None and head.hash == H and not book.unseen("finney")
+
+
+def test_a_shown_hash_that_is_the_head_or_older_changes_nothing() -> None:
+    book = HeadBook()
+    book.learn("finney", header(100), now=0.0, block_hash=H)
+    book.shown("finney", H, now=1.0, height=None)  # the head itself
+    book.shown("finney", OTHER, now=1.0, height=99)  # chain_getBlockHash(99): older
+    assert book.fresh("finney", 2.0, max_age_s=30, probe_tip=None) is not None
+    book.shown("finney", OTHER, now=3.0, height=101)  # chain_getBlockHash(101): newer
+    assert book.fresh("finney", 4.0, max_age_s=30, probe_tip=None) is None
+    book.learn("finney", header(101), now=5.0)  # a header at that height: the head is there
+    assert book.fresh("finney", 6.0, max_age_s=30, probe_tip=None) is not None
+
+
+def test_a_shown_hash_that_was_older_or_never_explained_stops_pausing() -> None:
+    book = HeadBook()
+    book.learn("finney", header(100), now=0.0)
+    book.shown("finney", OTHER, now=1.0, height=None)  # a lagging node's head, say
+    book.learn("finney", header(98), now=2.0, block_hash=OTHER)  # it was #98
+    assert book.fresh("finney", 2.0, max_age_s=30, probe_tip=100) is not None
+    book.shown("finney", H, now=3.0, height=None)  # a header that never comes
+    book.learn("finney", header(100), now=20.0)  # the head stays fresh meanwhile
+    assert book.fresh("finney", 33.0, max_age_s=30, probe_tip=100) is None  # within max_age_s
+    assert book.fresh("finney", 34.0, max_age_s=30, probe_tip=100) is not None  # then the tip
+    assert not book.unseen("finney")

@@ -1,0 +1,237 @@
+"""What several test files under tests/addon use: the RPC pipeline wired to an
+in-process fake upstream (``make``, ``rpc_flow``, ``run``, ``call``, ``body``),
+stand-ins for the subscription hub and a client socket, a Redis link to a
+test redis-server, and usage records."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from mitmproxy.test import tflow
+
+from addon.addons import Guard
+from addon.cache.store import MemoryStore
+from addon.pipeline.context import RpcContext
+from addon.pipeline.runner import RpcPipeline
+from addon.quota.local import RateLimiter
+from addon.quota.redis_limiter import SharedLimiter
+from addon.redislink.link import RedisLink
+from addon.reporting.usage import UsageAggregator
+from addon.runtime import Runtime, RuntimeHolder
+from addon.subs.hub import NoUpstream
+from addon.upstream.forward import TransportError
+from common.config import RedisConfig, parse_config
+from tests.fakes import FakeClock
+from tests.redis_server import RedisServer
+
+A = "http://a.example:9944"
+B = "http://b.example:9944"
+
+# --- the pipeline with a fake upstream ------------------------------------------------------
+
+
+class FakeUpstreams:
+    """The upstream transport: answers per URL, a callable(body) -> (status,
+    bytes) or a TransportError (default: every call answered ``<method>-ok``)."""
+
+    def __init__(self) -> None:
+        self.behaviour: dict[str, Any] = {}
+        self.seen: list[tuple[str, Any]] = []
+
+    async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        doc = json.loads(body)
+        self.seen.append((url, doc))
+        b = self.behaviour.get(url, "ok")
+        if isinstance(b, TransportError):
+            raise b
+        if b == "ok":
+            return 200, json.dumps(ok_answer(doc)).encode()
+        return b(doc)
+
+
+def ok_answer(doc: Any) -> Any:
+    """``<method>-ok`` for each call of ``doc`` (a call or a batch)."""
+    if isinstance(doc, list):
+        return [ok_answer(d) for d in doc]
+    return {"jsonrpc": "2.0", "id": doc["id"], "result": f"{doc['method']}-ok"}
+
+
+def make(**proxy: Any) -> tuple[list[Any], FakeUpstreams, Runtime]:
+    """The addons a POST goes through (pipeline, guard), the fake upstream
+    behind them (two finney nodes, ``A`` and ``B``) and the runtime, on a
+    ``FakeClock`` at 1000 s; ``proxy`` is merged into the config's proxy part."""
+    config = parse_config(
+        {
+            "proxy": {"networks": ["finney", "test"], **proxy},
+            "registry": {
+                "endpoints": [
+                    {"url": A, "provider": "alpha", "kind": "node-rpc", "network": "finney"},
+                    {"url": B, "provider": "beta", "kind": "node-rpc", "network": "finney"},
+                ]
+            },
+        },
+        env={},
+    )
+    holder = RuntimeHolder()
+    rt = Runtime.build(config, clock=FakeClock(1000.0))
+    fake = FakeUpstreams()
+    rt.transport = fake
+    holder.runtime = rt
+    stages = [RpcPipeline(holder), Guard()]
+    return stages, fake, rt
+
+
+def cached_stages(**proxy: Any) -> tuple[list[Any], FakeUpstreams, Runtime]:
+    """``make`` with an in-memory edge cache."""
+    stages, fake, rt = make(**proxy)
+    rt.cache = MemoryStore()
+    return stages, fake, rt
+
+
+def rpc_flow(body: Any, path: str = "/rpc/v1/finney", method: str = "POST") -> Any:
+    f = tflow.tflow()
+    f.request.method = method
+    f.request.path = path
+    f.request.content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return f
+
+
+async def run(stages: list[Any], flow: Any) -> Any:
+    """``flow`` through each addon's ``request`` hook, in order."""
+    for stage in stages:
+        hook = getattr(stage, "request", None)
+        if hook is not None:
+            result = hook(flow)
+            if result is not None:
+                await result
+    return flow
+
+
+def body(flow: Any) -> Any:
+    return json.loads(flow.response.content)
+
+
+def call(method: str, params: Any = None, id_: Any = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "method": method, "params": params or []}
+
+
+def request_counts(rt: Runtime) -> dict[tuple[str, str], int]:
+    """The live request counter as {(method, outcome): n}."""
+    return {(m, o): n for (_net, m, o), n in rt.metrics._requests.items()}
+
+
+def fork_header(n: int, fork: str = "a") -> dict[str, Any]:
+    """A header at height ``n`` whose parent hash names ``fork`` (a reorg is
+    another fork letter at the same height)."""
+    return {
+        "parentHash": f"0x{fork * 2}{n - 1:062x}",
+        "number": hex(n),
+        "stateRoot": "0x" + "11" * 32,
+        "extrinsicsRoot": "0x" + "22" * 32,
+        "digest": {"logs": []},
+    }
+
+
+# --- subscriptions: a stand-in hub and client socket ---------------------------------------
+
+
+class FakeHub:
+    """Stands in for ``SubscriptionHub``: one shared subscription per call."""
+
+    def __init__(self, *, serves: bool = True, fail: bool = False) -> None:
+        self._serves, self._fail = serves, fail
+        self.subscribed: list[tuple[str, list[Any]]] = []
+        self.unsubscribed: list[str] = []
+        self.greeted = 0
+
+    def serves(self, network: str) -> bool:
+        return self._serves
+
+    async def subscribe(self, network: str, kind: Any, params: list[Any], send: Any, owner: Any):
+        if self._fail:
+            raise NoUpstream("nobody")
+        self.subscribed.append((kind.subscribe, params))
+        hub = self
+
+        class Shared:
+            upstream = type("U", (), {"id": "endpoint-srf-00000000000000aa"})()
+
+            def greet(self, sub: Any) -> None:
+                hub.greeted += 1
+
+        sub = type("S", (), {"sub_id": f"sub{len(self.subscribed)}"})()
+        return Shared(), sub
+
+    def unsubscribe(self, sub_id: str, owner: Any) -> bool:
+        self.unsubscribed.append(sub_id)
+        return True
+
+
+class FakeSocket:
+    """A client socket as the pipeline sees it: what it was sent, its subscriptions."""
+
+    def __init__(self, client: str = "198.51.100.7") -> None:
+        self.network, self.client = "finney", client
+        self.subscriptions: dict[str, str] = {}
+        self.sent: list[bytes] = []
+        self.live = True
+
+    def send(self, body: bytes) -> None:
+        self.sent.append(body)
+
+    def changed(self) -> None:
+        pass
+
+
+def pipeline_with_hub(hub: FakeHub, **proxy: Any) -> tuple[RpcPipeline, Runtime]:
+    """A pipeline whose runtime's subscription hub is ``hub``."""
+    _, _, rt = make(**proxy)
+    rt.subs = hub  # type: ignore[assignment]
+    holder = RuntimeHolder()
+    holder.runtime = rt
+    return RpcPipeline(holder), rt
+
+
+async def ws_message(pipe: RpcPipeline, sock: FakeSocket, doc: Any) -> tuple[RpcContext, Any]:
+    """``doc`` as a WebSocket message from ``sock``: the call's state and its answer."""
+    rpc = await pipe.message(json.dumps(doc).encode(), sock, sock)
+    assert rpc.reply is not None
+    return rpc, rpc.reply.doc
+
+
+# --- Redis ---------------------------------------------------------------------------------
+
+
+def redis_link(server: RedisServer, prefix: str = "t:", timeout_ms: float = 50) -> RedisLink:
+    return RedisLink(
+        RedisConfig(url=server.url, key_prefix=prefix, timeout_ms=timeout_ms, safe_url=server.url)
+    )
+
+
+def shared_limiter(link: RedisLink, requests: int = 100, window_s: float = 60) -> SharedLimiter:
+    return SharedLimiter(link, RateLimiter(requests, window_s, clock=time.monotonic))
+
+
+# --- usage and logs ------------------------------------------------------------------------
+
+
+def usage_record(agg: UsageAggregator, **kw: Any) -> None:
+    """One call recorded (a finney chain_getHeader on e1 unless ``kw`` says else)."""
+    base = {
+        "network": "finney",
+        "method": "chain_getHeader",
+        "endpoint": "e1",
+        "latency_ms": 10.0,
+        "error": False,
+        "failover": False,
+        "cache_hit": False,
+    }
+    agg.record(**{**base, **kw})
+
+
+def log_lines(caplog: pytest.LogCaptureFixture, text: str) -> int:
+    """How many log lines contain ``text``."""
+    return sum(text in r.getMessage() for r in caplog.records)

@@ -1,0 +1,119 @@
+"""One quota per client across processes, in a real redis-server on 127.0.0.1 (started
+per test, no persistence): the window slides, a batch is taken whole, and while
+Redis is down or slow the local limiter answers within the bound."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from tests.addon.helpers import (
+    redis_link,
+    shared_limiter,
+)
+from tests.redis_server import RedisServer
+
+
+async def test_the_101st_call_in_the_window_is_refused_across_two_processes(
+    redis_server: RedisServer,
+) -> None:
+    a, b = redis_link(redis_server), redis_link(redis_server)  # two proxies, one Redis
+    la, lb = shared_limiter(a), shared_limiter(b)
+    allowed = 0
+    for i in range(150):
+        d = await (la if i % 2 else lb).check("198.51.100.7")
+        allowed += d.allowed
+        if not d.allowed:
+            assert d.retry_after >= 1 and d.remaining == 0 and d.policy == "100;w=60"
+    assert allowed == 100
+    other = await la.check("198.51.100.8")  # another client: its own quota
+    assert other.allowed and other.remaining == 99
+    await a.close()
+    await b.close()
+
+
+async def test_a_batch_is_taken_whole_or_refused_whole(redis_server: RedisServer) -> None:
+    link = redis_link(redis_server)
+    lim = shared_limiter(link, requests=10)
+    assert (await lim.check("c", 7)).remaining == 3
+    refused = await lim.check("c", 4)  # needs 4, 3 left: nothing taken
+    assert not refused.allowed and refused.remaining == 3
+    assert (await lim.check("c", 3)).remaining == 0
+    too_big = await lim.check("d", 11)  # more than the whole quota: never fits
+    assert not too_big.allowed and too_big.retry_after == 60
+    await link.close()
+
+
+async def test_concurrent_calls_never_exceed_the_quota(redis_server: RedisServer) -> None:
+    links = [redis_link(redis_server, timeout_ms=2000) for _ in range(4)]
+    lims = [shared_limiter(link) for link in links]
+    results = await asyncio.gather(*(lims[i % 4].check("hot") for i in range(400)))
+    assert sum(d.allowed for d in results) == 100
+    for link in links:
+        await link.close()
+
+
+async def test_the_window_slides_and_headers_say_when(redis_server: RedisServer) -> None:
+    link = redis_link(redis_server)
+    lim = shared_limiter(link, requests=3, window_s=1.0)
+    for _ in range(3):
+        assert (await lim.check("w")).allowed
+    refused = await lim.check("w")
+    assert not refused.allowed and 0 < refused.retry_after_s <= 1.0
+    assert 0 < refused.reset_s <= 1.0
+    await asyncio.sleep(refused.retry_after_s + 0.05)
+    assert (await lim.check("w")).allowed
+    probe = await lim.check("w", take=False)  # a WebSocket handshake: asks, takes nothing
+    again = await lim.check("w", take=False)
+    assert probe.remaining == again.remaining
+    ttl = int(redis_server.command("PTTL", lim.key("w")).strip(b":\r\n"))
+    assert 0 < ttl <= 1000  # the client's list expires with its window
+    await link.close()
+
+
+async def test_redis_down_falls_back_to_the_local_limiter_without_waiting(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    link = redis_link(redis_server)
+    fallbacks: list[str] = []
+    link.on_fallback = fallbacks.append
+    lim = shared_limiter(link, requests=5)
+    assert (await lim.check("x")).allowed
+    redis_server.stop()
+    with caplog.at_level(logging.WARNING, "chainproxy.redis"):
+        start = time.monotonic()
+        decision = await lim.check("x")  # the local limiter answers this one
+        assert time.monotonic() - start < 1.0  # bounded (the bound is 50 ms; slack for CI)
+    assert decision.allowed and decision.remaining == 4  # local: a fresh window
+    assert not link.up and fallbacks == ["ratelimit"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "unavailable" in lines[0] and redis_server.url in lines[0]
+    redis_server.start()  # same port
+    deadline = time.monotonic() + 10
+    while not link.up and time.monotonic() < deadline:  # noqa: ASYNC110 (a poll, bounded)
+        await asyncio.sleep(0.1)
+    assert link.up  # the watcher found it again by itself
+    # shared again: Redis restarted empty (the local limiter, 1 taken, would say 3)
+    assert (await lim.check("x")).remaining == 4
+    await link.close()
+
+
+async def test_a_slow_redis_costs_a_request_at_most_the_bound(redis_server: RedisServer) -> None:
+    link = redis_link(redis_server, timeout_ms=50)
+    lim = shared_limiter(link)
+    assert (await lim.check("s")).allowed
+    # Redis stalls for 1 s (a blocked server, a long fork, a slow network)
+    pause = asyncio.get_running_loop().run_in_executor(
+        None, redis_server.command, "DEBUG", "SLEEP", "1"
+    )
+    await asyncio.sleep(0.1)
+    start = time.monotonic()
+    decision = await lim.check("s")
+    waited = time.monotonic() - start
+    await pause
+    assert decision.allowed  # from the local limiter
+    assert waited < 0.5  # the bound is 50 ms; never the full second
+    await link.close()

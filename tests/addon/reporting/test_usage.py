@@ -1,0 +1,103 @@
+"""Usage records in the addon: per-minute pre-aggregation, and delivery that loses
+nothing (the sidecar down, the process stopped)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from addon.reporting.usage import Spool, UsageAggregator, UsageShipper
+from common import latency_hist
+from tests.addon.helpers import (
+    usage_record,
+)
+from tests.fakes import FakeClock
+
+
+def test_records_roll_up_per_minute_network_endpoint_and_method() -> None:
+    clock = FakeClock(1_700_000_000.0)
+    agg = UsageAggregator(clock)
+    for ms in (10, 20, 30):
+        usage_record(agg, latency_ms=ms)
+    usage_record(agg, error=True, failover=True)
+    usage_record(agg, endpoint=None, cache_hit=True, latency_ms=0.3)
+    usage_record(agg, method="chain_getBlock")
+    clock.t += 60
+    usage_record(agg)
+    rollups = agg.drain()
+    assert len(rollups) == 4 and agg.drain() == []  # drained once
+    main = next(
+        r
+        for r in rollups
+        if r["endpoint"] == "e1"
+        and r["method"] == "chain_getHeader"
+        and r["minute"] == (1_700_000_000 // 60)
+    )
+    assert (main["requests"], main["errors"], main["failovers"]) == (4, 1, 1)
+    assert main["latency_ms_sum"] == 70.0
+    assert sum(main["latency_hist"].values()) == 4
+    hit = next(r for r in rollups if r["endpoint"] is None)
+    assert hit["cache_hits"] == 1 and hit["requests"] == 1
+    assert sum(r["requests"] for r in rollups) == agg.recorded == 7
+
+
+def test_aggregation_does_not_grow_with_request_count() -> None:
+    agg = UsageAggregator(FakeClock(1_700_000_000.0))
+    for i in range(50_000):
+        usage_record(agg, latency_ms=float(i % 900))
+    assert len(agg) == 1
+    (r,) = agg.drain()
+    assert r["requests"] == 50_000 and len(r["latency_hist"]) < 400
+    hist = latency_hist.from_wire(r["latency_hist"])
+    p50 = latency_hist.quantile(hist, 0.5)
+    assert p50 is not None and abs(p50 - 450) / 450 < 0.02
+
+
+async def test_shipper_delivers_in_order_and_keeps_batches_while_the_sidecar_is_down(
+    tmp_path: Path,
+) -> None:
+    agg = UsageAggregator(FakeClock(1_700_000_000.0))
+    spool = Spool(tmp_path / "spool", max_batches=100)
+    up = {"ok": False}
+    received: list[dict[str, Any]] = []
+
+    async def deliver(batch: dict[str, Any]) -> bool:
+        if not up["ok"]:
+            return False
+        received.append(batch)
+        return True
+
+    shipper = UsageShipper(agg, spool, deliver, flush_s=0.01)
+    for round_ in range(3):
+        usage_record(agg, latency_ms=float(round_ + 1))
+        shipper.spool_pending()
+        assert await shipper.deliver_spooled() is False
+    assert len(spool) == 3 and received == []
+
+    up["ok"] = True
+    assert await shipper.deliver_spooled() is True
+    assert len(spool) == 0
+    assert [b["rollups"][0]["latency_ms_sum"] for b in received] == [1.0, 2.0, 3.0]
+    assert len({b["batch_id"] for b in received}) == 3
+
+
+async def test_stop_spools_what_is_pending_and_a_new_process_sends_it(tmp_path: Path) -> None:
+    agg = UsageAggregator(FakeClock(1_700_000_000.0))
+    usage_record(agg)
+    usage_record(agg)
+
+    async def never(_: dict[str, Any]) -> bool:
+        return False
+
+    UsageShipper(agg, Spool(tmp_path / "s", max_batches=10), never, flush_s=1).spool_pending()
+    got: list[dict[str, Any]] = []
+
+    async def accept(batch: dict[str, Any]) -> bool:
+        got.append(batch)
+        return True
+
+    later = UsageShipper(
+        UsageAggregator(), Spool(tmp_path / "s", max_batches=10), accept, flush_s=1
+    )
+    assert await later.deliver_spooled() is True
+    assert sum(r["requests"] for b in got for r in b["rollups"]) == 2

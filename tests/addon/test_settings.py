@@ -1,0 +1,65 @@
+"""The Settings addon: a config loaded into a runtime (lazy connections, the body
+limit handed to mitmproxy), a bad config refused while the last good one serves,
+and a reload keeping routing and quota state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mitmproxy.test import taddons
+
+from addon.addons import build_addons
+
+
+def test_settings_addon_loads_the_config_and_forces_lazy_connections(tmp_path: Any) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "registry:\n  endpoints:\n"
+        "    - {url: 'http://127.0.0.1:1', provider: p, kind: node-rpc, network: finney}\n"
+    )
+    from mitmproxy.addons.proxyserver import Proxyserver
+
+    addons = build_addons()
+    with taddons.context(Proxyserver(), *addons) as tctx:
+        tctx.configure(addons[0], chainproxy_config=str(cfg))
+        rt = addons[0].holder.runtime
+        assert rt is not None and len(rt.pools["finney"]) == 1
+        assert tctx.options.connection_strategy == "lazy"
+        # mitmproxy stops reading a body at the JSON-RPC limit (addon/mitm/limits.py)
+        assert int(tctx.options.body_size_limit) == rt.config.proxy.max_body_bytes
+        # A bad change later is refused and the last good config keeps serving.
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("proxy: {max_batch: 0}\n")
+        from mitmproxy import exceptions
+
+        with pytest.raises(exceptions.OptionsError, match=r"proxy\.max_batch"):
+            tctx.configure(addons[0], chainproxy_config=str(bad))
+        assert addons[0].holder.runtime is rt
+
+
+def test_reloading_the_config_keeps_routing_and_quota_state(tmp_path: Any) -> None:
+    from mitmproxy.addons.proxyserver import Proxyserver
+
+    body_ = (
+        "registry:\n  endpoints:\n"
+        "    - {url: 'http://127.0.0.1:1', provider: p, kind: node-rpc, network: finney}\n"
+    )
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(body_)
+    second.write_text(body_ + "proxy: {max_batch: 50}\n")
+    addons = build_addons()
+    with taddons.context(Proxyserver(), *addons) as tctx:
+        tctx.configure(addons[0], chainproxy_config=str(first))
+        rt = addons[0].holder.runtime
+        (up,) = rt.pools["finney"].upstreams.values()
+        up.tier, up.best, up.ewma_ms = 1, 123, 42.0
+        rt.chain.set_heights("finney", 130, 128)
+        rt.limiter.check("1.2.3.4", 7)
+        tctx.configure(addons[0], chainproxy_config=str(second))
+        new = addons[0].holder.runtime
+        assert new is not rt and new.config.proxy.max_batch == 50
+        (up2,) = new.pools["finney"].upstreams.values()
+        assert (up2.tier, up2.best, up2.ewma_ms) == (1, 123, 42.0)
+        assert new.chain.tips["finney"] == 130 and new.chain.finalized["finney"] == 128
+        assert new.limiter.check("1.2.3.4").remaining == 100 - 8
