@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from aiohttp import WSMsgType, web
 from mitmproxy.test import tflow
 
 from addon.addons import Guard
@@ -200,6 +201,120 @@ async def ws_message(pipe: RpcPipeline, sock: FakeSocket, doc: Any) -> tuple[Rpc
     rpc = await pipe.message(json.dumps(doc).encode(), sock, sock)
     assert rpc.reply is not None
     return rpc, rpc.reply.doc
+
+
+# --- a node's WebSocket, in process --------------------------------------------------------
+
+
+def block_hash(n: int) -> str:
+    return f"0x{n:064x}"
+
+
+class NodeChain:
+    """The chain the ``WsNode`` stand-ins serve: its best height, headers and hashes."""
+
+    def __init__(self, height: int = 10) -> None:
+        self.height = height
+
+    def header(self, n: int) -> dict[str, Any]:
+        return fork_header(n)
+
+
+class WsNode:
+    """A node's WebSocket on 127.0.0.1 (a real aiohttp server): answers
+    ``chain_subscribeNewHeads`` with a subscription id and at once the current
+    head (as a Substrate node does), ``chain_unsubscribeNewHeads``,
+    ``chain_getBlockHash`` and ``chain_getHeader``; ``push`` sends the next head
+    to every subscription; ``kill`` closes its sockets and stops listening.
+    ``silent`` answers nothing; ``early`` sends a subscription's first head
+    before the answer that names it."""
+
+    def __init__(self, name: str, chain: NodeChain, *, silent: bool = False) -> None:
+        self.name, self.chain, self.silent = name, chain, silent
+        self.early = False
+        self.calls: list[tuple[str, Any]] = []
+        self.subs: dict[str, Any] = {}  # subscription id -> its socket
+        self.sockets: list[web.WebSocketResponse] = []
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+        self._count = 0
+
+    async def start(self) -> WsNode:
+        app = web.Application()
+        app.router.add_get("/", self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"ws://127.0.0.1:{port}/"
+        return self
+
+    def subscribes(self) -> int:
+        return sum(m == "chain_subscribeNewHeads" for m, _ in self.calls)
+
+    def unsubscribes(self) -> int:
+        return sum(m == "chain_unsubscribeNewHeads" for m, _ in self.calls)
+
+    async def _handle(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.sockets.append(ws)
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                await self._answer(ws, json.loads(msg.data))
+        return ws
+
+    async def _answer(self, ws: web.WebSocketResponse, doc: dict[str, Any]) -> None:
+        method, params = doc["method"], doc.get("params") or []
+        self.calls.append((method, params))
+        if self.silent:
+            return
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": doc["id"]}
+        head = None
+        if method == "chain_subscribeNewHeads":
+            self._count += 1
+            sub = f"{self.name}-sub-{self._count}"
+            self.subs[sub] = ws
+            reply["result"] = sub
+            head = self._note(sub, self.chain.height)
+            if self.early:
+                await ws.send_str(head)
+                head = None
+        elif method == "chain_unsubscribeNewHeads":
+            reply["result"] = self.subs.pop(params[0], None) is not None
+        elif method == "chain_getBlockHash":
+            reply["result"] = block_hash(params[0])
+        elif method == "chain_getHeader":
+            reply["result"] = self.chain.header(int(params[0], 16))
+        else:
+            reply["error"] = {"code": -32601, "message": "Method not found"}
+        await ws.send_str(json.dumps(reply))
+        if head is not None:
+            await ws.send_str(head)
+
+    def _note(self, sub: str, n: int) -> str:
+        params = {"subscription": sub, "result": self.chain.header(n)}
+        return json.dumps({"jsonrpc": "2.0", "method": "chain_newHead", "params": params})
+
+    async def push(self) -> None:
+        """The chain moves on one block; every subscription here is told."""
+        self.chain.height += 1
+        for sub, ws in list(self.subs.items()):
+            if not ws.closed:
+                await ws.send_str(self._note(sub, self.chain.height))
+
+    async def kill(self) -> None:
+        """The node dies: its sockets close and nothing listens any more."""
+        for ws in self.sockets:
+            await ws.close()
+        self.subs.clear()
+        await self.stop()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
 
 
 # --- Redis ---------------------------------------------------------------------------------
