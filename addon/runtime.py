@@ -17,12 +17,12 @@ import aiohttp
 from addon.cache.redis_tier import SharedCacheTier
 from addon.cache.store import CacheStore, DiskCacheStore
 from addon.chain.state import ChainState
-from addon.quota.local import RateLimiter
-from addon.quota.redis_limiter import SharedLimiter
+from addon.quota.quotas import Quotas
 from addon.redislink.link import RedisLink
 from addon.reporting.live_metrics import LiveMetrics
 from addon.reporting.sidecar_client import SidecarClient
 from addon.reporting.usage import Spool, UsageAggregator
+from addon.sockets.slots import SocketSlots
 from addon.subs.hub import HubSettings, SubscriptionHub
 from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
 from addon.upstream.coalesce import Coalescer
@@ -36,7 +36,7 @@ from common.config.model import ProxyConfig
 @dataclass(slots=True)
 class Runtime:
     config: Config
-    limiter: RateLimiter
+    quotas: Quotas  # the default quota and one per tier
     pools: dict[str, UpstreamPool]
     budget: Budget
     clock: Callable[[], float]
@@ -44,6 +44,7 @@ class Runtime:
     ws_pools: dict[str, UpstreamPool]  # node-wss endpoints: for subscriptions
     metrics: LiveMetrics
     subs: SubscriptionHub = field(init=False)  # built on the runtime: it reads the chain
+    slots: SocketSlots = field(default_factory=SocketSlots)  # client WebSockets held
     ws_connections: int = 0  # client WebSockets open (a gauge)
     transport: Transport | None = None  # set when the event loop runs
     session: aiohttp.ClientSession | None = None
@@ -53,7 +54,6 @@ class Runtime:
     spool: Spool | None = None
     # With a ``redis:`` section: the shared quota and cache tier (DESIGN.md section 10)
     redis: RedisLink | None = None
-    shared_limiter: SharedLimiter | None = None
     shared_cache: SharedCacheTier | None = None
     # Fewer upstream calls, shorter tail (DESIGN-NOTES "Upstream calls")
     coalescer: Coalescer = field(default_factory=Coalescer)
@@ -82,12 +82,7 @@ class Runtime:
         }
         runtime = cls(
             config=config,
-            limiter=RateLimiter(
-                p.rate_limit.requests,
-                p.rate_limit.window_s,
-                max_clients=p.rate_limit.max_clients,
-                clock=clock,
-            ),
+            quotas=Quotas(p.rate_limit, p.tiers, clock=clock),
             pools=pools,
             budget=Budget(
                 max_attempts=p.failover.max_attempts,
@@ -117,15 +112,16 @@ class Runtime:
         """Share the quota and the cache through ``link`` (tests pass their own)."""
         assert self.config.redis is not None
         self.redis = link
-        self.shared_limiter = SharedLimiter(link, self.limiter)
+        self.quotas.use_redis(link)
+        self.slots.use_redis(link)
         if self.config.proxy.cache.enabled:
             self.shared_cache = SharedCacheTier(link, ttl_s=self.config.redis.cache_ttl_s)
 
     def inherit(self, old: Runtime) -> None:
         """Carry live state across a config reload, so routing does not fall back
         to "not probed" for a second: upstream health and latency (by id), chain
-        heads, learned block heights, open subscriptions, and the rate limiter if
-        its settings held."""
+        heads, learned block heights, open subscriptions, and the quotas whose
+        settings held."""
         for pools, old_pools in ((self.pools, old.pools), (self.ws_pools, old.ws_pools)):
             for net, pool in pools.items():
                 if net in old_pools:
@@ -145,10 +141,12 @@ class Runtime:
             self.spool = old.spool
             if old.config.proxy.cache == self.config.proxy.cache:
                 self.cache = old.cache
-        if old.config.proxy.rate_limit == self.config.proxy.rate_limit:
-            self.limiter = old.limiter
+        self.quotas.inherit(old.quotas)
+        self.slots = old.slots  # the sockets open now stay counted
         if old.redis is not None and old.config.redis == self.config.redis:
             self.use_redis(old.redis)  # one connection pool per process
+        elif self.redis is not None:
+            self.slots.use_redis(self.redis)
         if old.session is not None:
             self.attach_session(old.session)  # one HTTP session per process
 

@@ -50,7 +50,9 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   ``MAX_EXTRA_LABELS`` labels, names ``[a-zA-Z_][a-zA-Z0-9_]*`` (not starting
   with ``__``), values printable strings of at most ``MAX_LABEL_LEN``. The
   expected labels: ``{network}`` for coalesced, hedged and subscription moves,
-  ``{store}`` (``ratelimit`` or ``cache``) for Redis fallbacks.
+  ``{store}`` (``ratelimit`` or ``cache``) for Redis fallbacks, ``{method,
+  tier}`` for quota units (the count is units, not calls), ``{policy}`` for
+  refusals.
 * ``gauges``: the proxy's current values when it built the batch (not deltas),
   integers >= 0; at most ``MAX_ROWS`` methods per subscription map. The
   sidecar keeps the latest snapshot of each ``proxy_id`` (by ``sent_at``; an
@@ -88,6 +90,8 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_hedged_total",
     "chainproxy_redis_fallbacks_total",
     "chainproxy_subscription_moves_total",
+    "chainproxy_quota_units_total",
+    "chainproxy_refusals_total",
 )
 GAUGES: Final = ("ws_connections", "spool_batches")
 SUBSCRIPTION_GAUGES: Final = ("client_subscriptions", "upstream_subscriptions")

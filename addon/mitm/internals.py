@@ -24,7 +24,7 @@ same version guard.
 against. On any other version ``check_version()`` logs one loud error at start
 and every helper here takes the public API instead (slower, same answers).
 Nothing falls back silently: each fallback logs why.
-tests/addon/test_mitm_internals.py checks each assumption against the installed
+tests/addon/mitm/test_internals.py checks each assumption against the installed
 mitmproxy, so an upgrade that breaks one fails there first.
 """
 

@@ -35,7 +35,7 @@ refused WebSocket messages are its own, the functions it puts into mitmproxy
 close over it, and ``done`` (a script reload, or the end) puts mitmproxy's own
 functions back, so a reload never stacks patches nor keeps an old instance's.
 
-tests/addon/test_mitm_limits.py checks each internal this relies on;
+tests/addon/mitm/test_limits.py checks each internal this relies on;
 tests/e2e/test_slow_clients_e2e.py and test_ws_fuzz_e2e.py the behaviour.
 """
 

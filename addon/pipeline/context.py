@@ -40,6 +40,7 @@ class Socket(Protocol):
 
     network: str
     client: str
+    tier: str | None
     subscriptions: dict[str, str]  # client subscription id -> method as called
 
     def send(self, body: bytes) -> None: ...
@@ -70,12 +71,14 @@ class RpcContext:
     network: str
     started: float
     origin: Origin
-    client: str = ""
+    client: str = ""  # whom the quota charges: an address, or ``key:<tier>:<digest>``
+    tier: str | None = None  # the client's tier (None: the default quota)
     socket: Socket | None = None  # the client's WebSocket; None for a POST
     parsed: Parsed | None = None
     answers: list[dict[str, Any] | None] = field(default_factory=list)  # per item
     reply: Reply | None = None  # set once: the call is answered
     rate: Decision | None = None
+    charged: int = 0  # units charged after the answer (its bytes)
     plans: dict[int, Plan] = field(default_factory=dict)  # cacheable items: their entries
     hits: set[int] = field(default_factory=set)  # items answered from the cache
     forwarded: list[int] = field(default_factory=list)  # items sent upstream

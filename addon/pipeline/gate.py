@@ -4,17 +4,19 @@
 answered when the body was refused), or None when the flow is not a call on a
 known network (a route refusal, a CORS preflight) or not an RPC call at all (a
 sidecar path, marked for ``SidecarPassthrough``). ``open_message`` takes one
-WebSocket message: its route and its client were settled at the handshake."""
+WebSocket message: its route, its client and tier were settled at the handshake
+(``flow_caller``)."""
 
 from __future__ import annotations
 
 from mitmproxy import http
 
 from addon.pipeline.context import SIDECAR_PATH_KEY, Origin, Reply, RpcContext, Socket
-from addon.pipeline.jsonrpc import BadItem, Refusal, error_obj, parse_body
+from addon.pipeline.jsonrpc import POLICY_REFUSED, BadItem, Refusal, error_obj, parse_body
 from addon.pipeline.paths import Preflight, SidecarRoute, classify
 from addon.pipeline.reply import finish, make_headers, refusal_response
 from addon.quota.local import client_identity
+from addon.quota.tiers import KEY_HEADER, KEY_PARAM, BadKey, Caller, take_key
 from addon.runtime import Runtime
 
 _PREFLIGHT_HEADERS = (
@@ -35,30 +37,60 @@ def open_rpc(flow: http.HTTPFlow, rt: Runtime) -> RpcContext | None:
     if isinstance(route, Preflight):
         flow.response = http.Response.make(204, b"", make_headers(_PREFLIGHT_HEADERS))
         return None
+    caller = flow_caller(flow, rt)
+    if isinstance(caller, Refusal):
+        rpc = RpcContext(route.network, rt.clock(), flow)
+        rpc.reply = Reply.refusal(caller)  # counted in the live metrics; no step runs
+        return rpc
     return _parse(
-        RpcContext(route.network, rt.clock(), flow, client=flow_client(flow, rt)),
+        RpcContext(route.network, rt.clock(), flow, client=caller.client, tier=caller.tier),
         flow.request.raw_content or b"",
         rt,
     )
 
 
 def open_message(content: bytes, sock: Socket, origin: Origin, rt: Runtime) -> RpcContext:
-    return _parse(
-        RpcContext(sock.network, rt.clock(), origin, client=sock.client, socket=sock), content, rt
+    rpc = RpcContext(
+        sock.network, rt.clock(), origin, client=sock.client, tier=sock.tier, socket=sock
     )
+    return _parse(rpc, content, rt)
 
 
-def flow_client(flow: http.HTTPFlow, rt: Runtime) -> str:
-    """The quota identity of a flow's client: its address, or the one a trusted
-    proxy in front of us names in ``X-Forwarded-For``."""
+def flow_caller(flow: http.HTTPFlow, rt: Runtime) -> Caller | Refusal:
+    """Whom a request is charged to: its address (or the one a trusted proxy in
+    front of us names in ``X-Forwarded-For``) and its tier, by address or API
+    key. The key is taken off the request here, so it is never logged, shown in
+    mitmweb or passed on."""
     p = rt.config.proxy
     peer = flow.client_conn.peername[0] if flow.client_conn.peername else "unknown"
-    return client_identity(
+    address = client_identity(
         peer,
         flow.request.headers.get("X-Forwarded-For"),
         p.trusted_proxies,
         ipv6_prefix=p.rate_limit.ipv6_prefix,
     )
+    request = flow.request
+    header = request.headers.get(KEY_HEADER)
+    if header is None and KEY_PARAM not in request.path:
+        if not rt.quotas.book:
+            return Caller(address)  # most requests: no key, no tiers
+        key = None
+    else:
+        key, request.path = take_key(request.path, header)
+        request.headers.pop(KEY_HEADER, None)
+    caller = rt.quotas.book.caller(address, key)
+    if isinstance(caller, BadKey):
+        return Refusal(
+            401,
+            POLICY_REFUSED,
+            "unknown API key",
+            data={
+                "policy": "api_key",
+                "reason": "this API key matches no tier: check it, or send none for the "
+                "keyless quota",
+            },
+        )
+    return caller
 
 
 def _parse(rpc: RpcContext, body: bytes, rt: Runtime) -> RpcContext:

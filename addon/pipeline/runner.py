@@ -5,7 +5,8 @@ through the gate (route, body limit, parse; ``addon/pipeline/gate.py``) and goes
 ``STEPS``::
 
     allowlist → subscription_limits → rate_limit → subscribe → pin_to_head
-              → cache_lookup → forward_pending → learn → cache_store → record → respond
+              → cache_lookup → forward_pending → learn → cache_store → charge_bytes
+              → record → respond
 
 Each step is a plain function ``step(rpc, runtime)`` around a pure core; it
 works on the call alone (``RpcContext``), never on a mitmproxy flow. A step
@@ -33,6 +34,7 @@ from addon.runtime import Runtime, RuntimeHolder
 from addon.steps.allowlist import allowlist
 from addon.steps.cache_lookup import cache_lookup
 from addon.steps.cache_store import cache_store
+from addon.steps.charge_bytes import charge_bytes
 from addon.steps.forward_pending import forward_pending
 from addon.steps.learn import learn
 from addon.steps.pin_to_head import pin_to_head
@@ -56,6 +58,7 @@ STEPS: tuple[Step, ...] = (
     forward_pending,
     learn,
     cache_store,
+    charge_bytes,
     record,
     respond,
 )

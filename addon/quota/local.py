@@ -118,6 +118,24 @@ class RateLimiter:
             self.policy,
         )
 
+    def charge(self, client: str, units: int) -> None:
+        """Take ``units`` more from ``client``'s quota whatever is left: a cost
+        known only once the call was answered (its bytes). The client's next
+        calls are refused until the window has room again."""
+        if units <= 0:
+            return
+        idx = math.floor(self._clock() / self.bucket_s)
+        w = self._clients.get(client)
+        if w is None:
+            w = _Window(self.buckets, idx)
+        else:
+            self._advance(w, idx)
+        # at most the whole quota: a debt never outlasts one window
+        w.counts[idx % self.buckets] += min(units, self.limit)
+        self._clients[client] = w
+        self._clients.move_to_end(client)
+        self._evict(idx)
+
     def _bucket_expiry(self, bucket_idx: int, now: float) -> float:
         """Seconds until calls counted in ``bucket_idx`` leave the window."""
         return max(0.0, (bucket_idx + self.buckets) * self.bucket_s - now)

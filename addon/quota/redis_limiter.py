@@ -19,7 +19,8 @@ from collections.abc import Awaitable
 from addon.quota.local import Decision, RateLimiter
 from addon.redislink.link import RedisLink, RedisUnavailable
 
-# KEYS[1]: the client's list. ARGV: limit, window (ms), cost, take (1/0).
+# KEYS[1]: the client's list. ARGV: limit, window (ms), cost, take (1: if it fits,
+# 0: only say, 2: whatever is left, a cost known after the answer).
 # Returns {allowed, used, newest_ms, retry_at_ms, now_ms}.
 _SCRIPT = """
 local t = redis.call('TIME')
@@ -37,6 +38,12 @@ while true do
 end
 local used = redis.call('LLEN', KEYS[1])
 local allowed = used + cost <= limit
+if take == 2 then
+  for i = 1, math.min(cost, limit) do redis.call('LPUSH', KEYS[1], now) end
+  redis.call('LTRIM', KEYS[1], 0, limit - 1)
+  redis.call('PEXPIRE', KEYS[1], window)
+  return {1, math.min(used + cost, limit), now, 0, now}
+end
 local newest = 0
 if used > 0 then newest = tonumber(redis.call('LINDEX', KEYS[1], 0)) end
 local retry_at = 0
@@ -99,6 +106,23 @@ class SharedLimiter:
         except RedisUnavailable:
             return self.local.check(client, cost, take=take)
         return self.decision(reply)
+
+    def charge(self, client: str, units: int) -> Awaitable[None] | None:
+        """``RateLimiter.charge`` for the deployment: sent at once, not awaited
+        by the answer it follows; the local quota takes it while Redis is down."""
+        if units <= 0:
+            return None
+        if not self.link.up:
+            self.local.charge(client, units)
+            return None
+        return self._charge(client, units)
+
+    async def _charge(self, client: str, units: int) -> None:
+        command = ("EVALSHA", self._sha, 1, self.key(client), self.limit, self.window_ms, units, 2)
+        try:
+            await self.link.run("ratelimit", lambda: self.link.pipe.submit(*command))
+        except RedisUnavailable:
+            self.local.charge(client, units)
 
     def decision(self, reply: list[int]) -> Decision:
         allowed, used, newest, retry_at, now = (int(x) for x in reply)

@@ -16,8 +16,13 @@ from typing import Any
 
 from addon.pipeline.context import RpcContext
 from addon.pipeline.jsonrpc import Call
+from addon.quota.costs import runtime_api
 from addon.upstream.forward import Attempt
+from common.config.model import CostConfig
 from common.metrics_wire import DURATION_BUCKETS, OTHER_METHOD, bucket_index
+
+UNITS = "chainproxy_quota_units_total"
+REFUSALS = "chainproxy_refusals_total"
 
 _HTTP_5XX = re.compile(r"^http-5\d\d$")
 
@@ -66,9 +71,21 @@ class LiveMetrics:
         if n > 1:
             self._failovers[network] = self._failovers.get(network, 0) + 1
 
-    def count_extra(self, name: str, **labels: str) -> None:
+    def count_extra(self, name: str, n: int = 1, **labels: str) -> None:
         key = (name, tuple(sorted(labels.items())))
-        self._extra[key] = self._extra.get(key, 0) + 1
+        self._extra[key] = self._extra.get(key, 0) + n
+
+    def count_units(self, call: Call, units: int, tier: str | None, costs: CostConfig) -> None:
+        """Quota units charged, by method (``state_call`` by its runtime API when
+        the config prices that API: a bounded set) and tier."""
+        method = self.method_label(call.method)
+        api = runtime_api(call) if costs.runtime_apis else None
+        if api is not None and api in costs.runtime_apis:
+            method = f"state_call:{api}"
+        self.count_extra(UNITS, units, method=method, tier=tier or "default")
+
+    def count_refusal(self, policy: str, n: int = 1) -> None:
+        self.count_extra(REFUSALS, n, policy=policy)
 
     def count_flow(self, rpc: RpcContext, outcome: str, status: int, seconds: float) -> None:
         """Everything one finished RPC flow (a POST or a WebSocket message) says."""
@@ -77,15 +94,22 @@ class LiveMetrics:
         parsed = rpc.parsed
         if parsed is None:  # refused before it could be read
             self.count_request(rpc.network, OTHER_METHOD, "refused")
+            if rpc.reply is not None:
+                self.count_refusal(refusal_policy(rpc.reply.doc))
             return
         limited = status == 429
+        if limited:
+            self.count_refusal("rate_limit")
         for i, item in enumerate(parsed.items):
             method = item.method if isinstance(item, Call) else OTHER_METHOD
             if limited:
                 self.count_request(rpc.network, method, "rate_limited")
                 continue
             answer = rpc.answers[i] if i < len(rpc.answers) else None
-            self.count_request(rpc.network, method, _call_outcome(rpc, i, item, answer))
+            outcome = _call_outcome(rpc, i, item, answer)
+            if outcome == "refused" and answer is not None:
+                self.count_refusal(refusal_policy(answer))
+            self.count_request(rpc.network, method, outcome)
 
     @property
     def pending(self) -> bool:
@@ -123,3 +147,22 @@ def _call_outcome(rpc: RpcContext, i: int, item: Any, answer: dict[str, Any] | N
     if isinstance(data, dict) and "policy" in data and i not in rpc.forwarded:
         return "refused"  # a policy's own answer (allowlist, subscriptions…), not a failure
     return "error"
+
+
+POLICIES = frozenset(
+    {"allowlist", "api_key", "max_connections", "max_subscriptions", "subscriptions"}
+)
+
+
+def refusal_policy(doc: Any) -> str:
+    """The policy a refusal names (``data.policy``), one of a bounded set: the
+    quota's own policy string (``100;w=60``) is ``rate_limit``; a malformed
+    or oversized body is ``request``."""
+    error = doc.get("error") if isinstance(doc, dict) else None
+    data = error.get("data") if isinstance(error, dict) else None
+    policy = data.get("policy") if isinstance(data, dict) else None
+    if policy in POLICIES:
+        return policy
+    if isinstance(policy, str) and ";w=" in policy:
+        return "rate_limit"
+    return "request"

@@ -26,6 +26,7 @@ class ClientConn:
         network: str,
         client: str,
         *,
+        tier: str | None = None,
         master: Any,
         max_queued: int,
         max_buffer_bytes: int,
@@ -35,6 +36,7 @@ class ClientConn:
         self.flow = flow
         self.network = network
         self.client = client  # quota identity, as for its POSTs
+        self.tier = tier  # its tier (None: the default quota)
         self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.tasks: set[asyncio.Task[None]] = set()
         self.calls = 0

@@ -37,15 +37,17 @@ from addon.mitm import internals as mitm_internals
 from addon.mitm import limits as mitm_limits
 from addon.mitm.tuning import DIRECT_OPTION
 from addon.pipeline.context import WS_HEADERS_KEY, WS_KEY
-from addon.pipeline.gate import flow_client
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, dumps, error_obj
+from addon.pipeline.gate import flow_caller
+from addon.pipeline.jsonrpc import INTERNAL_ERROR, LIMIT_EXCEEDED, Refusal, dumps, error_obj
 from addon.pipeline.paths import RpcRoute, classify
 from addon.pipeline.reply import json_response, message_body
-from addon.quota.choose import decide
 from addon.quota.local import Decision
-from addon.runtime import RuntimeHolder
+from addon.quota.tiers import Caller
+from addon.reporting.live_metrics import refusal_policy
+from addon.runtime import Runtime, RuntimeHolder
 from addon.sockets.conn import SLOW_CLIENT_CLOSE, ClientConn
 from addon.sockets.sink import FLOW_HEADER, Sink
+from addon.sockets.slots import LEASE_S, RETRY_AFTER_S
 from addon.steps.rate_limit import quota_error
 from common.config.model import WebSocketConfig
 
@@ -88,6 +90,7 @@ class WebSocketRpc:
         self.read_limits = read_limits if read_limits is not None else mitm_limits.ReadLimits()
         self.sink = Sink()
         self._conns: dict[str, ClientConn] = {}
+        self._renewer: asyncio.Task[None] | None = None
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         # Synchronous for the plain POSTs that are nearly every request (no
@@ -100,33 +103,40 @@ class WebSocketRpc:
         route = classify("POST", flow.request.path, rt.config.proxy.networks)
         if not isinstance(route, RpcRoute):
             return None  # the pipeline answers it (404 for an unknown network)
-        client = flow_client(flow, rt)  # once: every message of the socket is this client's
-        decision = decide(rt, client, 1, take=False)
-        if not isinstance(decision, Decision):  # the shared quota: one Redis round trip
-            return self._decide_later(flow, route, client, decision)
-        if not decision.allowed:
-            _over_quota(flow, route, client, decision)
+        caller = flow_caller(flow, rt)  # once: every message of the socket is this client's
+        if isinstance(caller, Refusal):
+            _refuse(flow, route, rt, caller.status, caller, ())
             return None
-        return self._take_handshake(flow, route, client)
+        return self._handshake(flow, route, rt, caller)
 
-    async def _decide_later(
-        self, flow: http.HTTPFlow, route: RpcRoute, client: str, pending: Awaitable[Decision]
+    async def _handshake(
+        self, flow: http.HTTPFlow, route: RpcRoute, rt: Runtime, caller: Caller
     ) -> None:
-        decision = await pending
+        """A client over its quota, or holding all the sockets it may, gets 429
+        with ``Retry-After`` (not upgraded); else the socket is taken."""
+        decision = rt.quotas.decide(caller.client, 1, caller.tier, take=False)
+        if not isinstance(decision, Decision):  # the shared quota: one Redis round trip
+            decision = await decision
         if not decision.allowed:
-            _over_quota(flow, route, client, decision)
+            body = quota_error(None, decision, 1, caller.client)
+            _refuse(flow, route, rt, 429, body, decision.headers(), "over quota")
             return
-        await self._take_handshake(flow, route, client)
-
-    async def _take_handshake(self, flow: http.HTTPFlow, route: RpcRoute, client: str) -> None:
+        cap = _socket_cap(rt, caller)
+        taken = rt.slots.acquire(caller.client, flow.id, cap)
+        if not isinstance(taken, bool):
+            taken = await taken
+        if not taken:
+            _refuse(flow, route, rt, 429, _socket_error(cap), _SOCKET_RETRY, "too many sockets")
+            return
         port = await self.sink.start()
         flow.metadata[WS_KEY] = route.network
-        flow.metadata[WS_HEADERS_KEY] = {"client": client}
+        flow.metadata[WS_HEADERS_KEY] = {"client": caller.client, "tier": caller.tier}
         flow.request.headers[FLOW_HEADER] = flow.id
         flow.request.scheme = "http"
         flow.request.host = "127.0.0.1"
         flow.request.port = port  # the path stays: logs and mitmweb show the real one
         flow.comment = f"WebSocket JSON-RPC, {route.network}"
+        self._renew_leases(rt)
 
     def _conn(self, flow: http.HTTPFlow) -> ClientConn | None:
         conn = self._conns.get(flow.id)
@@ -140,10 +150,12 @@ class WebSocketRpc:
         ws = rt.config.proxy.websocket if rt is not None else WebSocketConfig()
         if rt is not None:
             rt.ws_connections += 1
+        facts = flow.metadata.get(WS_HEADERS_KEY, {})
         conn = self._conns[flow.id] = ClientConn(
             flow,
             network,
-            flow.metadata.get(WS_HEADERS_KEY, {}).get("client", "unknown"),
+            facts.get("client", "unknown"),
+            tier=facts.get("tier"),
             master=ctx.master,
             max_queued=ws.max_queued_notifications,
             max_buffer_bytes=ws.max_buffer_bytes,
@@ -207,6 +219,7 @@ class WebSocketRpc:
         if rt is not None:
             rt.ws_connections = max(0, rt.ws_connections - 1)
             rt.subs.release(conn)  # closing a socket ends its subscriptions
+            rt.slots.release(flow.id)  # ... and frees its slot
         flow.comment = conn.describe()
 
     def _close_slow(self, conn: ClientConn) -> None:
@@ -245,13 +258,71 @@ class WebSocketRpc:
                 task.cancel()
             if rt is not None:
                 rt.subs.release(conn)
+                rt.slots.release(conn.flow.id)
         self._conns.clear()
+        if self._renewer is not None:
+            self._renewer.cancel()
         self.sink.close()
 
+    def _renew_leases(self, rt: Runtime) -> None:
+        """While sockets are open, their slots' leases are renewed (a proxy that
+        dies stops renewing: its slots free themselves after ``LEASE_S``)."""
+        if self._renewer is None or self._renewer.done():
+            self._renewer = create_task(
+                self._renew_loop(), name="chainproxy: renew WebSocket slots", keep_ref=True
+            )
 
-def _over_quota(flow: http.HTTPFlow, route: RpcRoute, client: str, decision: Decision) -> None:
-    # Over quota already: 429 with the policy headers, not upgraded (the
-    # bittensor SDK's gateway policy contract).
-    body = quota_error(None, decision, 1, client)
-    flow.response = json_response(429, body, decision.headers())
-    flow.comment = f"WebSocket JSON-RPC, {route.network}: refused, over quota"
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_S / 3)
+            rt = self.holder.runtime
+            if rt is None:
+                continue
+            try:
+                await rt.slots.renew()
+            except Exception:
+                log.exception("renewing WebSocket slots failed; they are tried again")
+
+
+_SOCKET_RETRY = (("Retry-After", str(RETRY_AFTER_S)),)
+
+
+def _socket_cap(rt: Runtime, caller: Caller) -> int:
+    tier = rt.quotas.book.tiers.get(caller.tier) if caller.tier is not None else None
+    if tier is not None and tier.max_connections_per_client is not None:
+        return tier.max_connections_per_client
+    return rt.config.proxy.websocket.max_connections_per_client
+
+
+def _socket_error(cap: int) -> dict[str, Any]:
+    return error_obj(
+        None,
+        LIMIT_EXCEEDED,
+        f"too many WebSockets open: at most {cap} per client",
+        {
+            "policy": "max_connections",
+            "reason": "close a socket you no longer use (one socket carries many calls and "
+            "subscriptions), then retry",
+            "limit": cap,
+            "retry_after": RETRY_AFTER_S,
+        },
+    )
+
+
+def _refuse(
+    flow: http.HTTPFlow,
+    route: RpcRoute,
+    rt: Runtime,
+    status: int,
+    body: Any,
+    headers: Any,
+    why: str = "",
+) -> None:
+    """A handshake refused by a policy: its JSON-RPC error, not upgraded."""
+    if isinstance(body, Refusal):
+        body = error_obj(body.id, body.code, body.message, body.data)
+    flow.response = json_response(status, body, headers)
+    rt.metrics.count_refusal(refusal_policy(body))
+    flow.comment = (
+        f"WebSocket JSON-RPC, {route.network}: refused, {why or body['error']['message']}"
+    )

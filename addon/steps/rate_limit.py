@@ -1,5 +1,7 @@
-"""The quota step: a client's calls are charged to its quota (shared through
-Redis when configured), a batch taken whole or refused whole (429)."""
+"""The quota step: a client's calls are charged to its quota in units, by
+what they cost (shared through Redis when configured), a batch taken whole or
+refused whole (429). Their bytes are charged after the answer
+(``charge_bytes``)."""
 
 from __future__ import annotations
 
@@ -7,32 +9,32 @@ from collections.abc import Awaitable
 from typing import Any
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import LIMIT_EXCEEDED, Call, Item, error_obj
-from addon.quota.choose import decide
+from addon.pipeline.jsonrpc import LIMIT_EXCEEDED, Call, error_obj
+from addon.quota.costs import base_cost
 from addon.quota.local import Decision
 from addon.runtime import Runtime
-from addon.subs.methods import UNSUBSCRIBE
-
-
-def cost(item: Item) -> int:
-    """Quota units one call takes: 1, and nothing to unsubscribe (giving back
-    what a subscribe took would only teach clients to churn)."""
-    return 0 if isinstance(item, Call) and item.method in UNSUBSCRIBE else 1
 
 
 def rate_limit(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
-    """Per-client quota; every call of a batch counts (subscribe included), a
-    batch is taken whole or refused whole. Shared through Redis when configured
-    (then the step awaits one round trip)."""
+    """Per-client quota in units (``addon/quota/costs.py``): a batch costs the
+    sum of its calls and is taken whole or refused whole. Shared through Redis
+    when configured (then the step awaits one round trip)."""
     assert rpc.parsed is not None
-    pending = rpc.pending()
-    units = len(pending)  # a POST: every call costs 1 (unsubscribing is a socket's)
-    if rpc.socket is not None:
-        items = rpc.parsed.items
-        units = sum(cost(items[i]) for i in pending)
+    items = rpc.parsed.items
+    costs = rt.quotas.costs(rpc.tier)
+    chain = rt.chain
+    tip = chain.tips.get(rpc.network)
+    units = 0
+    for i in rpc.pending():
+        call = items[i]
+        if isinstance(call, Call):
+            n = base_cost(call, costs, height=chain.blocks.get, tip=tip)
+            if n:
+                units += n
+                rt.metrics.count_units(call, n, rpc.tier, costs)
     if units == 0:
         return None
-    decision = decide(rt, rpc.client, units)
+    decision = rt.quotas.decide(rpc.client, units, rpc.tier)
     if isinstance(decision, Decision):
         _apply(rpc, decision, units)
         return None
@@ -52,7 +54,8 @@ def _apply(rpc: RpcContext, decision: Decision, units: int) -> None:
 
 
 def quota_error(call_id: Any, decision: Decision, cost: int, client: str) -> dict[str, Any]:
-    """The JSON-RPC error of a call over its client's quota (the SDK's policy shape)."""
+    """The JSON-RPC error of a call over its client's quota (the SDK's policy
+    shape), with what the call costs and the units left, so a client can tell why."""
     return error_obj(
         call_id,
         LIMIT_EXCEEDED,
@@ -60,12 +63,14 @@ def quota_error(call_id: Any, decision: Decision, cost: int, client: str) -> dic
         {
             "policy": decision.policy,
             "reason": (
-                f"this batch has {cost} calls, more than the whole quota of "
-                f"{decision.limit}: split it"
+                f"this call costs {cost} units, more than the whole quota of "
+                f"{decision.limit}: split it or ask for less"
                 if cost > decision.limit
                 else f"client {client} is over its quota"
-                + (f" (this batch needs {cost})" if cost > 1 else "")
+                + (f" (this call costs {cost} units)" if cost > 1 else "")
             ),
             "retry_after": decision.retry_after,
+            "cost": cost,
+            "remaining": decision.remaining,
         },
     )

@@ -1,6 +1,8 @@
 """The subscription limits step (before the quota, so a refused subscribe takes
 nothing): subscriptions need a node-wss endpoint on the network, and a socket
-holds at most ``proxy.websocket.max_subscriptions``."""
+holds at most ``proxy.websocket.max_subscriptions`` and a client at most
+``max_subscriptions_per_client`` across its sockets on this proxy (a tier may
+raise it)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,10 @@ def subscription_limits(rpc: RpcContext, rt: Runtime) -> None:
         return
     items = rpc.parsed.items
     opening = 0
-    limit = rt.config.proxy.websocket.max_subscriptions
+    ws = rt.config.proxy.websocket
+    limit = ws.max_subscriptions
+    per_client = _client_cap(rt, rpc.tier)
+    held = rt.subs.client_subscriptions(sock.client)
     for i in rpc.pending():
         call = items[i]
         if not isinstance(call, Call) or call.method not in SUBSCRIBE:
@@ -47,7 +52,25 @@ def subscription_limits(rpc: RpcContext, rt: Runtime) -> None:
                     "limit": limit,
                 },
             )
+        elif held + opening >= per_client:
+            rpc.answers[i] = error_obj(
+                call.id,
+                POLICY_REFUSED,
+                f"too many subscriptions for this client (limit {per_client} across its sockets)",
+                {
+                    "policy": "max_subscriptions",
+                    "reason": "unsubscribe some: one subscription serves any number of reads",
+                    "limit": per_client,
+                },
+            )
         else:
             opening += 1
     if not rpc.parsed.is_batch and rpc.answers[0] is not None:
         rpc.refuse(403, rpc.answers[0])
+
+
+def _client_cap(rt: Runtime, tier: str | None) -> int:
+    found = rt.quotas.book.tiers.get(tier) if tier is not None else None
+    if found is not None and found.max_subscriptions_per_client is not None:
+        return found.max_subscriptions_per_client
+    return rt.config.proxy.websocket.max_subscriptions_per_client

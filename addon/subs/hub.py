@@ -80,6 +80,7 @@ class SubscriptionHub:
         self.settings = settings
         self.shared: dict[str, SharedSubscription] = {}
         self.by_id: dict[str, SharedSubscription] = {}  # client subscription id -> shared
+        self.per_client: dict[str, int] = {}  # client -> subscriptions across its sockets
         self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
         self._connecting: dict[str, asyncio.Task[UpstreamSocket]] = {}
         self._watchdog: asyncio.Task[None] | None = None
@@ -132,8 +133,14 @@ class SubscriptionHub:
         sub = Subscriber(secrets.token_hex(8), send, owner)
         sh.subscribers[sub.sub_id] = sub
         self.by_id[sub.sub_id] = sh
+        client = _client_of(owner)
+        self.per_client[client] = self.per_client.get(client, 0) + 1
         self._ensure_watchdog()
         return sh, sub
+
+    def client_subscriptions(self, client: str) -> int:
+        """Subscriptions ``client`` holds across its sockets on this proxy."""
+        return self.per_client.get(client, 0)
 
     def serves(self, network: str) -> bool:
         """Whether the config gives ``network`` any node-wss endpoint at all."""
@@ -155,6 +162,12 @@ class SubscriptionHub:
             return False
         del sh.subscribers[sub_id]
         del self.by_id[sub_id]
+        client = _client_of(owner)
+        left = self.per_client.get(client, 1) - 1
+        if left > 0:
+            self.per_client[client] = left
+        else:
+            self.per_client.pop(client, None)
         if not sh.subscribers:
             loop = asyncio.get_running_loop()
             sh.linger = loop.call_later(
@@ -348,3 +361,7 @@ class SubscriptionHub:
             if sh.live.is_set():
                 upstream[m] = upstream.get(m, 0) + 1
         return {"client_subscriptions": clients, "upstream_subscriptions": upstream}
+
+
+def _client_of(owner: object) -> str:
+    return str(getattr(owner, "client", ""))

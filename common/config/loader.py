@@ -32,7 +32,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
     if not data_dir:
         raise ConfigError("data_dir", "must be a non-empty path")
     return Config(
-        proxy=parse_proxy(top.get("proxy"), networks),
+        proxy=parse_proxy(top.get("proxy"), networks, env),
         sidecar=parse_sidecar(top.get("sidecar"), env),
         data_dir=Path(data_dir),
         probe=parse_probe(top.get("probe")),

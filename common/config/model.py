@@ -19,11 +19,26 @@ TEST_GENESIS = "0x8f9cf856bf558a14440e75569c9e58594757048d7b3a84b5d25f6bd9782631
 
 
 @dataclass(frozen=True, slots=True)
+class CostConfig:
+    """``proxy.rate_limit.costs``: what a call costs in quota units
+    (``addon/quota/costs.py``). A plain call costs 1."""
+
+    enabled: bool = True  # false: every call costs 1 (plain call counting)
+    methods: dict[str, int] = field(default_factory=dict)  # base cost per method
+    runtime_apis: dict[str, int] = field(default_factory=dict)  # state_call by its API
+    keys_per_unit: int = 100  # state_getKeys(Paged), childstate_*: keys asked per unit
+    storage_keys_per_unit: int = 10  # state_queryStorage(At): keys queried per unit
+    free_bytes: int = 65_536  # an answer up to this size costs nothing more ...
+    bytes_per_unit: int = 65_536  # ... then one unit per started block of this size
+
+
+@dataclass(frozen=True, slots=True)
 class RateLimitConfig:
-    requests: int = 100
+    requests: int = 100  # quota units per window (a plain call costs 1)
     window_s: float = 60.0
     max_clients: int = 100_000  # bound on tracked clients; idle ones are evicted first
     ipv6_prefix: int = 128  # IPv6 clients share a quota per /ipv6_prefix (64: per subnet)
+    costs: CostConfig = field(default_factory=CostConfig)
 
     @property
     def policy(self) -> str:
@@ -64,6 +79,8 @@ class WebSocketConfig:
 
     subscriptions: bool = True
     max_subscriptions: int = 1024  # per client socket
+    max_connections_per_client: int = 32  # sockets open at once, across the deployment
+    max_subscriptions_per_client: int = 2048  # across a client's sockets
     max_queued_notifications: int = 1024  # a client that leaves more unread is closed (1008)
     max_buffer_bytes: int = 8 * 1_048_576  # ... or more bytes unsent in its socket
     upstream_linger_s: float = 30.0  # an upstream subscription outlives its last client
@@ -88,6 +105,20 @@ class ProxyConfig:
     coalesce: CoalesceConfig = field(default_factory=CoalesceConfig)
     head_pinning: HeadPinningConfig = field(default_factory=HeadPinningConfig)
     hedge: HedgeConfig = field(default_factory=HedgeConfig)
+    tiers: tuple[TierConfig, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """One of ``proxy.tiers``: clients matched by address or API key get its
+    quota (and may get more sockets and subscriptions)."""
+
+    name: str
+    cidrs: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    keys: tuple[str, ...] = field(default=(), repr=False)  # secrets: never shown
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
+    max_connections_per_client: int | None = None  # None: proxy.websocket's
+    max_subscriptions_per_client: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The ``proxy:`` section: what the addon does with each call (networks,
-allowlist, rate limit, trusted proxies, failover, cache, usage records, size
-limits)."""
+allowlist, trusted proxies, failover, cache, usage records, size limits,
+WebSocket); the quota and tiers are ``policy.py``'s."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from common.config.model import (
     FailoverConfig,
     NetworkConfig,
     ProxyConfig,
-    RateLimitConfig,
     UsageConfig,
     WebSocketConfig,
 )
+from common.config.policy import parse_rate_limit, parse_tiers
 from common.config.readers import (
     check_keys,
     get_bool,
@@ -31,7 +31,10 @@ from common.config.readers import (
 from common.config.upstream_calls import parse_coalesce, parse_head_pinning, parse_hedge
 
 
-def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
+def parse_proxy(
+    raw: Any, networks: Mapping[str, NetworkConfig], env: Mapping[str, str] | None = None
+) -> ProxyConfig:
+    env = {} if env is None else env
     p = mapping(raw, "proxy")
     check_keys(
         p,
@@ -53,6 +56,7 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
             "coalesce",
             "head_pinning",
             "hedge",
+            "tiers",
         ),
         "proxy",
     )
@@ -72,18 +76,7 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
     )
     allow |= frozenset(str_list(p.get("allowlist_extra", []), "proxy.allowlist_extra"))
 
-    rl = mapping(p.get("rate_limit"), "proxy.rate_limit")
-    check_keys(rl, ("requests", "window_s", "max_clients", "ipv6_prefix"), "proxy.rate_limit")
-    ipv6_prefix = get_int(rl, "ipv6_prefix", 128, "proxy.rate_limit.ipv6_prefix", minimum=16)
-    if ipv6_prefix > 128:
-        raise ConfigError("proxy.rate_limit.ipv6_prefix", f"must be <= 128, got {ipv6_prefix}")
-    rate_limit = RateLimitConfig(
-        requests=get_int(rl, "requests", 100, "proxy.rate_limit.requests", minimum=1),
-        window_s=get_num(rl, "window_s", 60.0, "proxy.rate_limit.window_s"),
-        max_clients=get_int(rl, "max_clients", 100_000, "proxy.rate_limit.max_clients", minimum=1),
-        ipv6_prefix=ipv6_prefix,
-    )
-
+    rate_limit = parse_rate_limit(p.get("rate_limit"), "proxy.rate_limit")
     trusted = parse_trusted(
         str_list(p.get("trusted_proxies", []), "proxy.trusted_proxies"), "proxy.trusted_proxies"
     )
@@ -146,6 +139,7 @@ def parse_proxy(raw: Any, networks: Mapping[str, NetworkConfig]) -> ProxyConfig:
         coalesce=parse_coalesce(p.get("coalesce")),
         head_pinning=parse_head_pinning(p.get("head_pinning")),
         hedge=parse_hedge(p.get("hedge")),
+        tiers=parse_tiers(p.get("tiers"), env, default=rate_limit, parse_cidrs=parse_trusted),
     )
 
 
@@ -158,6 +152,20 @@ def _websocket(raw: Any) -> WebSocketConfig:
         subscriptions=get_bool(w, "subscriptions", d.subscriptions, key + "subscriptions"),
         max_subscriptions=get_int(
             w, "max_subscriptions", d.max_subscriptions, key + "max_subscriptions", minimum=1
+        ),
+        max_connections_per_client=get_int(
+            w,
+            "max_connections_per_client",
+            d.max_connections_per_client,
+            key + "max_connections_per_client",
+            minimum=1,
+        ),
+        max_subscriptions_per_client=get_int(
+            w,
+            "max_subscriptions_per_client",
+            d.max_subscriptions_per_client,
+            key + "max_subscriptions_per_client",
+            minimum=1,
         ),
         max_queued_notifications=get_int(
             w,

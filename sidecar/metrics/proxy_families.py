@@ -24,6 +24,11 @@ _EXTRA_HELP = {
     "chainproxy_hedged_total": "Hedged (second, parallel) upstream attempts",
     "chainproxy_redis_fallbacks_total": "Times Redis was down or slow and a local store served",
     "chainproxy_subscription_moves_total": "Upstream subscriptions moved to another node",
+    "chainproxy_quota_units_total": "Quota units charged, by method (state_call by its priced"
+    " runtime API) and tier",
+    "chainproxy_refusals_total": "Calls and handshakes refused, by the policy that refused them"
+    " (allowlist, rate_limit, api_key, max_connections, max_subscriptions, subscriptions,"
+    " request)",
 }
 
 

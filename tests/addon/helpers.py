@@ -151,6 +151,9 @@ class FakeHub:
     def serves(self, network: str) -> bool:
         return self._serves
 
+    def client_subscriptions(self, client: str) -> int:
+        return len(self.subscribed) - len(self.unsubscribed)
+
     async def subscribe(self, network: str, kind: Any, params: list[Any], send: Any, owner: Any):
         if self._fail:
             raise NoUpstream("nobody")
@@ -176,6 +179,7 @@ class FakeSocket:
 
     def __init__(self, client: str = "198.51.100.7") -> None:
         self.network, self.client = "finney", client
+        self.tier: str | None = None
         self.subscriptions: dict[str, str] = {}
         self.sent: list[bytes] = []
         self.live = True

@@ -84,6 +84,7 @@ def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() ->
         "forward_pending",
         "learn",
         "cache_store",
+        "charge_bytes",
         "record",
         "respond",
     ]
