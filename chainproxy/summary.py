@@ -42,13 +42,32 @@ def describe(config: Config, path: str) -> str:
         if ws.subscriptions
         else "WebSocket subscriptions off"
     )
+    costs = rl.costs
+    priced = (
+        "heavy reads priced by keys and bytes"
+        + (
+            f", {len(costs.methods) + len(costs.runtime_apis)} operator prices"
+            if costs.methods or costs.runtime_apis
+            else ""
+        )
+        if costs.enabled
+        else "every call 1 unit"
+    )
+    tiers = "; ".join(
+        f"tier {t.name}: {t.rate_limit.requests} units per {t.rate_limit.window_s:g} s "
+        f"({len(t.cidrs)} CIDRs, {len(t.keys)} keys)"
+        for t in p.tiers
+    )
+    sockets = f"≤{ws.max_connections_per_client} sockets per client"
     sidecar = config.sidecar
     token = "token set" if sidecar.token else "no token: internal API open to local callers"
     return (
         f"{path}: OK. Serves {', '.join(f'/rpc/v1/{n}' for n in p.networks)} from "
         f"{len(config.endpoints)} registry endpoints: {'; '.join(nets)}. "
-        f"Rate limit {rl.requests} calls per {rl.window_s:g} s per {per}"
+        f"Rate limit {rl.requests} calls per {rl.window_s:g} s per {per} (in units: a plain "
+        f"call 1, {priced})"
         f"{f', {len(p.trusted_proxies)} trusted proxies' if p.trusted_proxies else ''}; "
+        f"{f'{tiers}; ' if tiers else ''}{sockets}; "
         f"failover up to {fo.max_attempts} attempts ({fo.attempt_timeout_s:g} s each, "
         f"{fo.deadline_s:g} s deadline); {cache}; {subs}; {scale}. "
         f"Sidecar on {sidecar.host}:{sidecar.port} (proxies reach it at {sidecar.url}, "
