@@ -171,6 +171,9 @@ async def test_the_key_is_nowhere_to_be_seen(gateway: Stack) -> None:
             text = await r.text()
     assert KEY not in text
     assert 'chainproxy_quota_units_total{method="chain_getHeader",tier="partners"}' in text
+    # the refusals of the tests above, by the policy that made them
+    assert 'chainproxy_refusals_total{policy="rate_limit"}' in text
+    assert 'chainproxy_refusals_total{policy="api_key"} 2.0' in text
     log = (gateway.tmp / "mitmdump.log").read_text()
     assert "/rpc/v1/finney" in log  # flows are printed ...
     assert KEY not in log  # ... without the key
