@@ -4,11 +4,11 @@ imported, and understood, on its own."""
 
 from __future__ import annotations
 
-from tests.test_layout import cycles, graph
+from tests.import_graph import cycles, graph
 
 
 def import_graph() -> dict[str, set[str]]:
-    """The sidecar's part of the product's import graph (``tests/test_layout.py``)."""
+    """The sidecar's part of the product's import graph (``tests/import_graph.py``)."""
     return {
         m: {d for d in deps if d.startswith("sidecar")}
         for m, deps in graph().items()
