@@ -29,6 +29,11 @@ class Faults:
     error_rate: float = 0.0
     stall_rate: float = 0.0  # this share of requests waits stall_ms more (a tail)
     stall_ms: float = 2000.0
+    # answer time that grows with the bytes answered: this many ms per MiB of the
+    # answer's body, waited in one of ``byte_slots`` places per node (heavy answers
+    # queue, and the light ones behind them wait too: a shared node melting)
+    latency_per_mib_ms: float = 0.0
+    byte_slots: int = 1
     http_status: int | None = None
     hang: bool = False
     close: bool = False
@@ -48,6 +53,7 @@ class Faults:
         """Whether any fault needs the slow path of the RPC handler."""
         return bool(
             self.latency_ms
+            or self.latency_per_mib_ms
             or self.error_rate
             or self.stall_rate
             or self.http_status is not None
@@ -71,7 +77,7 @@ def check_fault(key: str, value: Any) -> Any:
             raise ValueError(f"{key} must be a boolean")
         return value
     is_num = isinstance(value, int | float) and not isinstance(value, bool)
-    if key in ("latency_ms", "stall_ms"):
+    if key in ("latency_ms", "stall_ms", "latency_per_mib_ms"):
         if not is_num or value < 0:
             raise ValueError(f"{key} must be a number >= 0")
         return float(value)
@@ -84,6 +90,10 @@ def check_fault(key: str, value: Any) -> Any:
             not isinstance(value, int) or isinstance(value, bool) or not 100 <= value <= 599
         ):
             raise ValueError("http_status must be an HTTP status code or null")
+        return value
+    if key == "byte_slots":
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 64:
+            raise ValueError("byte_slots must be an integer in [1, 64]")
         return value
     if key == "lag":
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -105,6 +115,8 @@ class FaultState:
         self._unhang = asyncio.Event()
         self._unhang.set()
         self._rng = random.Random(rng_seed)
+        # the places where an answer's byte time is waited (``byte_slots`` of them)
+        self._byte_slots = asyncio.Semaphore(1)
 
     def apply(self, changes: dict[str, Any], chain: Chain) -> bool:
         """Validate all, then apply all (all-or-nothing). Returns whether to die."""
@@ -114,6 +126,9 @@ class FaultState:
         chain.set_frozen(faults.freeze)
         chain.set_fork(faults.fork)
         chain.set_genesis_override(faults.genesis)
+        if faults.byte_slots != self.faults.byte_slots:
+            # calls already waiting finish on the old places
+            self._byte_slots = asyncio.Semaphore(faults.byte_slots)
         self.faults = faults
         self.slow = faults.slow_path
         if faults.hang:
@@ -137,11 +152,33 @@ class FaultState:
         while self.faults.hang and not stopping():
             await self._unhang.wait()
 
+    @property
+    def byte_slots_full(self) -> bool:
+        """Whether every byte slot is held (the next answer would wait)."""
+        return self._byte_slots.locked()
+
+    async def wait_bytes(self, nbytes: int) -> None:
+        """An answer of ``nbytes`` holds one of the node's byte slots for its time
+        (``latency_per_mib_ms``); a call that finds them all taken waits its turn."""
+        delay = byte_delay_s(nbytes, self.faults.latency_per_mib_ms)
+        async with self._byte_slots:
+            await asyncio.sleep(delay)
+
     def roll_error(self) -> bool:
         return self._rng.random() < self.faults.error_rate
 
     def roll(self, rate: float) -> bool:
         return self._rng.random() < rate
+
+
+MIB = 1 << 20
+
+
+def byte_delay_s(nbytes: int, per_mib_ms: float) -> float:
+    """Seconds an answer of ``nbytes`` takes at ``per_mib_ms`` ms per MiB."""
+    if per_mib_ms <= 0 or nbytes <= 0:
+        return 0.0
+    return nbytes / MIB * per_mib_ms / 1000
 
 
 # makes the JSON-RPC answer; ``fail()``, when given, says whether one call fails
@@ -164,7 +201,8 @@ async def faulted_answer(
     stopping: Callable[[], bool],
 ) -> Answer:
     """Wait out a hang and the latency, then apply the faults in force by then
-    (an injected error is an internal error of one call of the answer)."""
+    (an injected error is an internal error of one call of the answer); an
+    answer's byte time (``latency_per_mib_ms``) is waited once it is built."""
     await state.wait_while_hung(stopping)
     if stopping():
         return Answer("stopping")
@@ -183,4 +221,9 @@ async def faulted_answer(
     if f.garbage:
         return Answer("garbage")
     fail = state.roll_error if f.error_rate > 0 else None
-    return Answer("body", body=respond(fail), truncate=f.truncate)
+    body = respond(fail)
+    if f.latency_per_mib_ms > 0:
+        await state.wait_bytes(len(body))
+        if stopping():
+            return Answer("stopping")
+    return Answer("body", body=body, truncate=f.truncate)

@@ -69,6 +69,7 @@ class SimNode:
         self.shutdown_timeout = shutdown_timeout
         self._requests = 0
         self._calls: dict[str, int] = {}
+        self._bytes_out = 0  # bytes of the RPC answers sent (HTTP bodies, WS messages)
         self._on_die = on_die
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -190,6 +191,7 @@ class SimNode:
         self.apply_faults({k: getattr(Faults(), k) for k in FAULT_KEYS - {"die"}})
         self._requests = 0
         self._calls = {}
+        self._bytes_out = 0
         self.dispatcher.submitted = 0
         return self.state()
 
@@ -206,6 +208,7 @@ class SimNode:
             "faults": self.faults.to_json(),
             "requests": self._requests,
             "calls": dict(self._calls),
+            "bytes_out": self._bytes_out,
             "submitted": self.dispatcher.submitted,
             "subscriptions": self._ws.subscriptions,
         }
@@ -217,6 +220,14 @@ class SimNode:
     @property
     def calls(self) -> dict[str, int]:
         return dict(self._calls)
+
+    @property
+    def bytes_out(self) -> int:
+        return self._bytes_out
+
+    def count_bytes(self, n: int) -> None:
+        """An RPC answer of ``n`` bytes sent (its HTTP body, or its WebSocket message)."""
+        self._bytes_out += n
 
     def count(self, parsed: Parsed) -> None:
         """One request (an HTTP POST or a WebSocket message) and each call in it."""
@@ -233,7 +244,9 @@ class SimNode:
         self.count(parsed)
         if self.fault_state.slow or self._stopping:
             return await self._faulted(request, parsed)
-        return web.Response(body=self.dispatcher.respond(parsed), content_type=JSON_CT)
+        body = self.dispatcher.respond(parsed)
+        self._bytes_out += len(body)
+        return web.Response(body=body, content_type=JSON_CT)
 
     async def _faulted(self, request: web.Request, parsed: Parsed) -> web.StreamResponse:
         a = await faulted_answer(
@@ -251,4 +264,5 @@ class SimNode:
         if a.truncate and len(body) > 1:
             # Content-Length matches what is sent, so the client only sees bad JSON.
             body = body[: len(body) // 2]
+        self._bytes_out += len(body)
         return web.Response(body=body, content_type=JSON_CT)

@@ -39,6 +39,8 @@ class Served(Protocol):
 
     def count(self, parsed: Parsed) -> None: ...
 
+    def count_bytes(self, n: int) -> None: ...
+
 
 class WebSocketRpc:
     """The WebSocket sessions of one node."""
@@ -124,6 +126,7 @@ class WebSocketRpc:
             out = node.dispatcher.respond(parsed).decode()
         if not out:  # only notifications, or the fault already acted
             return
+        node.count_bytes(len(out.encode()) if not out.isascii() else len(out))
         with contextlib.suppress(ConnectionError, RuntimeError):  # the client went away
             await ws.send_str(out)
 

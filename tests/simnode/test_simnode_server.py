@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from simnode import FINNEY_GENESIS, SimNode
+from simnode.faults import MIB, Faults, byte_delay_s, check_fault
 from tests.fakes import FakeClock
 from tests.simnode.helpers import EPOCH, req
 
@@ -135,6 +136,58 @@ async def test_latency(node: SimNode, session: aiohttp.ClientSession) -> None:
     async with session.get(node.url + "/_sim/state") as r:
         assert r.status == 200
     assert time.monotonic() - t0 < 0.15
+
+
+def test_byte_delay_is_linear_in_the_answer_size() -> None:
+    assert byte_delay_s(MIB, 200) == pytest.approx(0.2)
+    assert byte_delay_s(MIB // 4, 200) == pytest.approx(0.05)
+    assert byte_delay_s(MIB, 0) == 0.0 and byte_delay_s(0, 200) == 0.0
+    assert check_fault("latency_per_mib_ms", 250) == 250.0
+    assert check_fault("byte_slots", 2) == 2
+    for key, bad in (("latency_per_mib_ms", -1), ("byte_slots", 0), ("byte_slots", 1.5)):
+        with pytest.raises(ValueError):
+            check_fault(key, bad)
+    assert Faults(latency_per_mib_ms=1).slow_path and not Faults(byte_slots=2).slow_path
+
+
+HEAVY = ("SubnetInfoRuntimeApi_get_all_metagraphs", "0x01")
+
+
+async def test_latency_per_mib_queues_light_calls_behind_heavy_ones(
+    node: SimNode, session: aiohttp.ClientSession
+) -> None:
+    # ~1 MiB of hex at 300 ms per MiB holds the node's one byte slot ~0.3 s
+    await control(session, node, latency_per_mib_ms=300, byte_slots=1)
+    t0 = time.monotonic()
+    heavy = asyncio.ensure_future(call(session, node, "state_call", *HEAVY))
+    for _ in range(5000):  # until the heavy answer holds the slot
+        if node.fault_state.byte_slots_full:
+            break
+        await asyncio.sleep(0.001)
+    held = time.monotonic()
+    await call(session, node, "system_chain")  # a light answer waits its turn
+    assert time.monotonic() - held >= 0.25
+    assert len(await heavy) > 1_000_000
+    assert time.monotonic() - t0 >= 0.3
+    assert node.fault_state.byte_slots_full is False  # the slot is given back
+
+
+async def test_bytes_out_counts_answer_bodies(
+    node: SimNode, session: aiohttp.ClientSession
+) -> None:
+    sizes = []
+    for body in (req("system_chain"), req("state_call", list(HEAVY)), [req("chain_getHeader")]):
+        async with session.post(node.url, json=body) as r:
+            sizes.append(len(await r.read()))
+    await control(session, node, latency_per_mib_ms=1)  # the faulted path counts too
+    async with session.post(node.url, json=req("system_chain")) as r:
+        sizes.append(len(await r.read()))
+    async with session.ws_connect(node.url) as ws:
+        await ws.send_json(req("system_chain", rid=7))
+        sizes.append(len((await ws.receive(timeout=2)).data))
+    async with session.get(node.url + "/_sim/state") as r:
+        assert (await r.json())["bytes_out"] == sum(sizes) > 1_000_000
+    assert node.reset()["bytes_out"] == 0
 
 
 async def test_error_rate(node: SimNode, session: aiohttp.ClientSession) -> None:

@@ -125,6 +125,18 @@ async def test_ws_message_faults(node: SimNode, session: aiohttp.ClientSession) 
         assert msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)
 
 
+async def test_ws_answers_wait_their_bytes(node: SimNode, session: aiohttp.ClientSession) -> None:
+    node.set_faults(latency_per_mib_ms=200)
+    heavy = req("state_call", ["SubnetInfoRuntimeApi_get_all_metagraphs", "0x01"], rid="h")
+    async with session.ws_connect(node.url, max_msg_size=0) as ws:
+        t0 = time.monotonic()
+        await ws.send_json(heavy)
+        await ws.send_json(req("system_chain", rid="light"))  # queued behind the heavy one
+        first, second = await recv_json(ws), await recv_json(ws)
+        assert (first["id"], second["id"]) == ("h", "light")
+        assert time.monotonic() - t0 >= 0.19
+
+
 async def test_ws_status_fault_on_open_socket_closes_it(
     node: SimNode, session: aiohttp.ClientSession
 ) -> None:
