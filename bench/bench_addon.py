@@ -3,11 +3,14 @@ network: every chainproxy stage's ``request`` hook run in order on prepared
 mitmproxy flows, the upstream a fake transport that answers at once (miss
 path), or the answer already in the on-disk edge cache (hit path).
 
-    python bench/bench_addon.py [--quick] [--json]
+    python bench/bench_addon.py [--quick] [--json] [--costs]
 
 This is the part of the per-request cost that chainproxy's code decides; the
 end-to-end runner (``bench/run.py``) measures the rest. Prints µs per request
-(median of several rounds).
+(median of several rounds). ``--costs`` (scenario 13): the hit path with the
+quota's unit costs on and off (``proxy.rate_limit.costs.enabled``), whole and
+its two quota steps alone (``rate_limit`` + ``charge_bytes`` run on a captured
+call, a loop doing only the reset subtracted), alternating rounds.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ from mitmproxy.test import tflow
 
 from addon.addons import build_addons
 from addon.cache.store import DiskCacheStore
+from addon.pipeline.runner import RpcPipeline
 from addon.runtime import Runtime
 from addon.settings import Settings
+from addon.steps.charge_bytes import charge_bytes
+from addon.steps.rate_limit import rate_limit
 from bench.results import print_results
 from common.config import parse_config
 
@@ -53,12 +59,16 @@ class InstantUpstream:
         return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": HEADER}).encode()
 
 
-def _stages(tmp: Path) -> tuple[list[Any], Runtime]:
+def _stages(tmp: Path, costs: bool = True) -> tuple[list[Any], Runtime]:
     config = parse_config(
         {
             "proxy": {
                 "networks": ["finney"],
-                "rate_limit": {"requests": 1_000_000_000, "window_s": 60},
+                "rate_limit": {
+                    "requests": 1_000_000_000,
+                    "window_s": 60,
+                    "costs": {"enabled": costs},
+                },
             },
             "data_dir": str(tmp),
             "registry": {
@@ -126,11 +136,76 @@ async def main_async(quick: bool) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in results.items()}
 
 
+async def _captured_call(stages: list[Any], body: bytes) -> Any:
+    """The hit call's context as the quota step saw it (its answers still empty)."""
+    pipe = next(s for s in stages if isinstance(s, RpcPipeline))
+    seen: list[Any] = []
+
+    def grab(rpc: Any, rt: Runtime) -> Any:
+        seen.append(rpc)
+        return rate_limit(rpc, rt)
+
+    saved = pipe.steps
+    pipe.steps = tuple(grab if step is rate_limit else step for step in saved)
+    try:
+        await _run(stages, _flows(1, body))
+    finally:
+        pipe.steps = saved
+    return seen[0]
+
+
+def _quota_steps(rpc: Any, rt: Runtime, n: int) -> float:
+    """µs CPU of ``rate_limit`` + ``charge_bytes`` on one call (the reset of its
+    answers between runs subtracted)."""
+    answers = rpc.answers
+    gc.collect()
+    t0 = time.process_time()
+    for _ in range(n):
+        answers[0] = None
+        rpc.rate = None
+    t1 = time.process_time()
+    for _ in range(n):
+        answers[0] = None
+        rpc.rate = None
+        rate_limit(rpc, rt)
+        charge_bytes(rpc, rt)
+    t2 = time.process_time()
+    assert rpc.rate is not None and rpc.rate.allowed
+    return ((t2 - t1) - (t1 - t0)) / n * 1e6
+
+
+async def costs_async(quick: bool) -> dict[str, float]:
+    """The hit path and its quota steps with the unit costs on and off."""
+    n, rounds = (1000, 5) if quick else (2000, 7)
+    steps_n = 20_000 if quick else 50_000
+    hit_body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "chain_getHeader", "params": [PINNED]}
+    ).encode()
+    out: dict[str, list[float]] = {k: [] for k in ("hit_on", "hit_off", "steps_on", "steps_off")}
+    with tempfile.TemporaryDirectory(prefix="bench-addon-costs-") as tmp:
+        sides = {}
+        for side, enabled in (("on", True), ("off", False)):
+            stages, rt = _stages(Path(tmp) / side, costs=enabled)
+            await _run(stages, _flows(200, hit_body))  # fills the cache entry, warms up
+            sides[side] = (stages, rt, await _captured_call(stages, hit_body))
+        for r in range(rounds):
+            for side in ("on", "off") if r % 2 == 0 else ("off", "on"):
+                stages, rt, rpc = sides[side]
+                out[f"hit_{side}"].append(await _run(stages, _flows(n, hit_body)))
+                out[f"steps_{side}"].append(_quota_steps(rpc, rt, steps_n))
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true", help="one JSON line instead of text")
+    ap.add_argument("--costs", action="store_true", help="unit costs on vs off, hit path")
     args = ap.parse_args()
+    if args.costs:
+        res = asyncio.run(costs_async(args.quick))
+        print_results(res, args.json, lambda k, v: f"{k}: {v:.2f} µs CPU per request")
+        return
     res = asyncio.run(main_async(args.quick))
     print_results(
         res, args.json, lambda k, v: f"addon stages, {k} path: {v:.0f} µs CPU per request"

@@ -10,7 +10,9 @@ scenarios), the sidecar, chainproxy (mitmdump + addon; also in lean mode), bare
 installed; scenario 10 (``bench/redis_scale.py``) runs its own stack with a
 redis-server, N proxy processes and HAProxy, after the others are stopped;
 scenario 12 (``bench/real_client_sync.py``) runs chopsticks, two chainproxy
-processes and async-substrate-interface clients in a process of its own.
+processes and async-substrate-interface clients in a process of its own;
+scenario 13 (``bench/heavy_neighbours.py``) light and heavy clients on nodes
+whose answers take time per MiB, the quota in units and in calls.
 Drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a
 machine with two or more cores every proxy under test is pinned to core 1 and
 everything else (load generator, upstreams, sidecar, this runner) to core 0, so
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import scripts
 from bench.context import CPUS, FULL, QUICK, Context
 from bench.faults import FaultBench
+from bench.heavy_neighbours import HeavyNeighbours
 from bench.load import generator
 from bench.real_client_sync import bench_step as real_client_sync
 from bench.redis_scale import RedisScale
@@ -52,7 +55,7 @@ from bench.stack import nginx_path
 from bench.throughput import Throughput
 from bench.upstream_calls import UpstreamCalls
 
-SCENARIOS = ("1", "2", "3", "7", "4", "5", "11", "12", "10", "6", "8", "9", "addon")
+SCENARIOS = ("1", "2", "3", "7", "4", "5", "11", "13", "12", "10", "6", "8", "9", "addon")
 Step = tuple[str, Callable[[], None]]
 
 
@@ -120,6 +123,13 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
             ("11", uc.run),
             ("stop the upstream-calls stack", ctx.stack.stop),
         ]
+    if "13" in only:  # simulated nodes slow per MiB, light and heavy clients, two proxies
+        hn = HeavyNeighbours(ctx)
+        steps += [
+            ("setup: byte-slow simulated nodes, sidecar, chainproxy units/counting", hn.start),
+            ("13", hn.run),
+            ("stop the heavy-neighbours stack", ctx.stack.stop),
+        ]
     if "12" in only:  # chopsticks, real clients and two proxies, in a process of its own
         steps.append(("12", partial(real_client_sync, ctx)))
     if "10" in only:  # a stack of its own, alone on the machine
@@ -146,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer and shorter runs (< 2 min)")
     ap.add_argument(
-        "--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,addon"
+        "--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,addon"
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(

@@ -1,0 +1,327 @@
+"""Scenario 13 (heavy neighbours): does pricing the quota in units keep light
+clients' latency when heavy clients share the nodes?
+
+Three simulated nodes whose answers take ``PER_MIB_MS`` per MiB, waited in
+``BYTE_SLOTS`` places per node (``simnode/faults.py`` ``latency_per_mib_ms``,
+``byte_slots``): heavy answers queue, and light calls behind them wait. One
+sidecar and two chainproxy processes on core 1, the quota short
+(``QUOTA``: 100 units per 10 s per client) so clients meet it within a run:
+
+* ``units``: ``proxy.rate_limit.costs`` at its defaults (a ~1 MiB answer costs
+  17 units, ``state_getKeysPaged(prefix, 1000)`` 10);
+* ``counting``: ``costs: {enabled: false}`` (every call 1 unit: the proxy before).
+
+``LIGHT`` light clients (one ``chain_getHeader`` and three ``state_getStorage``
+of keys of their own each ``LIGHT_PERIOD_S``, like a validator) run alone
+(``light only``, on the units proxy: a light call costs 1 either way), then
+beside ``HEAVY`` heavy clients (``HEAVY_WORKERS`` calls in flight each:
+``get_all_metagraphs`` with params of their own, so never a cache hit, and
+``state_getKeysPaged(prefix, 1000)``), as fast as answered, sleeping
+``Retry-After`` on a 429. Each client has its own 127.0.x.y address, so its own
+quota. Upstream bytes are the nodes' own ``bytes_out`` counters. The runs
+alternate, order rotated each repetition; p50/p99 are over the light calls of
+every repetition together. Plus the unit costs' own CPU on the hit path
+(``bench/bench_addon.py --costs``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from bench.context import Context
+from bench.report import f0, f2
+from bench.results import json_results
+from bench.scripts import run_script
+from bench.stack import Node
+from chainproxy.supervisor import wait_http
+
+LIGHT, HEAVY, HEAVY_WORKERS = 20, 5, 3
+LIGHT_PERIOD_S = 1.0
+PER_MIB_MS, BYTE_SLOTS = 200.0, 2
+QUOTA = {"requests": 100, "window_s": 10}
+RUNS = ("light only", "units", "counting")
+# a diagnostic: the units run with the nodes' byte time off, so what is left of
+# the light tail is the proxy's own work on the heavy answers
+FAST = "units, nodes not slowed per MiB"
+METAGRAPHS = "SubnetInfoRuntimeApi_get_all_metagraphs"
+STORAGE = "0x658faa385070e074c85bf6b568cf0555"
+KEYS = "0x26aa394eea5630e07c48ae0c9558cef7"
+GOAL_P99 = 1.5  # light p99 with units at most this times the light-only p99
+
+
+@dataclass
+class Tally:
+    """What the clients of one run saw."""
+
+    light: list[float] = field(default_factory=list)  # seconds, each light call answered
+    light_errors: int = 0
+    heavy_ok: int = 0
+    heavy_429: int = 0
+    heavy_errors: int = 0
+    heavy_hedged: int = 0  # heavy answers a second node raced for (X-Chainproxy-Hedged)
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def summarise(tallies: list[Tally], upstream_bytes: int, seconds: float) -> dict[str, Any]:
+    """One run's figures over its repetitions."""
+    light = [x for t in tallies for x in t.light]
+    return {
+        "light_calls": len(light),
+        "light_p50_ms": pct(light, 0.5) * 1000,
+        "light_p99_ms": pct(light, 0.99) * 1000,
+        "light_errors": sum(t.light_errors for t in tallies),
+        "heavy_ok": sum(t.heavy_ok for t in tallies),
+        "heavy_429": sum(t.heavy_429 for t in tallies),
+        "heavy_errors": sum(t.heavy_errors for t in tallies),
+        "heavy_hedged": sum(t.heavy_hedged for t in tallies),
+        "upstream_mib_per_min": upstream_bytes / (1 << 20) / seconds * 60 if seconds else 0.0,
+    }
+
+
+def verdict(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ratios against the light-only run, and whether the goal is met."""
+    base = runs["light only"]["light_p99_ms"]
+    units = runs["units"]["light_p99_ms"] / base
+    counting = runs["counting"]["light_p99_ms"] / base
+    return {
+        "units_p99_ratio": units,
+        "counting_p99_ratio": counting,
+        "goal_met": units <= GOAL_P99 and runs["units"]["light_errors"] == 0,
+    }
+
+
+def storage_key(client: int, round_: int, k: int, tag: int) -> str:
+    """A light client's own storage key of one round (never a cache hit)."""
+    return f"{STORAGE}{tag:02x}{client:04x}{round_:08x}{k:02x}"
+
+
+def heavy_call(client: int, i: int, tag: int) -> dict[str, Any]:
+    """The heavy client's i-th call: params of its own, so never a cache hit."""
+    own = f"{tag:02x}{client:02x}{i:08x}"
+    if i % 2 == 0:
+        return {"method": "state_call", "params": [METAGRAPHS, "0x" + own]}
+    return {"method": "state_getKeysPaged", "params": [KEYS + own, 1000]}
+
+
+def client_ips(run: int) -> tuple[list[str], list[str]]:
+    """Light and heavy clients' source addresses for run ``run`` (fresh quotas)."""
+    third = 60 + run
+    return (
+        [f"127.0.{third}.{i + 2}" for i in range(LIGHT)],
+        [f"127.0.{third}.{i + 100}" for i in range(HEAVY)],
+    )
+
+
+def _session(ip: str) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(local_addr=(ip, 0)),
+        timeout=aiohttp.ClientTimeout(total=30),
+    )
+
+
+async def _light(url: str, ip: str, idx: int, tag: int, stop_at: float, t: Tally) -> None:
+    async with _session(ip) as s:
+        await asyncio.sleep(idx * LIGHT_PERIOD_S / LIGHT)  # spread over the period
+        slot = time.monotonic()
+        for n in itertools.count():
+            if time.monotonic() >= stop_at:
+                return
+            calls = [("chain_getHeader", [])] + [
+                ("state_getStorage", [storage_key(idx, n, k, tag)]) for k in range(3)
+            ]
+            for i, (method, params) in enumerate(calls):
+                doc = {"jsonrpc": "2.0", "id": i, "method": method, "params": params}
+                t0 = time.perf_counter()
+                try:
+                    async with s.post(url, json=doc) as r:
+                        body = await r.json(content_type=None)
+                    t.light.append(time.perf_counter() - t0)
+                    if r.status != 200 or "result" not in body:
+                        t.light_errors += 1
+                except (aiohttp.ClientError, TimeoutError, ValueError):
+                    t.light_errors += 1
+            slot += LIGHT_PERIOD_S
+            now = time.monotonic()
+            if slot < now:  # late: skip the missed slots, keep the phase
+                slot += LIGHT_PERIOD_S * (int((now - slot) / LIGHT_PERIOD_S) + 1)
+            await asyncio.sleep(slot - now)
+
+
+async def _heavy(url: str, ip: str, idx: int, tag: int, stop_at: float, t: Tally) -> None:
+    counter = itertools.count()
+    async with _session(ip) as s:
+
+        async def worker() -> None:
+            while time.monotonic() < stop_at:
+                i = next(counter)
+                doc = {"jsonrpc": "2.0", "id": i, **heavy_call(idx, i, tag)}
+                try:
+                    async with s.post(url, json=doc) as r:
+                        raw = await r.read()
+                        retry = r.headers.get("Retry-After")
+                        t.heavy_hedged += r.headers.get("X-Chainproxy-Hedged") == "1"
+                except (aiohttp.ClientError, TimeoutError):
+                    t.heavy_errors += 1
+                    continue
+                if r.status == 429:
+                    t.heavy_429 += 1
+                    wait = float(retry) if retry else 1.0
+                    await asyncio.sleep(max(0.0, min(wait, stop_at - time.monotonic())))
+                elif r.status == 200 and b'"result"' in raw[:200]:
+                    t.heavy_ok += 1
+                else:
+                    t.heavy_errors += 1
+
+        await asyncio.gather(*(worker() for _ in range(HEAVY_WORKERS)))
+
+
+async def _clients(url: str, run: int, tag: int, seconds: float, heavy: bool) -> Tally:
+    t = Tally()
+    stop_at = time.monotonic() + seconds
+    light_ips, heavy_ips = client_ips(run)
+    tasks = [_light(url, ip, i, tag, stop_at, t) for i, ip in enumerate(light_ips)]
+    if heavy:
+        tasks += [_heavy(url, ip, i, tag, stop_at, t) for i, ip in enumerate(heavy_ips)]
+    pending = [asyncio.ensure_future(c) for c in tasks]
+    _, late = await asyncio.wait(pending, timeout=seconds + 10)
+    for task in late:  # calls still in flight long after the end: not counted
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return t
+
+
+class HeavyNeighbours:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.nodes: list[Node] = []
+        self.targets: dict[str, str] = {}
+
+    def start(self) -> None:
+        st, ctx = self.ctx.stack, self.ctx
+        epoch = time.time() - 3600
+        self.nodes = [st.start_node(f"hn-{c}", epoch=epoch, wait=False) for c in "abc"]
+        for n in self.nodes:
+            wait_http(f"{n.url}/_sim/state", n.proc)
+        self._slow(PER_MIB_MS)
+        units_cfg, sidecar = st.write_config(
+            "hn-units",
+            [n.url for n in self.nodes],
+            data_dir=ctx.tmp / "hn-units",
+            proxy={"rate_limit": dict(QUOTA)},
+        )
+        counting_cfg = self._variant(units_cfg, "hn-counting")
+        st.start_sidecar("sidecar-hn", units_cfg, sidecar)
+        for name, cfg in (("units", units_cfg), ("counting", counting_cfg)):
+            _, self.targets[name] = st.start_chainproxy(
+                f"hn-{name}", cfg, sidecar, cpus=ctx.proxy_cpus
+            )
+        ctx.wait_routes(sidecar, 3)
+
+    def _variant(self, base: Path, name: str) -> Path:
+        doc = yaml.safe_load(base.read_text())
+        doc["proxy"]["rate_limit"] = {**QUOTA, "costs": {"enabled": False}}
+        doc["data_dir"] = str(self.ctx.tmp / name)
+        path = base.with_name(f"{name}.yaml")
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    def _slow(self, per_mib_ms: float) -> None:
+        for n in self.nodes:
+            n.control(latency_per_mib_ms=per_mib_ms, byte_slots=BYTE_SLOTS)
+
+    def _bytes(self) -> int:
+        return sum(n.state()["bytes_out"] for n in self.nodes)
+
+    def run(self) -> None:
+        quick = self.ctx.p.stats_quick
+        reps, seconds = (1, 12.0) if quick else (2, 25.0)
+        print(f"\n[13] heavy neighbours: {reps} x {seconds:.0f} s per run", flush=True)
+        names = (*RUNS, FAST)
+        tallies: dict[str, list[Tally]] = {k: [] for k in names}
+        upstream = dict.fromkeys(names, 0)
+        tag = 0
+        for r in range(reps):
+            for name in [*RUNS[r % 3 :], *RUNS[: r % 3], *([FAST] if r == 0 else [])]:
+                tag += 1
+                target = self.targets["counting" if name == "counting" else "units"]
+                if name == FAST:
+                    self._slow(0.0)
+                before = self._bytes()
+                t = asyncio.run(
+                    _clients(target + "/rpc/v1/finney", tag, tag, seconds, name != "light only")
+                )
+                upstream[name] += self._bytes() - before
+                tallies[name].append(t)
+                self._slow(PER_MIB_MS)
+                time.sleep(2)  # the nodes' queues drain
+        runs = {k: summarise(tallies[k], upstream[k], seconds * len(tallies[k])) for k in names}
+        for k in names:
+            print(f"  13. {k}: {runs[k]}", flush=True)
+        cpu = json_results(
+            run_script("bench_addon.py", "--costs", "--json", *(["--quick"] if quick else []))
+        )
+        self._report(runs, verdict(runs), cpu)
+        self.ctx.report.data["heavy_neighbours"] = {"runs": runs, "cpu": cpu}
+
+    def _report(self, runs: dict[str, Any], v: dict[str, Any], cpu: dict[str, Any] | None) -> None:
+        r = self.ctx.report
+
+        def light(x: dict[str, Any]) -> str:
+            return (
+                f"light p50 {f0(x['light_p50_ms'])} ms, p99 {f0(x['light_p99_ms'])} ms,"
+                f" {x['light_errors']} errors of {x['light_calls']:,}"
+            )
+
+        def heavy(x: dict[str, Any]) -> str:
+            return (
+                f"heavy {x['heavy_ok']:,} answered, {x['heavy_429']:,} x 429,"
+                f" {x['heavy_errors']} errors, {x['heavy_hedged']} hedged;"
+                f" upstream {f0(x['upstream_mib_per_min'])} MiB/min"
+            )
+
+        base = runs["light only"]
+        for k, ratio in (("units", "units_p99_ratio"), ("counting", "counting_p99_ratio")):
+            r.row(
+                f"13. {HEAVY} heavy beside {LIGHT} light clients, {k}: light p99",
+                "light only " + light(base) + f", upstream {f0(base['upstream_mib_per_min'])}"
+                " MiB/min",
+                f"{k}: " + light(runs[k]) + "; " + heavy(runs[k]),
+                f2(v[ratio]),
+            )
+        fast = runs[FAST]
+        r.row(
+            f"13. diagnostic: {FAST}, light p99",
+            f"light only p99 {f0(base['light_p99_ms'])} ms",
+            light(fast) + "; " + heavy(fast),
+            f2(fast["light_p99_ms"] / base["light_p99_ms"]),
+        )
+        added = None
+        if cpu is not None:
+            added = (cpu["steps_on"] - cpu["steps_off"]) / cpu["hit_off"]
+            r.row(
+                "13. unit costs' CPU, hit path (rate_limit + charge_bytes alone; whole hit path)",
+                f"costs off {cpu['steps_off']:.1f} µs; {cpu['hit_off']:.0f} µs",
+                f"costs on {cpu['steps_on']:.1f} µs; {cpu['hit_on']:.0f} µs",
+                f"{added:+.1%} of a call; {cpu['hit_on'] / cpu['hit_off']:.2f}",
+            )
+        r.goal(
+            f"Heavy neighbours: light p99 with units {f2(v['units_p99_ratio'])}x the light-only"
+            f" run (goal <= {GOAL_P99}x) with {runs['units']['light_errors']} light errors"
+            f" (goal 0): {'met' if v['goal_met'] else 'NOT met'}; with plain call counting"
+            f" {f2(v['counting_p99_ratio'])}x. Unit costs add "
+            + ("n/a" if added is None else f"{added:+.1%}")
+            + " to a hit's addon CPU (goal <= 5 %): "
+            + ("n/a" if added is None else "met" if added <= 0.05 else "NOT met")
+        )

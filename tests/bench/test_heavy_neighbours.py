@@ -1,0 +1,70 @@
+"""Scenario 13's pure parts: one run's summary over its repetitions, the
+ratios against the light-only run and the goal, the clients' own keys and
+addresses (distinct, so no cache hit and one quota each)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.heavy_neighbours import (
+    HEAVY,
+    LIGHT,
+    RUNS,
+    Tally,
+    client_ips,
+    heavy_call,
+    pct,
+    storage_key,
+    summarise,
+    verdict,
+)
+
+
+def test_summary_pools_the_repetitions() -> None:
+    a = Tally(light=[0.001 * i for i in range(1, 51)], light_errors=1, heavy_ok=3, heavy_429=2)
+    b = Tally(light=[0.001 * i for i in range(51, 101)], heavy_ok=4, heavy_errors=1, heavy_hedged=2)
+    out = summarise([a, b], upstream_bytes=3 << 20, seconds=30)
+    assert out["light_calls"] == 100
+    assert out["light_p50_ms"] == pytest.approx(51) and out["light_p99_ms"] == pytest.approx(100)
+    assert (out["light_errors"], out["heavy_ok"], out["heavy_429"]) == (1, 7, 2)
+    assert (out["heavy_errors"], out["heavy_hedged"]) == (1, 2)
+    assert out["upstream_mib_per_min"] == pytest.approx(6.0)
+    assert math.isnan(pct([], 0.99)) and summarise([], 0, 0)["upstream_mib_per_min"] == 0.0
+
+
+def _run(p99: float, errors: int = 0) -> dict[str, float]:
+    return {"light_p99_ms": p99, "light_errors": errors}
+
+
+def test_verdict_is_the_ratio_to_the_light_only_run() -> None:
+    v = verdict({"light only": _run(20), "units": _run(29), "counting": _run(200)})
+    assert v["units_p99_ratio"] == pytest.approx(1.45)
+    assert v["counting_p99_ratio"] == pytest.approx(10)
+    assert v["goal_met"]
+    assert not verdict({"light only": _run(20), "units": _run(31), "counting": _run(20)})[
+        "goal_met"
+    ]
+    assert not verdict({"light only": _run(20), "units": _run(20, 1), "counting": _run(20)})[
+        "goal_met"
+    ]
+    assert RUNS == ("light only", "units", "counting")
+
+
+def test_clients_have_their_own_keys_and_addresses() -> None:
+    keys = {
+        storage_key(c, n, k, tag)
+        for c in range(3)
+        for n in range(3)
+        for k in range(3)
+        for tag in (1, 2)
+    }
+    assert len(keys) == 54
+    calls = [heavy_call(c, i, 1) for c in range(2) for i in range(4)]
+    assert {c["method"] for c in calls} == {"state_call", "state_getKeysPaged"}
+    assert len({str(c["params"]) for c in calls}) == len(calls)
+    assert all(c["params"][1] == 1000 for c in calls if c["method"] == "state_getKeysPaged")
+    ips = [ip for run in range(4) for group in client_ips(run) for ip in group]
+    assert len(ips) == len(set(ips)) == 4 * (LIGHT + HEAVY)
+    assert all(ip.startswith("127.0.") for ip in ips)
