@@ -70,15 +70,19 @@ def flow_caller(flow: http.HTTPFlow, rt: Runtime) -> Caller | Refusal:
         ipv6_prefix=p.rate_limit.ipv6_prefix,
     )
     request = flow.request
-    header = request.headers.get(KEY_HEADER)
-    if header is None and KEY_PARAM not in request.path:
-        if not rt.quotas.book:
-            return Caller(address)  # most requests: no key, no tiers
-        key = None
-    else:
-        key, request.path = take_key(request.path, header)
-        request.headers.pop(KEY_HEADER, None)
-    caller = rt.quotas.book.caller(address, key)
+    book = rt.quotas.book
+    key = None
+    if book.has_keys:
+        header = request.headers.get(KEY_HEADER)
+        if header is not None or KEY_PARAM in request.path:
+            key, request.path = take_key(request.path, header)
+            request.headers.pop(KEY_HEADER, None)
+    elif b"api_key" in request.data.path:
+        # no keyed tiers: a key means nothing here, but it is still not kept
+        _, request.path = take_key(request.path, None)
+    if not book:
+        return Caller(address)  # most requests: no key, no tiers
+    caller = book.caller(address, key)
     if isinstance(caller, BadKey):
         return Refusal(
             401,

@@ -34,6 +34,8 @@ _STORAGE_KEYS = frozenset({"state_queryStorageAt", "state_queryStorage"})
 RUNTIME_API_CALLS = frozenset({"state_call", "state_callAt"})
 
 Heights = Callable[[str], int | None]  # block hash -> height, when known
+# methods whose cost is not simply 1 unless the operator prices them
+_PRICED = frozenset({*UNSUBSCRIBE, *_PAGED_COUNT, *_STORAGE_KEYS, *RUNTIME_API_CALLS})
 
 
 def runtime_api(call: Call) -> str | None:
@@ -50,6 +52,8 @@ def base_cost(
 ) -> int:
     """Units a call takes before it is answered."""
     method = call.method
+    if method not in _PRICED and not costs.methods:
+        return 1  # nearly every call
     if method in UNSUBSCRIBE:
         return 0  # giving back what a subscribe took would only teach clients to churn
     if not costs.enabled:

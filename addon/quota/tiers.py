@@ -57,6 +57,11 @@ class TierBook:
     def __bool__(self) -> bool:
         return bool(self.tiers)
 
+    @property
+    def has_keys(self) -> bool:
+        """Whether any tier is reached by key: else keys are not looked for at all."""
+        return bool(self._by_key)
+
     def caller(self, address: str, key: str | None) -> Caller | BadKey:
         if key is not None:
             d = digest(key)

@@ -18,13 +18,17 @@ def charge_bytes(rpc: RpcContext, rt: Runtime) -> None:
     costs = rt.quotas.costs(rpc.tier)
     if not costs.enabled or rpc.parsed is None:
         return
+    if rpc.result.body_bytes <= costs.free_bytes:
+        return  # most answers: no single one can be over when the whole body is not
     items = rpc.parsed.items
+    single = len(rpc.forwarded) == 1
     units = 0
     for i in rpc.forwarded:
         answer = rpc.answers[i]
         if answer is None or "result" not in answer:
             continue
-        n = bytes_cost(answer_bytes(answer["result"]), costs)
+        size = rpc.result.body_bytes if single else answer_bytes(answer["result"])
+        n = bytes_cost(size, costs)
         if n:
             units += n
             call = items[i]

@@ -61,6 +61,7 @@ class ForwardResult:
     attempts: tuple[Attempt, ...]
     upstream: Upstream | None  # whose answer it is
     hedged: bool = False  # a second upstream raced a slow first one
+    body_bytes: int = 0  # the size of the answer's body as the upstream sent it
 
     @property
     def failover(self) -> bool:
@@ -104,7 +105,7 @@ async def forward(
     deadline = clock() + budget.deadline_s
     tried: set[str] = set()
     attempts: list[Attempt] = []
-    soft: tuple[tuple[dict[str, Any], ...], Upstream] | None = None
+    soft: tuple[tuple[dict[str, Any], ...], Upstream, int] | None = None
     by_deadline = False
     hedged = False  # a second upstream was sent the call
     waited = False  # the hedge delay passed once (one hedge per call at most)
@@ -179,8 +180,10 @@ async def forward(
                     hedger.observe(latency)
                 assert verdict.answers is not None
                 if verdict.verdict == "ok":
-                    return ForwardResult("ok", verdict.answers, tuple(attempts), upstream, hedged)
-                soft = (verdict.answers, upstream)
+                    return ForwardResult(
+                        "ok", verdict.answers, tuple(attempts), upstream, hedged, len(raw)
+                    )
+                soft = (verdict.answers, upstream, len(raw))
                 prefer_archive = prefer_archive or verdict.prefer_archive
             if by_deadline and not running:
                 break
@@ -195,7 +198,7 @@ async def forward(
                 pool.abandoned(upstream, (clock() - start) * 1000)
 
     if soft is not None:
-        return ForwardResult("soft", soft[0], tuple(attempts), soft[1], hedged)
+        return ForwardResult("soft", soft[0], tuple(attempts), soft[1], hedged, soft[2])
     # every upstream tried kept silent: a gateway timeout (504), however the time
     # was split between racers and attempts
     if by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
