@@ -1,0 +1,52 @@
+"""Where a POST enters (addon/pipeline/gate.py): whom it is charged to, and
+the API key taken off the request before anything logs or shows it."""
+
+from __future__ import annotations
+
+from tests.addon.helpers import body, call, make, rpc_flow, run
+
+KEY = "partner-key-0123456789abcdef"
+TIERS = [
+    {"name": "partners", "keys": [KEY], "rate_limit": {"requests": 500}},
+    {"name": "lab", "cidrs": ["10.9.0.0/16"], "rate_limit": {"requests": 50}},
+]
+
+
+async def test_a_keyed_client_is_charged_per_key_and_the_key_leaves_the_request() -> None:
+    stages, fake, _ = make(tiers=TIERS)
+    f = rpc_flow(call("system_health"), path=f"/rpc/v1/finney?x=1&api_key={KEY}")
+    f.request.headers["X-Api-Key"] = KEY
+    await run(stages, f)
+    assert f.response.status_code == 200
+    assert f.response.headers["X-RateLimit-Limit"] == "500"
+    assert f.request.path == "/rpc/v1/finney?x=1" and "X-Api-Key" not in f.request.headers
+    meta = f.metadata["chainproxy"]
+    assert meta["client"].startswith("key:partners:") and KEY not in str(meta)
+    assert KEY not in f.comment
+    assert all(KEY not in str(doc) for _, doc in fake.seen)  # nor sent upstream
+
+
+async def test_a_wrong_key_is_refused_before_anything_runs() -> None:
+    stages, fake, rt = make(tiers=TIERS)
+    f = rpc_flow(call("system_health", id_=3), path="/rpc/v1/finney?api_key=wrong-key-of-someone")
+    await run(stages, f)
+    assert f.response.status_code == 401
+    assert body(f)["error"]["data"]["policy"] == "api_key" and body(f)["id"] is None
+    assert not fake.seen
+    assert rt.metrics._extra[("chainproxy_refusals_total", (("policy", "api_key"),))] == 1
+
+
+async def test_an_address_tier_without_a_key() -> None:
+    stages, _, _ = make(tiers=TIERS)
+    f = rpc_flow(call("system_health"))
+    f.client_conn.peername = ("10.9.1.2", 5000)
+    await run(stages, f)
+    assert f.response.headers["X-RateLimit-Limit"] == "50"
+
+
+async def test_a_gateway_without_keyed_tiers_ignores_a_key_but_never_keeps_it() -> None:
+    stages, _, _ = make()
+    f = rpc_flow(call("system_health"), path=f"/rpc/v1/finney?api_key={KEY}")
+    await run(stages, f)
+    assert f.response.status_code == 200 and f.response.headers["X-RateLimit-Limit"] == "100"
+    assert f.request.path == "/rpc/v1/finney"
