@@ -18,6 +18,7 @@ from addon.cache.redis_tier import SharedCacheTier
 from addon.cache.store import CacheStore, DiskCacheStore
 from addon.chain.state import ChainState
 from addon.quota.quotas import Quotas
+from addon.quota.sizes import AnswerSizes
 from addon.redislink.link import RedisLink
 from addon.reporting.live_metrics import LiveMetrics
 from addon.reporting.sidecar_client import SidecarClient
@@ -45,6 +46,7 @@ class Runtime:
     metrics: LiveMetrics
     subs: SubscriptionHub = field(init=False)  # built on the runtime: it reads the chain
     slots: SocketSlots = field(default_factory=SocketSlots)  # client WebSockets held
+    sizes: AnswerSizes = field(default_factory=AnswerSizes)  # how large kinds of calls answer
     ws_connections: int = 0  # client WebSockets open (a gauge)
     transport: Transport | None = None  # set when the event loop runs
     session: aiohttp.ClientSession | None = None
@@ -143,6 +145,7 @@ class Runtime:
                 self.cache = old.cache
         self.quotas.inherit(old.quotas)
         self.slots = old.slots  # the sockets open now stay counted
+        self.sizes = old.sizes
         if old.redis is not None and old.config.redis == self.config.redis:
             self.use_redis(old.redis)  # one connection pool per process
         elif self.redis is not None:

@@ -5,8 +5,8 @@ through the gate (route, body limit, parse; ``addon/pipeline/gate.py``) and goes
 ``STEPS``::
 
     allowlist → subscription_limits → rate_limit → subscribe → pin_to_head
-              → cache_lookup → forward_pending → learn → cache_store → charge_bytes
-              → record → respond
+              → cache_lookup → reserve_bytes → forward_pending → learn → cache_store
+              → charge_bytes → record → respond
 
 Each step is a plain function ``step(rpc, runtime)`` around a pure core; it
 works on the call alone (``RpcContext``), never on a mitmproxy flow. A step
@@ -40,6 +40,7 @@ from addon.steps.learn import learn
 from addon.steps.pin_to_head import pin_to_head
 from addon.steps.rate_limit import rate_limit
 from addon.steps.record import record
+from addon.steps.reserve_bytes import reserve_bytes
 from addon.steps.respond import respond
 from addon.steps.subscribe import subscribe
 from addon.steps.subscription_limits import subscription_limits
@@ -55,6 +56,7 @@ STEPS: tuple[Step, ...] = (
     subscribe,
     pin_to_head,
     cache_lookup,
+    reserve_bytes,
     forward_pending,
     learn,
     cache_store,

@@ -45,7 +45,8 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
             tip=tip,
             min_block=min_block,
             prefer_archive=hint.prefer_archive,
-            hedger=rt.hedgers.get(rpc.network),  # off: it never hedges
+            # off: it never hedges; nor a heavy read (a race would double its bytes)
+            hedger=None if rpc.reserved else rt.hedgers.get(rpc.network),
         )
 
     if p.coalesce.enabled:

@@ -81,6 +81,7 @@ def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() ->
         "subscribe",
         "pin_to_head",
         "cache_lookup",
+        "reserve_bytes",
         "forward_pending",
         "learn",
         "cache_store",

@@ -1,0 +1,76 @@
+"""Heavy reads pay for their expected bytes before they are sent, and are not
+hedged (addon/steps/reserve_bytes.py, charge_bytes.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from addon.pipeline.jsonrpc import Call
+from tests.addon.helpers import body, call, make, rpc_flow, run
+
+BIG = "0x" + "ab" * 524_288  # ~1 MiB of JSON
+HEAVY = ["SubnetInfoRuntimeApi_get_all_metagraphs", "0x"]
+
+
+def big_answers(doc: Any) -> tuple[int, bytes]:
+    return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": BIG}).encode()
+
+
+async def test_after_one_large_answer_its_kind_pays_up_front() -> None:
+    stages, fake, rt = make()
+    fake.behaviour = {
+        url: big_answers for url in ("http://a.example:9944", "http://b.example:9944")
+    }
+    left = []
+    for i in range(6):
+        f = await run(stages, rpc_flow(call("state_call", [*HEAVY, f"0x{i:02x}"[:4]], id_=i)))
+        left.append((f.response.status_code, int(f.response.headers["X-RateLimit-Remaining"])))
+    # 1st: 1 before, 16 after; then 1 + 16 before each: 99, 66, 49, 32, 15, refused
+    assert left[:5] == [(200, 99), (200, 66), (200, 49), (200, 32), (200, 15)]
+    status, _ = left[5]
+    assert status == 429
+    heavy = Call(1, "state_call", HEAVY)
+    assert rt.sizes.tracked(heavy) and rt.sizes.expected(heavy) > 1_000_000
+
+
+async def test_a_refusal_up_front_names_the_cost() -> None:
+    stages, fake, _ = make(rate_limit={"requests": 20})
+    fake.behaviour = {
+        url: big_answers for url in ("http://a.example:9944", "http://b.example:9944")
+    }
+    await run(stages, rpc_flow(call("state_call", HEAVY)))  # 17 of 20: learns the size
+    f = await run(stages, rpc_flow(call("state_call", [*HEAVY[:1], "0x01"], id_=9)))
+    assert f.response.status_code == 429
+    data = body(f)["error"]["data"]
+    assert data["cost"] == 16 and body(f)["id"] == 9
+    assert len(fake.seen) == 1  # the refused call never reached a node
+
+
+async def test_a_heavy_read_is_never_hedged() -> None:
+    stages, fake, rt = make(hedge={"enabled": True})
+    fake.behaviour = {
+        url: big_answers for url in ("http://a.example:9944", "http://b.example:9944")
+    }
+    await run(stages, rpc_flow(call("state_call", HEAVY)))
+    f = await run(stages, rpc_flow(call("state_call", [*HEAVY[:1], "0x02"])))
+    assert f.response.status_code == 200
+    assert f.metadata["chainproxy"]["hedged"] is False
+    assert not any(name == "chainproxy_hedged_total" for (name, _labels) in rt.metrics._extra)
+
+
+async def test_a_cache_hit_pays_no_bytes() -> None:
+    from addon.cache.store import MemoryStore
+
+    stages, fake, rt = make()
+    rt.cache = MemoryStore()
+    fake.behaviour = {
+        url: big_answers for url in ("http://a.example:9944", "http://b.example:9944")
+    }
+    pinned = [*HEAVY, "0x" + "cd" * 32]
+    first = await run(stages, rpc_flow(call("state_call", pinned)))
+    second = await run(stages, rpc_flow(call("state_call", pinned)))
+    third = await run(stages, rpc_flow(call("system_health")))
+    assert second.response.headers["X-Cache"] == "HIT"
+    left = [int(f.response.headers["X-RateLimit-Remaining"]) for f in (first, second, third)]
+    assert left == [99, 82, 81]  # the miss's 16 after it; the hit 1; a plain call 1
