@@ -279,7 +279,7 @@ class WebSocketRpc:
             if rt is None:
                 continue
             try:
-                await rt.slots.renew()
+                await rt.slots.renew(self._conns.keys())
             except Exception:
                 log.exception("renewing WebSocket slots failed; they are tried again")
 

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from addon.redislink.link import RedisLink, RedisUnavailable
 
@@ -51,6 +51,7 @@ class SocketSlots:
         self._clock = clock  # wall clock: leases in Redis are compared across machines
         self._local: dict[str, dict[str, float]] = {}  # client -> socket id -> lease end
         self._held: dict[str, str] = {}  # socket id -> client: this process's sockets
+        self._taken_at: dict[str, float] = {}  # socket id -> when its slot was taken
         self.link: RedisLink | None = None
         self._member_prefix = f"{socket.gethostname()}:{os.getpid()}:"
         self._acquire_sha = ""
@@ -83,7 +84,7 @@ class SocketSlots:
         if len(leases) >= cap:
             return False
         leases[sock_id] = now + LEASE_S
-        self._held[sock_id] = client
+        self._hold(sock_id, client)
         return True
 
     async def _acquire_shared(self, link: RedisLink, client: str, sock_id: str, cap: int) -> bool:
@@ -103,12 +104,17 @@ class SocketSlots:
         except RedisUnavailable:
             return self._acquire_local(client, sock_id, cap)
         if taken:
-            self._held[sock_id] = client
+            self._hold(sock_id, client)
         return bool(taken)
+
+    def _hold(self, sock_id: str, client: str) -> None:
+        self._held[sock_id] = client
+        self._taken_at[sock_id] = self._clock()
 
     def release(self, sock_id: str) -> None:
         """A socket closed: its slot is free again, here and in Redis."""
         client = self._held.pop(sock_id, None)
+        self._taken_at.pop(sock_id, None)
         if client is None:
             return
         leases = self._local.get(client)
@@ -125,9 +131,19 @@ class SocketSlots:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def renew(self) -> None:
-        """Extend the leases of every socket this process holds."""
+    async def renew(self, open_ids: Collection[str] | None = None) -> None:
+        """Extend the leases of every socket this process holds; with
+        ``open_ids``, a slot whose socket never opened (its client left during
+        the handshake) is given back once it is older than a renewal period."""
         now = self._clock()
+        if open_ids is not None:
+            stale = [
+                sid
+                for sid in self._held
+                if sid not in open_ids and now - self._taken_at.get(sid, now) > LEASE_S / 3
+            ]
+            for sid in stale:
+                self.release(sid)
         end = now + LEASE_S
         for leases in self._local.values():
             for sid in leases:

@@ -33,3 +33,17 @@ async def test_renewing_keeps_open_sockets_counted() -> None:
     await slots.renew()
     t[0] += LEASE_S - 1
     assert slots.acquire("c", "s1", 1) is False
+
+
+async def test_a_slot_whose_socket_never_opened_is_given_back() -> None:
+    t = [1000.0]
+    slots = SocketSlots(clock=lambda: t[0])
+    assert slots.acquire("c", "open", 2) and slots.acquire("c", "gone", 2)
+    assert slots.acquire("c", "third", 2) is False
+    t[0] += 1
+    await slots.renew({"open"})  # too young to judge: the handshake may still finish
+    assert slots.held("c") == 2
+    t[0] += LEASE_S / 3
+    await slots.renew({"open"})  # "gone" never opened: its client left mid-handshake
+    assert slots.held("c") == 1
+    assert slots.acquire("c", "third", 2)
