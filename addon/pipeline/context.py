@@ -79,7 +79,6 @@ class RpcContext:
     reply: Reply | None = None  # set once: the call is answered
     rate: Decision | None = None
     reserved: dict[int, int] | None = None  # item -> byte units taken before it was sent
-    charged: int = 0  # units charged after the answer (its bytes)
     plans: dict[int, Plan] = field(default_factory=dict)  # cacheable items: their entries
     hits: set[int] = field(default_factory=set)  # items answered from the cache
     forwarded: list[int] = field(default_factory=list)  # items sent upstream

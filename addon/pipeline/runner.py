@@ -1,4 +1,4 @@
-"""The request pipeline, in order, and the list of mitmproxy addons.
+"""The request pipeline: its steps, in order, and the addon that runs them.
 
 An RPC call (a POST to ``/rpc/v1/<network>``, or one WebSocket message) enters
 through the gate (route, body limit, parse; ``addon/pipeline/gate.py``) and goes through
@@ -112,7 +112,7 @@ class RpcPipeline:
 
     async def message(self, content: bytes, sock: Socket, origin: Origin) -> RpcContext:
         """One WebSocket message: its call through the same steps; the caller
-        sends ``rpc.reply`` (``addon/respond.message_body``)."""
+        sends ``rpc.reply`` (``addon/pipeline/reply.message_body``)."""
         rt = self.holder.runtime
         if rt is None:
             return RpcContext(sock.network, 0.0, origin, reply=Reply(503, _NOT_CONFIGURED, "error"))

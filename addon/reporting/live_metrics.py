@@ -78,11 +78,12 @@ class LiveMetrics:
     def count_units(self, call: Call, units: int, tier: str | None, costs: CostConfig) -> None:
         """Quota units charged, by method (``state_call`` by its runtime API when
         the config prices that API: a bounded set) and tier."""
+        # on every call's path: the label key built directly (labels in sorted order)
         method = call.method if call.method in self._methods else OTHER_METHOD
         api = runtime_api(call) if costs.runtime_apis else None
         if api is not None and api in costs.runtime_apis:
             method = f"state_call:{api}"
-        key = (UNITS, (("method", method), ("tier", tier or "default")))  # sorted labels
+        key = (UNITS, (("method", method), ("tier", tier or "default")))
         self._extra[key] = self._extra.get(key, 0) + units
 
     def count_refusal(self, policy: str, n: int = 1) -> None:

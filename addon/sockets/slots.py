@@ -50,8 +50,8 @@ class SocketSlots:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock  # wall clock: leases in Redis are compared across machines
         self._local: dict[str, dict[str, float]] = {}  # client -> socket id -> lease end
-        self._held: dict[str, str] = {}  # socket id -> client: this process's sockets
-        self._taken_at: dict[str, float] = {}  # socket id -> when its slot was taken
+        # this process's sockets: socket id -> (client, when its slot was taken)
+        self._held: dict[str, tuple[str, float]] = {}
         self.link: RedisLink | None = None
         self._member_prefix = f"{socket.gethostname()}:{os.getpid()}:"
         self._acquire_sha = ""
@@ -65,7 +65,7 @@ class SocketSlots:
 
     def held(self, client: str) -> int:
         """Sockets this process holds for ``client``."""
-        return sum(1 for c in self._held.values() if c == client)
+        return sum(1 for c, _ in self._held.values() if c == client)
 
     def acquire(self, client: str, sock_id: str, cap: int) -> bool | Awaitable[bool]:
         """Take a slot for a new socket (True), or say the client holds ``cap``."""
@@ -108,15 +108,14 @@ class SocketSlots:
         return bool(taken)
 
     def _hold(self, sock_id: str, client: str) -> None:
-        self._held[sock_id] = client
-        self._taken_at[sock_id] = self._clock()
+        self._held[sock_id] = (client, self._clock())
 
     def release(self, sock_id: str) -> None:
         """A socket closed: its slot is free again, here and in Redis."""
-        client = self._held.pop(sock_id, None)
-        self._taken_at.pop(sock_id, None)
-        if client is None:
+        held = self._held.pop(sock_id, None)
+        if held is None:
             return
+        client = held[0]
         leases = self._local.get(client)
         if leases is not None:
             leases.pop(sock_id, None)
@@ -139,8 +138,8 @@ class SocketSlots:
         if open_ids is not None:
             stale = [
                 sid
-                for sid in self._held
-                if sid not in open_ids and now - self._taken_at.get(sid, now) > LEASE_S / 3
+                for sid, (_, taken_at) in self._held.items()
+                if sid not in open_ids and now - taken_at > LEASE_S / 3
             ]
             for sid in stale:
                 self.release(sid)
@@ -151,7 +150,7 @@ class SocketSlots:
         link = self.link
         if link is None or not link.up or not self._held:
             return
-        held = list(self._held.items())
+        held = [(sid, client) for sid, (client, _) in self._held.items()]
         for start in range(0, len(held), 500):  # bounded script calls
             chunk = held[start : start + 500]
             command = (

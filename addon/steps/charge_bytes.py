@@ -43,5 +43,4 @@ def charge_bytes(rpc: RpcContext, rt: Runtime) -> None:
             units += n
             rt.metrics.count_units(call, n, rpc.tier, costs)
     if units:
-        rpc.charged = units
         rt.quotas.charge(rpc.client, units, rpc.tier)

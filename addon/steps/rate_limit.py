@@ -32,6 +32,12 @@ def rate_limit(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
             if n:
                 units += n
                 rt.metrics.count_units(call, n, rpc.tier, costs)
+    return take_units(rpc, rt, units)
+
+
+def take_units(rpc: RpcContext, rt: Runtime, units: int) -> Awaitable[None] | None:
+    """Take ``units`` from the call's client, all or nothing, or refuse the call
+    (429, the batch whole); awaitable when the quota is in Redis."""
     if units == 0:
         return None
     decision = rt.quotas.decide(rpc.client, units, rpc.tier)

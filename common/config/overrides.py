@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 
 from common.config.model import Config, RedisConfig
-from common.config.proxy import parse_trusted
+from common.config.readers import parse_trusted
 from common.config.redis import parse_redis
 
 

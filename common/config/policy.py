@@ -18,6 +18,7 @@ from common.config.readers import (
     get_int,
     get_num,
     mapping,
+    parse_trusted,
     str_list,
 )
 
@@ -94,7 +95,7 @@ def _unit_table(raw: Any, key: str) -> dict[str, int]:
 
 
 def parse_tiers(
-    raw: Any, env: Mapping[str, str], *, default: RateLimitConfig, parse_cidrs: Any
+    raw: Any, env: Mapping[str, str], *, default: RateLimitConfig
 ) -> tuple[TierConfig, ...]:
     if raw is None:
         return ()
@@ -124,7 +125,7 @@ def parse_tiers(
         if name in names:
             raise ConfigError(f"{key}.name", f"tier {name!r} is named twice")
         names.add(name)
-        cidrs = parse_cidrs(str_list(t.get("cidrs", []), f"{key}.cidrs"), f"{key}.cidrs")
+        cidrs = parse_trusted(str_list(t.get("cidrs", []), f"{key}.cidrs"), f"{key}.cidrs")
         keys = []
         for j, k in enumerate(str_list(t.get("keys", []), f"{key}.keys")):
             value = expand_env(k, f"{key}.keys[{j}]", env)

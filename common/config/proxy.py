@@ -4,7 +4,6 @@ WebSocket); the quota and tiers are ``policy.py``'s."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from common.config.readers import (
     get_int,
     get_num,
     mapping,
+    parse_trusted,
     str_list,
 )
 from common.config.upstream_calls import parse_coalesce, parse_head_pinning, parse_hedge
@@ -139,7 +139,7 @@ def parse_proxy(
         coalesce=parse_coalesce(p.get("coalesce")),
         head_pinning=parse_head_pinning(p.get("head_pinning")),
         hedge=parse_hedge(p.get("hedge")),
-        tiers=parse_tiers(p.get("tiers"), env, default=rate_limit, parse_cidrs=parse_trusted),
+        tiers=parse_tiers(p.get("tiers"), env, default=rate_limit),
     )
 
 
@@ -182,15 +182,3 @@ def _websocket(raw: Any) -> WebSocketConfig:
         ),
         stall_s=get_num(w, "stall_s", d.stall_s, key + "stall_s"),
     )
-
-
-def parse_trusted(
-    items: list[str], key: str
-) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    trusted = []
-    for i, item in enumerate(items):
-        try:
-            trusted.append(ipaddress.ip_network(item, strict=False))
-        except ValueError:
-            raise ConfigError(f"{key}[{i}]", f"not an IP address or CIDR: {item!r}") from None
-    return tuple(trusted)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections.abc import Mapping
@@ -94,3 +95,16 @@ def get_url(value: Any, key: str, schemes: tuple[str, ...]) -> str:
     if parts.scheme not in schemes or not parts.hostname:
         raise ConfigError(key, f"bad URL {redact_url(value)!r}: need {'/'.join(schemes)}://host")
     return value
+
+
+def parse_trusted(
+    items: list[str], key: str
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """A list of addresses or CIDRs (trusted proxies, a tier's ``cidrs``)."""
+    trusted = []
+    for i, item in enumerate(items):
+        try:
+            trusted.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ConfigError(f"{key}[{i}]", f"not an IP address or CIDR: {item!r}") from None
+    return tuple(trusted)
