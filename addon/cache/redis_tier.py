@@ -14,18 +14,17 @@ pipeline (``addon/redislink/pipe.py``); past ``MAX_PENDING`` queued entries new 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable
 from typing import Any
 
 from addon.cache.store import CacheStore
 from addon.redislink.link import RedisLink, RedisUnavailable
+from common.jsontext import dumps, loads
 
 log = logging.getLogger("chainproxy.cache")
 
 MAX_PENDING = 10_000
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 class SharedCacheTier:
@@ -63,7 +62,7 @@ class SharedCacheTier:
         out: list[Any | None] = []
         for key, item in zip(keys, raw, strict=True):
             try:
-                value = None if item is None else json.loads(item)
+                value = None if item is None else loads(item)
             except ValueError:  # not ours, or cut short: a miss
                 value = None
             if value is not None and fill is not None:
@@ -79,7 +78,7 @@ class SharedCacheTier:
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 log.warning("redis cache writes behind: %d entries not shared", self.dropped)
             return
-        self._pending[self.key(cache_key)] = _ENCODER.encode(value)
+        self._pending[self.key(cache_key)] = dumps(value)
         if self._flush is None or self._flush.done():
             self._flush = asyncio.get_running_loop().create_task(self._send())
 

@@ -17,7 +17,6 @@ the memory, which is what matters for what is worth keeping on disk.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import time
@@ -27,12 +26,12 @@ from typing import Any, Protocol
 
 import diskcache
 
+from common.jsontext import dumps_text, loads
 from common.outage import Outage
 
 log = logging.getLogger("chainproxy.cache")
 
 _MISSING = object()
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
 # The in-memory front: at most this many entries and bytes of JSON text; larger
 # values (whole blocks can be big) are only kept on disk.
 MEMO_MAX_ENTRIES = 4096
@@ -146,7 +145,7 @@ class DiskCacheStore:
         text = self._memo.get(key)
         if text is not None:
             self._memo.move_to_end(key)
-            return json.loads(text)  # a fresh object per caller, like a disk read
+            return loads(text)  # a fresh object per caller, like a disk read
         try:
             raw = cache.get(key, default=_MISSING)
         except Exception as e:  # corrupt db, disk error, lock timeout
@@ -157,7 +156,7 @@ class DiskCacheStore:
         if self._outage.failing:
             self._worked()
         try:
-            value = json.loads(raw)
+            value = loads(raw)
         except (TypeError, ValueError) as e:
             self._failed("decode", e)
             return None
@@ -169,7 +168,7 @@ class DiskCacheStore:
         cache = self._cache if self._cache is not None else self._reopen()
         if cache is None:
             return
-        text = _ENCODER.encode(value)
+        text = dumps_text(value)
         try:
             cache.set(key, text)
         except Exception as e:  # full disk, lock timeout, removed directory

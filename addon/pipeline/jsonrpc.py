@@ -8,12 +8,12 @@ batch over the size limit is refused whole.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from addon.chain.blocks import BlockFacts, block_facts
+from common.jsontext import dumps as dumps  # re-exported: the pipeline's JSON
+from common.jsontext import loads
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -116,35 +116,6 @@ def parse_item(obj: Any) -> Item:
     return Call(raw_id, method, params)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"number out of range: {text[:32]}")
-    return value
-
-
-# Built once: ``json.loads``/``json.dumps`` with options build a new decoder or
-# encoder on every call (a few µs each, several times per request).
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
-
-
-def loads(body: bytes | str) -> Any:
-    """Strict JSON: no NaN/Infinity literals, no numbers that overflow to inf,
-    so whatever is parsed can be written back as valid JSON. Accepts what
-    ``json.loads`` accepts (UTF-8/16/32 bytes, str) with the same errors."""
-    if isinstance(body, str):
-        if body.startswith("\ufeff"):
-            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", body, 0)
-    else:
-        body = body.decode(json.detect_encoding(body), "surrogatepass")
-    return _DECODER.decode(body)
-
-
 def parse_body(body: bytes, *, max_batch: int) -> Parsed | Refusal:
     try:
         doc = loads(body)
@@ -173,7 +144,3 @@ def error_obj(id_: Any, code: int, message: str, data: Any = None) -> dict[str, 
     if data is not None:
         err["data"] = data
     return {"jsonrpc": "2.0", "id": id_, "error": err}
-
-
-def dumps(doc: Any) -> bytes:
-    return _ENCODER.encode(doc).encode()

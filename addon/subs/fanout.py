@@ -9,7 +9,6 @@ dropped. The sequencer (``sequencer.py``) decides what is delivered.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from addon.subs.methods import SubKind
 from addon.subs.sequencer import HeadSequencer, Step, StorageSequencer, ValueSequencer
 from addon.subs.upstream import UpstreamError, UpstreamSocket
 from addon.upstream.pool import Upstream
+from common.jsontext import dumps_text
 
 log = logging.getLogger("chainproxy.subs")
 
@@ -128,14 +128,14 @@ class SharedSubscription:
             return
         value = self.current()
         if value is not None:
-            encoded = json.dumps(value, separators=(",", ":"))
+            encoded = dumps_text(value)
             subscriber.send(self._frame(subscriber.sub_id, encoded))
 
     def _frame(self, sub_id: str, result_json: str) -> bytes:
         # The result is encoded once per notification, not once per subscriber.
         return (
             f'{{"jsonrpc":"2.0","method":"{self.kind.notification}",'
-            f'"params":{{"subscription":{json.dumps(sub_id)},"result":{result_json}}}}}'
+            f'"params":{{"subscription":{dumps_text(sub_id)},"result":{result_json}}}}}'
         ).encode()
 
     def _deliver(self, result: Any) -> None:
@@ -143,7 +143,7 @@ class SharedSubscription:
             self._on_deliver(self.network, result)  # a head is known before it is shown
         self.sequencer.delivered(result)
         self.delivered += 1
-        encoded = json.dumps(result, separators=(",", ":"))
+        encoded = dumps_text(result)
         for sub in list(self.subscribers.values()):
             try:
                 frame = self._frame(sub.sub_id, encoded)

@@ -21,6 +21,8 @@ from typing import Any
 
 import aiohttp
 
+from common.jsontext import loads
+
 log = logging.getLogger("chainproxy.subs")
 
 Handler = Callable[[Any], None]  # called with each notification's result
@@ -144,7 +146,7 @@ class UpstreamSocket:
 
     def _dispatch(self, text: str) -> None:
         try:
-            doc = json.loads(text)
+            doc = loads(text)
         except ValueError:
             log.warning("%s sent a message that is not JSON", self.endpoint_id)
             return
