@@ -1,18 +1,23 @@
 """Fault injection: which faults a node has, how a control request changes them
 (validated, all or nothing), and what a call meets under them. The HTTP and
 the WebSocket handlers both ask ``faulted_answer`` and only turn its answer
-into their own transport's terms."""
+into their own transport's terms. ``limit_rps`` is HTTP's alone: the server
+asks ``FaultState.admit`` before anything else (a gateway in front of the
+node), see ``simnode.server``."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .chain import Chain, is_hash
+from .window import WindowLimit
 
 GARBAGE_HTML = (
     "<!DOCTYPE html><html><head><title>Just a moment...</title></head>"
@@ -44,6 +49,12 @@ class Faults:
     fork: bool = False  # blocks from now on get other hashes (a minority fork)
     genesis: str | None = None
     die: bool = False
+    # HTTP RPC requests beyond ``limit_rps`` calls (a batch counts its calls) in
+    # any sliding 1 s window get 429 at once; only admitted calls count. 0: off.
+    # ``limit_retry_after_s``: the 429's Retry-After (seconds, rounded up), or
+    # none when null
+    limit_rps: float = 0.0
+    limit_retry_after_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -53,6 +64,7 @@ class Faults:
         """Whether any fault needs the slow path of the RPC handler."""
         return bool(
             self.latency_ms
+            or self.limit_rps
             or self.latency_per_mib_ms
             or self.error_rate
             or self.stall_rate
@@ -91,6 +103,14 @@ def check_fault(key: str, value: Any) -> Any:
         ):
             raise ValueError("http_status must be an HTTP status code or null")
         return value
+    if key == "limit_rps":
+        if not is_num or not (value == 0 or value >= 1):
+            raise ValueError("limit_rps must be 0 (off) or a number >= 1")
+        return float(value)
+    if key == "limit_retry_after_s":
+        if value is not None and (not is_num or value < 0):
+            raise ValueError("limit_retry_after_s must be a number >= 0 or null")
+        return None if value is None else float(value)
     if key == "byte_slots":
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 64:
             raise ValueError("byte_slots must be an integer in [1, 64]")
@@ -108,7 +128,9 @@ def check_fault(key: str, value: Any) -> Any:
 class FaultState:
     """A node's current faults, and the event hung handlers wait on."""
 
-    def __init__(self, rng_seed: int | None = None) -> None:
+    def __init__(
+        self, rng_seed: int | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.faults = Faults()
         self.slow = False  # cached ``faults.slow_path``: the fast path checks it per call
         # Set while no hang fault is active; hung handlers wait on it.
@@ -117,6 +139,8 @@ class FaultState:
         self._rng = random.Random(rng_seed)
         # the places where an answer's byte time is waited (``byte_slots`` of them)
         self._byte_slots = asyncio.Semaphore(1)
+        self._clock = clock
+        self._limit = WindowLimit()  # the calls ``limit_rps`` admitted lately
 
     def apply(self, changes: dict[str, Any], chain: Chain) -> bool:
         """Validate all, then apply all (all-or-nothing). Returns whether to die."""
@@ -129,6 +153,8 @@ class FaultState:
         if faults.byte_slots != self.faults.byte_slots:
             # calls already waiting finish on the old places
             self._byte_slots = asyncio.Semaphore(faults.byte_slots)
+        if faults.limit_rps != self.faults.limit_rps:
+            self._limit.clear()  # a new limit starts with an empty window
         self.faults = faults
         self.slow = faults.slow_path
         if faults.hang:
@@ -163,6 +189,17 @@ class FaultState:
         delay = byte_delay_s(nbytes, self.faults.latency_per_mib_ms)
         async with self._byte_slots:
             await asyncio.sleep(delay)
+
+    def admit(self, calls: int) -> bool:
+        """Whether ``limit_rps`` lets an HTTP request of ``calls`` calls through
+        now (always, when the fault is off); an admitted request counts."""
+        limit = self.faults.limit_rps
+        return not limit or self._limit.admit(self._clock(), calls, limit)
+
+    def retry_after(self) -> str | None:
+        """The ``Retry-After`` value of a ``limit_rps`` 429, if it has one."""
+        s = self.faults.limit_retry_after_s
+        return None if s is None else str(math.ceil(s))
 
     def roll_error(self) -> bool:
         return self._rng.random() < self.faults.error_rate

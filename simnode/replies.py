@@ -1,5 +1,6 @@
 """The HTTP answers a node gives besides JSON-RPC results: none at all (a cut
-connection), a bare error status, a JSON document."""
+connection), a bare error status (``http_status``: 429 and 503 with
+``Retry-After: 1``), a rate limit's 429 (``limit_rps``), a JSON document."""
 
 from __future__ import annotations
 
@@ -31,6 +32,23 @@ def status_response(status: int) -> web.Response:
         phrase = "Error"
     headers = {"Retry-After": "1"} if status in (429, 503) else None
     return web.Response(status=status, text=f"{status} {phrase}\n", headers=headers)
+
+
+TOO_MANY_REQUESTS = -32029  # the code public RPC providers answer a rate limit with
+
+
+def too_many_requests(rid: Any, retry_after: str | None) -> web.Response:
+    """The ``limit_rps`` fault's 429: a JSON-RPC error (``id`` that of the call,
+    null for a batch), ``Retry-After`` only when the fault gives one."""
+    doc = {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "error": {"code": TOO_MANY_REQUESTS, "message": "Too many requests"},
+    }
+    resp = json_response(doc, status=429)
+    if retry_after is not None:
+        resp.headers["Retry-After"] = retry_after
+    return resp
 
 
 def json_response(doc: Any, status: int = 200) -> web.Response:

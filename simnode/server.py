@@ -19,8 +19,9 @@ from aiohttp import web
 from .chain import FINNEY_GENESIS, Chain, ChainConfig
 from .control import add_control_routes
 from .faults import FAULT_KEYS, GARBAGE_HTML, Faults, FaultState, faulted_answer
-from .replies import JSON_CT, drop, status_response
+from .replies import JSON_CT, drop, status_response, too_many_requests
 from .rpc import Call, Dispatcher, Parsed, parse
+from .window import CallRate
 from .ws import WebSocketRpc
 
 MAX_BODY = 15 * 1024 * 1024  # substrate's default max request size
@@ -65,11 +66,14 @@ class SimNode:
         self._port = port
         self.chain = Chain(config, clock)
         self.dispatcher = Dispatcher(self.chain)
-        self.fault_state = FaultState(rng_seed)
+        self._clock = clock
+        self.fault_state = FaultState(rng_seed, clock)
         self.shutdown_timeout = shutdown_timeout
         self._requests = 0
         self._calls: dict[str, int] = {}
         self._bytes_out = 0  # bytes of the RPC answers sent (HTTP bodies, WS messages)
+        self._rate = CallRate()  # calls received (HTTP and WS) per sliding 1 s
+        self._rate_limited = 0  # HTTP requests answered 429 by the ``limit_rps`` fault
         self._on_die = on_die
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -192,6 +196,8 @@ class SimNode:
         self._requests = 0
         self._calls = {}
         self._bytes_out = 0
+        self._rate.clear()
+        self._rate_limited = 0
         self.dispatcher.submitted = 0
         return self.state()
 
@@ -209,6 +215,9 @@ class SimNode:
             "requests": self._requests,
             "calls": dict(self._calls),
             "bytes_out": self._bytes_out,
+            "rate_limited": self._rate_limited,
+            "calls_in_last_s": self._rate.in_window(self._clock()),
+            "max_rps_seen": self._rate.max_seen,
             "submitted": self.dispatcher.submitted,
             "subscriptions": self._ws.subscriptions,
         }
@@ -229,9 +238,15 @@ class SimNode:
         """An RPC answer of ``n`` bytes sent (its HTTP body, or its WebSocket message)."""
         self._bytes_out += n
 
+    @property
+    def rate_limited(self) -> int:
+        return self._rate_limited
+
     def count(self, parsed: Parsed) -> None:
-        """One request (an HTTP POST or a WebSocket message) and each call in it."""
+        """One request (an HTTP POST or a WebSocket message) and each call in it
+        (for the call rate, each entry of a batch, valid or not, is a call)."""
         self._requests += 1
+        self._rate.add(self._clock(), len(parsed.entries))
         calls = self._calls
         for entry in parsed.entries:
             if type(entry) is Call:
@@ -249,6 +264,11 @@ class SimNode:
         return web.Response(body=body, content_type=JSON_CT)
 
     async def _faulted(self, request: web.Request, parsed: Parsed) -> web.StreamResponse:
+        fs = self.fault_state
+        if not self._stopping and not fs.admit(len(parsed.entries)):
+            self._rate_limited += 1
+            first = parsed.entries[0]
+            return too_many_requests(None if parsed.batch else first.id, fs.retry_after())
         a = await faulted_answer(
             self.fault_state,
             partial(self.dispatcher.respond, parsed),
