@@ -7,6 +7,7 @@ other addons read it through the shared ``RuntimeHolder``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,10 +27,14 @@ from addon.reporting.usage import Spool, UsageAggregator
 from addon.sockets.slots import SocketSlots
 from addon.subs.hub import HubSettings, SubscriptionHub
 from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
+from addon.upstream.admission import BudgetBook
+from addon.upstream.budgets import Budgets
 from addon.upstream.coalesce import Coalescer
+from addon.upstream.fair_wait import FairWait
 from addon.upstream.forward import AiohttpTransport, Budget, Transport
 from addon.upstream.hedge import Hedger
 from addon.upstream.pool import Upstream, UpstreamPool
+from addon.upstream.shared_budgets import SharedBudgets
 from common.config import Config, Endpoint
 from common.config.model import ProxyConfig
 
@@ -60,6 +65,10 @@ class Runtime:
     # Fewer upstream calls, shorter tail (DESIGN-NOTES "Upstream calls")
     coalescer: Coalescer = field(default_factory=Coalescer)
     hedgers: dict[str, Hedger] = field(default_factory=dict)  # per network
+    # The nodes' own limits (proxy.upstream_limits; None: switched off)
+    budgets: BudgetBook | None = None  # this process's, or the deployment's in Redis
+    local_budgets: Budgets | None = None
+    fair_waits: dict[str, FairWait] = field(default_factory=dict)  # per network
 
     @classmethod
     def build(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Runtime:
@@ -70,6 +79,7 @@ class Runtime:
                 eject_after=p.failover.eject_after,
                 eject_cooldown_s=p.failover.eject_cooldown_s,
                 clock=clock,
+                max_backoff_s=p.upstream_limits.max_backoff_s,
             )
             for net in p.networks
         }
@@ -98,6 +108,11 @@ class Runtime:
         )
         runtime.coalescer = Coalescer(p.coalesce.max_keys)
         runtime.hedgers = {net: Hedger(p.hedge) for net in p.networks}
+        if p.upstream_limits.enabled:
+            endpoints = [e for net in p.networks for e in config.rpc_endpoints(net)]
+            local = Budgets(endpoints, clock=clock, adaptive=p.upstream_limits.adaptive)
+            runtime.budgets = runtime.local_budgets = local
+            runtime.fair_waits = {net: FairWait() for net in p.networks}
         runtime.subs = SubscriptionHub(ws_pools, runtime, clock=clock, settings=_hub_settings(p))
         if config.redis is not None:
             runtime.use_redis(
@@ -116,6 +131,9 @@ class Runtime:
         self.redis = link
         self.quotas.use_redis(link)
         self.slots.use_redis(link)
+        if self.local_budgets is not None:
+            lease_s = self.config.proxy.failover.attempt_timeout_s
+            self.budgets = SharedBudgets(link, self.local_budgets, lease_s=lease_s)
         if self.config.proxy.cache.enabled:
             self.shared_cache = SharedCacheTier(link, ttl_s=self.config.redis.cache_ttl_s)
 
@@ -139,6 +157,10 @@ class Runtime:
             if net in self.hedgers and hedger.config == self.hedgers[net].config:
                 self.hedgers[net] = hedger  # its latency window
         self.usage = old.usage  # records not yet shipped stay with the process
+        if self.local_budgets is not None and old.local_budgets is not None:
+            self.local_budgets.inherit(old.local_budgets)  # learned rates, calls in flight
+            for net in self.fair_waits.keys() & old.fair_waits.keys():
+                self.fair_waits[net] = old.fair_waits[net]  # calls waiting stay in line
         if old.config.data_dir == self.config.data_dir:
             self.spool = old.spool
             if old.config.proxy.cache == self.config.proxy.cache:
@@ -159,6 +181,30 @@ class Runtime:
             "ws_connections": self.ws_connections,
             "spool_batches": len(self.spool) if self.spool is not None else 0,
             **self.subs.gauges(),
+            **self._upstream_gauges(),
+        }
+
+    def _upstream_gauges(self) -> dict[str, dict[str, int]]:
+        """The nodes' budgets as this process sees them, and their back-offs."""
+        if self.local_budgets is None:
+            return {}
+        sent: dict[str, int] = {}
+        learned: dict[str, int] = {}
+        for eid, node in self.local_budgets.snapshot().items():
+            sent[eid] = int(node["sent_last_s"] or 0)
+            if node["learned"]:
+                learned[eid] = round(node["rps"] or 0)
+        now = self.clock()
+        backoff = {
+            u.id: math.ceil(u.backoff_until - now)
+            for pool in self.pools.values()
+            for u in pool.upstreams.values()
+            if u.backoff_until > now
+        }
+        return {
+            "upstream_sent_last_s": sent,
+            "upstream_learned_rps": learned,
+            "upstream_backoff_s": backoff,
         }
 
     def open_storage(self) -> None:

@@ -10,11 +10,14 @@ from collections.abc import Awaitable
 from addon.pipeline.context import RpcContext
 from addon.pipeline.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.runtime import Runtime
+from addon.upstream.admission import Admission
 from addon.upstream.coalesce import coalesce_key
 from addon.upstream.forward import ForwardResult, forward
 from addon.upstream.routing_hints import hints
 
 log = logging.getLogger("chainproxy")
+
+_TOO_MANY = frozenset({"rate-limited", "overloaded"})  # 429, 503 with Retry-After
 
 
 async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
@@ -33,8 +36,20 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
     p = rt.config.proxy
     is_batch = rpc.parsed.is_batch
 
+    admissions: list[Admission] = []
+
     def start() -> Awaitable[ForwardResult]:
         assert rt.transport is not None
+        admission = None
+        if rt.budgets is not None:
+            admission = Admission(
+                rt.budgets,
+                rt.fair_waits[rpc.network],
+                client=rpc.client,
+                max_wait_s=p.upstream_limits.max_wait_s,
+                clock=rt.clock,
+            )
+            admissions.append(admission)
         return forward(
             calls,
             is_batch=is_batch,
@@ -47,6 +62,7 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
             prefer_archive=hint.prefer_archive,
             # off: it never hedges; nor a heavy read (a race would double its bytes)
             hedger=None if rpc.reserved else rt.hedgers.get(rpc.network),
+            admission=admission,
         )
 
     if p.coalesce.enabled:
@@ -59,6 +75,16 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
     rpc.hedged = result.hedged and not rpc.coalesced  # counted once, by the call that sent it
     if rpc.hedged:
         rt.metrics.count_extra("chainproxy_hedged_total", network=rpc.network)
+    for admission in admissions:  # the call that sent it (not a coalesced follower)
+        if admission.waited:
+            rt.metrics.count_extra("chainproxy_upstream_waits_total", network=rpc.network)
+        for a in result.attempts:
+            if a.reason in _TOO_MANY:  # the node now pauses (pool.throttled)
+                rt.metrics.count_extra(
+                    "chainproxy_upstream_backoffs_total", endpoint=a.endpoint, reason=a.reason
+                )
+    if result.kind == "capacity":
+        rt.metrics.count_refusal("upstream_capacity")
     rpc.result = result
     rpc.attempts = result.attempts
     if result.upstream is not None:
@@ -75,7 +101,16 @@ def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtim
             rpc.answers[i] = {**answer, "jsonrpc": "2.0", "id": rpc.parsed.items[i].id}
         return
     attempts = [a.as_dict() for a in result.attempts]
-    if result.kind == "no-upstream":
+    data: dict[str, object] = {"attempts": attempts}
+    if result.kind == "capacity":
+        retry = result.retry_after
+        status = 503
+        message = (
+            f"upstream capacity exhausted for network {rpc.network}: every node's "
+            f"request budget is in use; retry in {retry} s"
+        )
+        data = {"policy": "upstream_capacity", "retry_after": retry, "attempts": attempts}
+    elif result.kind == "no-upstream":
         status, message = 503, f"no upstream available for network {rpc.network}"
     elif result.kind == "deadline":
         status = 504
@@ -85,7 +120,5 @@ def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtim
         message = f"all {len(attempts)} upstream attempt(s) failed"
     log.warning("%s %s: %s %s", rpc.network, status, message, attempts)
     for i in pending:
-        rpc.answers[i] = error_obj(
-            rpc.parsed.items[i].id, INTERNAL_ERROR, message, {"attempts": attempts}
-        )
+        rpc.answers[i] = error_obj(rpc.parsed.items[i].id, INTERNAL_ERROR, message, data)
     rpc.error_status = status

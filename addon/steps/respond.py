@@ -11,6 +11,11 @@ from addon.runtime import Runtime
 def respond(rpc: RpcContext, rt: Runtime) -> None:
     assert rpc.parsed is not None
     if rpc.error_status is not None and not rpc.parsed.is_batch:
+        result = rpc.result
+        if result is not None and result.kind == "capacity":  # a policy: it says when
+            headers = (("Retry-After", str(result.retry_after)),)
+            rpc.reply = Reply(rpc.error_status, rpc.answers[0], "refused", headers)
+            return
         rpc.reply = Reply(rpc.error_status, rpc.answers[0], "error")
         return
     headers = [("X-Cache", rpc.cache)]

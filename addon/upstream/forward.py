@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import time
 from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,15 +20,19 @@ import aiohttp
 from multidict import CIMultiDict
 
 from addon.pipeline.jsonrpc import Call, dumps
+from addon.upstream.admission import Admission
+from addon.upstream.backoff import parse_retry_after
+from addon.upstream.budgets import Ticket
 from addon.upstream.failover import assess
 from addon.upstream.hedge import Hedger
 from addon.upstream.pool import Upstream, UpstreamPool
 
 
 class TransportError(Exception):
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.retry_after = retry_after  # the node's Retry-After, in seconds
 
 
 class Transport(Protocol):
@@ -51,7 +57,7 @@ class Attempt:
         }
 
 
-ResultKind = Literal["ok", "soft", "failed", "deadline", "no-upstream"]
+ResultKind = Literal["ok", "soft", "failed", "deadline", "no-upstream", "capacity"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,12 @@ class ForwardResult:
     upstream: Upstream | None  # whose answer it is
     hedged: bool = False  # a second upstream raced a slow first one
     body_bytes: int = 0  # the size of the answer's body as the upstream sent it
+    retry_after_s: float = 0.0  # "capacity": when a node's budget is expected to free up
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds for ``Retry-After`` (at least 1)."""
+        return max(1, math.ceil(self.retry_after_s))
 
     @property
     def failover(self) -> bool:
@@ -97,10 +109,14 @@ async def forward(
     min_block: int | None = None,
     prefer_archive: bool = False,
     hedger: Hedger | None = None,
+    admission: Admission | None = None,
 ) -> ForwardResult:
     """Attempts one after the other (failover); with a ``hedger``, an attempt
     not answered within its delay gets a second one racing it on the next-best
-    upstream, the first good answer wins and the other is cancelled."""
+    upstream, the first good answer wins and the other is cancelled. With an
+    ``admission``, each attempt takes a place in its node's budget (waiting its
+    fair turn if every node's is spent), and a node that answers "too many
+    requests" pauses instead of counting as failed."""
     body = outbound_body(calls, is_batch)
     deadline = clock() + budget.deadline_s
     tried: set[str] = set()
@@ -109,31 +125,53 @@ async def forward(
     by_deadline = False
     hedged = False  # a second upstream was sent the call
     waited = False  # the hedge delay passed once (one hedge per call at most)
-    running: dict[asyncio.Task[tuple[int, bytes]], tuple[Upstream, float, float]] = {}
+    # each attempt in flight: its upstream, start, timeout and budget ticket
+    running: dict[asyncio.Task[tuple[int, bytes]], tuple[Upstream, float, float, Ticket | None]]
+    running = {}
     if hedger is not None:
         hedger.call()
 
-    def launch() -> bool:
+    async def launch(wait: bool) -> bool:
+        """Send the call to the next upstream; ``wait``: for a node's budget, if
+        need be (a hedge does not)."""
         nonlocal by_deadline
-        remaining = deadline - clock()
-        if remaining <= 0:
+        if deadline - clock() <= 0:
             by_deadline = True
             return False
-        upstream = pool.choose(tried, prefer_archive=prefer_archive, min_block=min_block)
+        ticket: Ticket | None = None
+        if admission is None:
+            upstream = pool.choose(tried, prefer_archive=prefer_archive, min_block=min_block)
+        else:
+            got = await admission.acquire(
+                pool,
+                tried,
+                calls=len(calls),
+                until=deadline,
+                wait=wait,
+                prefer_archive=prefer_archive,
+                min_block=min_block,
+            )
+            upstream, ticket = got if got is not None else (None, None)
         if upstream is None:
+            return False
+        remaining = deadline - clock()
+        if remaining <= 0:  # the wait for budget took the rest of the deadline
+            if ticket is not None and admission is not None:
+                admission.release(ticket)
+            by_deadline = True
             return False
         tried.add(upstream.id)
         timeout = min(budget.attempt_timeout_s, remaining)
         pool.started(upstream)
         task = asyncio.ensure_future(transport.post(upstream.url, body, timeout))
-        running[task] = (upstream, clock(), timeout)
+        running[task] = (upstream, clock(), timeout, ticket)
         return True
 
     try:
         while True:
             # a hedge is an extra racer, not one of the failover attempts
             limit = budget.max_attempts + hedged
-            if not running and (len(tried) >= limit or not launch()):
+            if not running and (len(tried) >= limit or not await launch(True)):
                 break
             wait: float | None = None
             if hedger is not None and not waited and len(tried) < budget.max_attempts:
@@ -142,17 +180,24 @@ async def forward(
             if not done:  # the first is slow: race it on the next-best upstream, once
                 waited = True
                 assert hedger is not None
-                if hedger.can_hedge() and launch():
+                if hedger.can_hedge() and await launch(False):
                     hedger.hedged()
                     hedged = True
                 continue
             for task in done:
-                upstream, start, timeout = running.pop(task)
+                upstream, start, timeout, ticket = running.pop(task)
+                if ticket is not None and admission is not None:
+                    admission.release(ticket)
                 latency = (clock() - start) * 1000
                 try:
                     status, raw = task.result()
                 except TransportError as e:
-                    pool.failed(upstream, latency)
+                    if admission is not None and (
+                        e.reason == "rate-limited" or e.retry_after is not None
+                    ):
+                        _throttle(pool, admission, upstream, latency, e.retry_after, e.reason)
+                    else:
+                        pool.failed(upstream, latency)
                     attempts.append(
                         Attempt(upstream.id, upstream.provider, "hard", e.reason, round(latency))
                     )
@@ -173,7 +218,10 @@ async def forward(
                     )
                 )
                 if verdict.verdict == "hard":
-                    pool.failed(upstream, latency)
+                    if admission is not None and verdict.reason == "rate-limited":
+                        _throttle(pool, admission, upstream, latency, None, verdict.reason)
+                    else:
+                        pool.failed(upstream, latency)
                     continue
                 pool.succeeded(upstream, latency)  # a soft answer is a healthy node, behind
                 if hedger is not None:
@@ -190,8 +238,10 @@ async def forward(
     finally:
         # the other racer, or everything when the flow itself was cancelled
         outraced = hedged and bool(attempts) and attempts[-1].outcome == "ok"
-        for task, (upstream, start, _) in running.items():
+        for task, (upstream, start, _, ticket) in running.items():
             task.cancel()
+            if ticket is not None and admission is not None:
+                admission.release(ticket)
             if outraced:
                 pool.outraced(upstream, (clock() - start) * 1000)
             else:
@@ -204,8 +254,26 @@ async def forward(
     if by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
         return ForwardResult("deadline", None, tuple(attempts), None, hedged)
     if not attempts:
+        if admission is not None and admission.shed:
+            return ForwardResult(
+                "capacity", None, (), None, hedged, retry_after_s=admission.retry_after_s
+            )
         return ForwardResult("no-upstream", None, (), None, hedged)
     return ForwardResult("failed", None, tuple(attempts), None, hedged)
+
+
+def _throttle(
+    pool: UpstreamPool,
+    admission: Admission,
+    upstream: Upstream,
+    latency_ms: float,
+    retry_after: float | None,
+    reason: str,
+) -> None:
+    """Too many requests: the node pauses (``Retry-After`` or a doubling
+    back-off) and, if it has no configured budget, learns one."""
+    pool.throttled(upstream, latency_ms, retry_after, reason)
+    admission.budgets.rate_limited(upstream.id)
 
 
 # built once: aiohttp would otherwise turn a dict into a CIMultiDict on every call
@@ -251,6 +319,12 @@ class AiohttpTransport:
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
             raise _StaleConnection() from e
         async with resp:
+            if resp.status in (429, 503):
+                retry = parse_retry_after(resp.headers.get("Retry-After"), time.time())
+                if resp.status == 429 or retry is not None:  # "too many requests"
+                    raise TransportError(
+                        "rate-limited" if resp.status == 429 else "overloaded", retry
+                    )
             if (resp.content_length or 0) > self._max:
                 raise TransportError("response-too-large")
             chunks: list[bytes] = []

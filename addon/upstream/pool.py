@@ -22,6 +22,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from addon.upstream.backoff import backoff_s
 from common.config import Endpoint
 
 log = logging.getLogger("chainproxy.upstreams")
@@ -59,6 +60,10 @@ class Upstream:
     ejected_until: float = 0.0
     requests: int = 0
     failures: int = 0
+    # "too many requests": no client traffic until then (``throttled``)
+    backoff_until: float = 0.0
+    backoff_reason: str = ""
+    backoff_strikes: int = 0  # 429s in a row: the next pause doubles
 
     @classmethod
     def from_endpoint(cls, e: Endpoint) -> Upstream:
@@ -76,10 +81,12 @@ class UpstreamPool:
         eject_cooldown_s: float,
         clock: Callable[[], float],
         rng: random.Random | None = None,
+        max_backoff_s: float = 300.0,
     ) -> None:
         self.upstreams: dict[str, Upstream] = {u.id: u for u in upstreams}
         self.eject_after = eject_after
         self.eject_cooldown_s = eject_cooldown_s
+        self.max_backoff_s = max_backoff_s
         self._clock = clock
         self._rng = rng or random.Random()
 
@@ -100,6 +107,11 @@ class UpstreamPool:
             up.consecutive_failures, up.ejected_until = (
                 prev.consecutive_failures,
                 prev.ejected_until,
+            )
+            up.backoff_until, up.backoff_reason, up.backoff_strikes = (
+                prev.backoff_until,
+                prev.backoff_reason,
+                prev.backoff_strikes,
             )
 
     def __len__(self) -> int:
@@ -122,7 +134,9 @@ class UpstreamPool:
         upstreams known to be below it are passed over while any other is left
         (and if none is known to have it, the most advanced are tried first)."""
         now = self._clock()
-        candidates = [u for u in self.upstreams.values() if u.id not in exclude]
+        candidates = [
+            u for u in self.upstreams.values() if u.id not in exclude and u.backoff_until <= now
+        ]
         if not candidates:
             return None
         if min_block is not None:
@@ -139,6 +153,17 @@ class UpstreamPool:
             return tier[0]
         a, b = self._rng.sample(tier, 2)
         return a if self.cost(a, now) <= self.cost(b, now) else b
+
+    def backoff_left(self, exclude: set[str]) -> float | None:
+        """Seconds until the first of the other upstreams backing off may be
+        sent calls again (None: none of them is backing off)."""
+        now = self._clock()
+        waits = [
+            u.backoff_until - now
+            for u in self.upstreams.values()
+            if u.id not in exclude and u.backoff_until > now
+        ]
+        return min(waits) if waits else None
 
     # --- outcomes reported by the forwarder ------------------------------------------------
 
@@ -179,6 +204,7 @@ class UpstreamPool:
     def succeeded(self, u: Upstream, latency_ms: float) -> None:
         self._settle(u, latency_ms)
         u.consecutive_failures = 0
+        u.backoff_strikes = 0
         self._observe(u, latency_ms)
 
     def failed(self, u: Upstream, latency_ms: float) -> None:
@@ -196,6 +222,31 @@ class UpstreamPool:
                 self.eject_cooldown_s,
                 u.consecutive_failures,
             )
+
+    def throttled(
+        self, u: Upstream, latency_ms: float, retry_after: float | None, reason: str
+    ) -> float:
+        """The node said "too many requests" (429, or 503 with Retry-After): no
+        client call until its pause ends. Not a failure: it is not ejected for
+        it, and its latency estimate is left alone (a fast 429 is not speed).
+        Returns the pause in seconds."""
+        now = self._clock()
+        self._settle(u, latency_ms)
+        u.backoff_strikes += 1
+        pause = backoff_s(u.backoff_strikes, retry_after, self.max_backoff_s)
+        if now + pause > u.backoff_until:
+            if u.backoff_until <= now:  # one line per pause, not per call in it
+                log.warning(
+                    "upstream %s (%s) backing off for %.1fs: %s%s",
+                    u.id,
+                    u.provider,
+                    pause,
+                    reason,
+                    "" if retry_after is None else f" (Retry-After {retry_after:g}s)",
+                )
+            u.backoff_until = now + pause
+            u.backoff_reason = reason
+        return pause
 
     def _observe(self, u: Upstream, latency_ms: float) -> None:
         now = self._clock()

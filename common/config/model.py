@@ -10,7 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.allowlist_default import DEFAULT_ALLOWLIST
-from common.config.upstream_calls import CoalesceConfig, HeadPinningConfig, HedgeConfig
+from common.config.upstream_calls import (
+    CoalesceConfig,
+    HeadPinningConfig,
+    HedgeConfig,
+    UpstreamLimitsConfig,
+)
 
 KINDS = ("node-rpc", "node-wss", "data-artifact", "sse")
 
@@ -105,6 +110,7 @@ class ProxyConfig:
     coalesce: CoalesceConfig = field(default_factory=CoalesceConfig)
     head_pinning: HeadPinningConfig = field(default_factory=HeadPinningConfig)
     hedge: HedgeConfig = field(default_factory=HedgeConfig)
+    upstream_limits: UpstreamLimitsConfig = field(default_factory=UpstreamLimitsConfig)
     tiers: tuple[TierConfig, ...] = ()
 
 
@@ -157,6 +163,10 @@ class Endpoint:
     notes: str = ""
     id: str = ""
     safe_url: str = ""
+    # the node's own budget (its provider's limits): the proxy never sends more;
+    # None: unlimited (a budget is learned if the node answers 429)
+    max_rps: int | None = None
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

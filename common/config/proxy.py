@@ -28,7 +28,12 @@ from common.config.readers import (
     parse_trusted,
     str_list,
 )
-from common.config.upstream_calls import parse_coalesce, parse_head_pinning, parse_hedge
+from common.config.upstream_calls import (
+    parse_coalesce,
+    parse_head_pinning,
+    parse_hedge,
+    parse_upstream_limits,
+)
 
 
 def parse_proxy(
@@ -57,6 +62,7 @@ def parse_proxy(
             "head_pinning",
             "hedge",
             "tiers",
+            "upstream_limits",
         ),
         "proxy",
     )
@@ -140,6 +146,7 @@ def parse_proxy(
         head_pinning=parse_head_pinning(p.get("head_pinning")),
         hedge=parse_hedge(p.get("hedge")),
         tiers=parse_tiers(p.get("tiers"), env, default=rate_limit),
+        upstream_limits=parse_upstream_limits(p.get("upstream_limits")),
     )
 
 

@@ -102,7 +102,18 @@ def parse_endpoints(
         raise ConfigError("registry.endpoints", "must be a list")
     seen: dict[str, int] = {}
     out = []
-    fields = ("url", "provider", "kind", "network", "subnet", "archive", "region", "notes")
+    fields = (
+        "url",
+        "provider",
+        "kind",
+        "network",
+        "subnet",
+        "archive",
+        "region",
+        "notes",
+        "max_rps",
+        "max_concurrency",
+    )
     for i, item in enumerate(items):
         key = f"registry.endpoints[{i}]"
         e = mapping(item, key)
@@ -143,6 +154,15 @@ def parse_endpoints(
                 notes=get_str(e, "notes", "", f"{key}.notes") or "",
                 id=eid,
                 safe_url=redact_url(url),
+                max_rps=_budget(e, "max_rps", key),
+                max_concurrency=_budget(e, "max_concurrency", key),
             )
         )
     return tuple(out)
+
+
+def _budget(e: Mapping[str, Any], name: str, key: str) -> int | None:
+    """An optional positive budget; absent or null: unlimited."""
+    if e.get(name) is None:
+        return None
+    return get_int(e, name, 0, f"{key}.{name}", minimum=1)

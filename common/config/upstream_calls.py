@@ -41,6 +41,18 @@ class HedgeConfig:
     max_ratio: float = 0.10  # hedges per call, over the recent calls
 
 
+@dataclass(frozen=True, slots=True)
+class UpstreamLimitsConfig:
+    """Respecting the nodes' limits (issue 24): their ``Retry-After``, their
+    budgets (``registry.endpoints[].max_rps``/``max_concurrency``), and a short
+    fair wait, then 503, when every node's budget is spent."""
+
+    enabled: bool = True  # false: a 429 is a plain failure, budgets are ignored
+    max_wait_s: float = 1.0  # a call waits at most this for a node's budget
+    max_backoff_s: float = 300.0  # the longest Retry-After (or back-off) honoured
+    adaptive: bool = True  # learn a budget for a node that answers 429 without one
+
+
 def parse_coalesce(raw: Any) -> CoalesceConfig:
     c = mapping(raw, "proxy.coalesce")
     check_keys(c, ("enabled", "max_keys"), "proxy.coalesce")
@@ -61,6 +73,25 @@ def parse_head_pinning(raw: Any) -> HeadPinningConfig:
         enabled=get_bool(h, "enabled", True, "proxy.head_pinning.enabled"),
         exclude=frozenset(exclude),
         max_age_s=get_num(h, "max_age_s", 30.0, "proxy.head_pinning.max_age_s"),
+    )
+
+
+def parse_upstream_limits(raw: Any) -> UpstreamLimitsConfig:
+    u = mapping(raw, "proxy.upstream_limits")
+    key = "proxy.upstream_limits."
+    check_keys(u, ("enabled", "max_wait_s", "max_backoff_s", "adaptive"), "proxy.upstream_limits")
+    d = UpstreamLimitsConfig()
+    wait = get_num(u, "max_wait_s", d.max_wait_s, key + "max_wait_s")
+    if wait > 30:
+        raise ConfigError(key + "max_wait_s", f"must be <= 30 (a short wait), got {wait:g}")
+    backoff = get_num(u, "max_backoff_s", d.max_backoff_s, key + "max_backoff_s")
+    if not 1 <= backoff <= 3600:
+        raise ConfigError(key + "max_backoff_s", f"must be in [1, 3600], got {backoff:g}")
+    return UpstreamLimitsConfig(
+        enabled=get_bool(u, "enabled", True, key + "enabled"),
+        max_wait_s=wait,
+        max_backoff_s=backoff,
+        adaptive=get_bool(u, "adaptive", True, key + "adaptive"),
     )
 
 

@@ -1,0 +1,130 @@
+"""One call's way past the nodes' budgets: choose a node that has budget for
+it now; if none has, wait its fair turn (``fair_wait.py``) for at most
+``proxy.upstream_limits.max_wait_s``, then give up with a time to retry.
+
+One ``Admission`` per call (it remembers whether the call waited and whether
+it was shed); the budgets and the fair wait are the runtime's. A hedge takes
+budget only if there is some at once: it never waits (it is an optimisation,
+and a scarce budget is better spent on calls no one has sent yet).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from addon.upstream.budgets import Ticket
+from addon.upstream.fair_wait import FairWait
+from addon.upstream.pool import Upstream, UpstreamPool
+
+
+class BudgetBook(Protocol):
+    adaptive: bool
+
+    def try_take(self, endpoint: str, calls: int) -> Ticket | float | Awaitable[Ticket | float]: ...
+
+    def release(self, ticket: Ticket) -> None: ...
+
+    def rate_limited(self, endpoint: str) -> None: ...
+
+
+class Admission:
+    def __init__(
+        self,
+        budgets: BudgetBook,
+        fair: FairWait,
+        *,
+        client: str,
+        max_wait_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.budgets = budgets
+        self.fair = fair
+        self.client = client
+        self.max_wait_s = max_wait_s
+        self.clock = clock
+        self.waited = False  # the call queued for budget at least once
+        self.shed = False  # it gave up: every eligible node stayed busy
+        self.retry_after_s = 1.0  # when shed: when budget is expected again
+        self._wait_until: float | None = None
+
+    async def acquire(
+        self,
+        pool: UpstreamPool,
+        tried: set[str],
+        *,
+        calls: int,
+        until: float,
+        wait: bool,
+        prefer_archive: bool = False,
+        min_block: int | None = None,
+    ) -> tuple[Upstream, Ticket] | None:
+        """A node with budget for ``calls`` and the ticket that holds it; None
+        when no node is left (``shed`` says whether budgets were the reason)."""
+
+        async def attempt() -> tuple[tuple[Upstream, Ticket] | None, float | None]:
+            return await self._try(pool, tried, calls, prefer_archive, min_block)
+
+        if not self.fair.busy or not wait:
+            got, retry = await attempt()
+            if got is not None or retry is None or not wait:
+                return got
+        self.waited = True
+        if self._wait_until is None:  # the call's whole wait, over its attempts
+            self._wait_until = self.clock() + self.max_wait_s
+        stop = min(until, self._wait_until)
+        again = False
+        while True:
+            if not await self.fair.turn(self.client, stop - self.clock(), again=again):
+                self.shed = True
+                return None
+            got, retry = None, None
+            try:
+                got, retry = await attempt()
+            finally:
+                self.fair.report(None if got is not None or retry is None else retry)
+            if got is not None:
+                return got
+            if retry is None:  # no node left at all: not a matter of budget
+                return None
+            self.retry_after_s = max(retry, 1.0)
+            again = True
+
+    async def _try(
+        self,
+        pool: UpstreamPool,
+        tried: set[str],
+        calls: int,
+        prefer_archive: bool,
+        min_block: int | None,
+    ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
+        """Best node first, skipping those without budget now. The second
+        value: seconds until budget (or a back-off's end) may let one in;
+        None when no node is left to wait for."""
+        skip = set(tried)
+        soonest: float | None = None
+        while True:
+            upstream = pool.choose(skip, prefer_archive=prefer_archive, min_block=min_block)
+            if upstream is None:
+                backoff = pool.backoff_left(skip)
+                if backoff is not None:
+                    soonest = backoff if soonest is None else min(soonest, backoff)
+                return None, soonest
+            taken = self.budgets.try_take(upstream.id, calls)
+            if inspect.isawaitable(taken):
+                taken = await taken
+            if isinstance(taken, Ticket):
+                return (upstream, taken), None
+            skip.add(upstream.id)
+            soonest = taken if soonest is None else min(soonest, taken)
+
+    def release(self, ticket: Ticket) -> None:
+        self.budgets.release(ticket)
+        self.fair.freed()
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds for ``Retry-After``, at least 1."""
+        return max(1, math.ceil(self.retry_after_s))
