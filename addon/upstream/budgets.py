@@ -31,6 +31,7 @@ from common.config import Endpoint
 
 LEARN_CUT = 0.8  # after a 429: this share of what the node was sent in the last second
 LEARN_GROWTH_PER_S = 0.01  # then this much more per second without another 429
+LEARN_CUT_EVERY_S = 1.0
 LEARN_CEILING = 100_000.0  # a learned rate grown past this is dropped: unlimited again
 WINDOW_S = 1.0
 _MAX_KEPT = 100_000  # send times kept per node (bounded however high a rate)
@@ -98,6 +99,8 @@ class NodeBudget:
         """A 429 from a node without a configured rate: learn one below what it got."""
         if self.max_rps is not None:
             return
+        if self.learned_rps is not None and now - self.learned_at < LEARN_CUT_EVERY_S:
+            return  # the other 429s of the same burst: one cut per burst, as TCP per RTT
         current = self.rps(now)
         seen = self.recent(now)
         base = seen if current is None else min(current, seen or current)

@@ -1,0 +1,144 @@
+"""A call's way past the nodes' budgets: it takes a node with budget, waits
+its fair turn when none has, and gives up with a time to retry (real asyncio,
+short real waits)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+from addon.upstream.admission import Admission
+from addon.upstream.budgets import Budgets, Ticket
+from addon.upstream.fair_wait import FairWait
+from addon.upstream.pool import TIER_SYNCED, Upstream, UpstreamPool
+from common.config import Endpoint
+
+
+def _setup(
+    *, max_rps: int | None = None, max_concurrency: int | None = None, nodes: int = 1
+) -> tuple[UpstreamPool, Budgets, FairWait]:
+    ids = [f"endpoint-srf-{i}" for i in range(nodes)]
+    ups = [Upstream(id=i, url=f"http://{i}", provider="p", archive=False) for i in ids]
+    for u in ups:
+        u.tier = TIER_SYNCED
+    pool = UpstreamPool(
+        ups, eject_after=3, eject_cooldown_s=30, clock=time.monotonic, rng=random.Random(2)
+    )
+    eps = [
+        Endpoint(
+            url=f"http://{i}",
+            provider="p",
+            kind="rpc-http",
+            network="finney",
+            id=i,
+            max_rps=max_rps,
+            max_concurrency=max_concurrency,
+        )
+        for i in ids
+    ]
+    return pool, Budgets(eps, clock=time.monotonic), FairWait()
+
+
+def _admission(budgets: Budgets, fair: FairWait, client: str, wait_s: float = 2.0) -> Admission:
+    return Admission(budgets, fair, client=client, max_wait_s=wait_s, clock=time.monotonic)
+
+
+async def test_free_budget_is_taken_at_once() -> None:
+    pool, budgets, fair = _setup(max_rps=5)
+    a = _admission(budgets, fair, "c")
+    got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+    assert got is not None and isinstance(got[1], Ticket)
+    assert not a.waited and not a.shed
+
+
+async def test_spent_budget_is_shed_after_the_wait_with_a_retry_time() -> None:
+    pool, budgets, fair = _setup(max_rps=2)
+    for _ in range(2):
+        assert isinstance(budgets.try_take("endpoint-srf-0", 1), Ticket)
+    a = _admission(budgets, fair, "c", wait_s=0.2)
+    t0 = time.monotonic()
+    got = await a.acquire(pool, set(), calls=1, until=t0 + 5, wait=True)
+    waited = time.monotonic() - t0
+    assert got is None and a.shed and a.waited
+    assert 0.15 <= waited < 1.0  # bounded by max_wait_s, not by the deadline
+    assert a.retry_after == 1
+
+
+async def test_a_call_waits_for_budget_that_frees_within_its_wait() -> None:
+    pool, budgets, fair = _setup(max_concurrency=1)
+    held = budgets.try_take("endpoint-srf-0", 1)
+    assert isinstance(held, Ticket)
+    a = _admission(budgets, fair, "c", wait_s=2.0)
+
+    async def finish_later() -> None:
+        await asyncio.sleep(0.1)
+        a.release(held)
+
+    task = asyncio.create_task(finish_later())
+    got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+    await task
+    assert got is not None and a.waited and not a.shed
+
+
+async def test_a_hedge_never_waits() -> None:
+    pool, budgets, fair = _setup(max_concurrency=1)
+    assert isinstance(budgets.try_take("endpoint-srf-0", 1), Ticket)
+    a = _admission(budgets, fair, "c")
+    t0 = time.monotonic()
+    assert await a.acquire(pool, set(), calls=1, until=t0 + 5, wait=False) is None
+    assert time.monotonic() - t0 < 0.05 and not a.waited
+
+
+async def test_the_next_node_with_budget_is_taken() -> None:
+    pool, budgets, fair = _setup(max_concurrency=1, nodes=2)
+    first = await _admission(budgets, fair, "c").acquire(
+        pool, set(), calls=1, until=time.monotonic() + 5, wait=True
+    )
+    second = await _admission(budgets, fair, "c").acquire(
+        pool, set(), calls=1, until=time.monotonic() + 5, wait=True
+    )
+    assert first is not None and second is not None
+    assert first[0].id != second[0].id
+
+
+async def test_scarce_capacity_is_shared_round_robin_between_clients() -> None:
+    """A client with ten times the calls in line gets no more turns than the other."""
+    pool, budgets, fair = _setup(max_concurrency=1)
+    order: list[str] = []
+
+    async def call(client: str) -> None:
+        a = _admission(budgets, fair, client, wait_s=10.0)
+        got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 20, wait=True)
+        assert got is not None
+        order.append(client)
+        await asyncio.sleep(0.005)  # the upstream call
+        a.release(got[1])
+
+    heavy = [asyncio.create_task(call("heavy")) for _ in range(30)]
+    await asyncio.sleep(0)  # the heavy client's calls queue first
+    light = [asyncio.create_task(call("light")) for _ in range(3)]
+    await asyncio.gather(*heavy, *light)
+    # the light client's 3 calls are served within the first 8 grants, not after 30
+    assert max(i for i, c in enumerate(order) if c == "light") < 8, order
+
+
+async def test_every_node_backing_off_waits_for_the_first_to_come_back() -> None:
+    pool, budgets, fair = _setup(nodes=2)
+    for u, pause in zip(pool.upstreams.values(), (0.15, 5.0), strict=True):
+        pool.started(u)
+        pool.throttled(u, 1, pause, "rate-limited")
+    a = _admission(budgets, fair, "c", wait_s=1.0)
+    got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+    assert got is not None and got[0].id == "endpoint-srf-0" and a.waited
+
+
+async def test_backing_off_longer_than_the_wait_sheds_with_its_end() -> None:
+    pool, budgets, fair = _setup(nodes=1)
+    u = next(iter(pool.upstreams.values()))
+    pool.started(u)
+    pool.throttled(u, 1, 7.0, "rate-limited")
+    a = _admission(budgets, fair, "c", wait_s=0.1)
+    got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+    assert got is None and a.shed
+    assert a.retry_after == 7

@@ -1,0 +1,103 @@
+"""Forwarding with the nodes' limits: a 429 (or a 503 with Retry-After) fails
+over as before, and the node then pauses and, without a configured budget,
+learns one; when every node's budget is spent the call is shed with a time to
+retry. In-process fake transport, fake clock."""
+
+from __future__ import annotations
+
+from addon.pipeline.jsonrpc import Call
+from addon.upstream.admission import Admission
+from addon.upstream.budgets import Budgets, Ticket
+from addon.upstream.fair_wait import FairWait
+from addon.upstream.forward import TransportError, forward
+from addon.upstream.pool import UpstreamPool
+from common.config import Endpoint
+from tests.addon.upstream.test_forward import (
+    BUDGET,
+    FakeTransport,
+    http,
+    ok,
+    rpc_error,
+    setup,
+    up,
+)
+from tests.fakes import FakeClock
+
+CALL = [Call(1, "chain_getHeader", [])]
+
+
+def _admission(pool: UpstreamPool, clock: FakeClock, **budgets: int) -> Admission:
+    eps = [
+        Endpoint(url=u.url, provider="p", kind="rpc-http", network="finney", id=u.id, **budgets)
+        for u in pool.upstreams.values()
+    ]
+    return Admission(Budgets(eps, clock=clock), FairWait(), client="c", max_wait_s=0.0, clock=clock)
+
+
+async def _run(pool: UpstreamPool, t: FakeTransport, clock: FakeClock, adm: Admission):  # type: ignore[no-untyped-def]
+    return await forward(
+        CALL, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock, admission=adm
+    )
+
+
+async def test_a_429_fails_over_and_the_node_pauses_and_learns_a_rate() -> None:
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    pool, t, clock = setup(a, b, script={"a": [(0.01, http(429, b""))], "b": [(0.02, ok("0x1"))]})
+    adm = _admission(pool, clock)
+    r = await _run(pool, t, clock, adm)
+    assert r.kind == "ok" and r.upstream is b
+    assert [x.reason for x in r.attempts] == ["rate-limited", ""]
+    assert a.backoff_until > clock.t and a.consecutive_failures == 0
+    assert adm.budgets.node(a.id).learned_rps is not None  # type: ignore[attr-defined]
+    # while it pauses, the next calls go to b only
+    t.calls.clear()
+    for _ in range(5):
+        assert (await _run(pool, t, clock, adm)).upstream is b
+    assert t.urls() == [b.url] * 5
+
+
+async def test_a_rate_limit_error_in_the_body_counts_as_429() -> None:
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    script = {"a": [(0.01, rpc_error(-32029, "Too many requests"))], "b": [(0.02, ok("0x1"))]}
+    pool, t, clock = setup(a, b, script=script)
+    r = await _run(pool, t, clock, _admission(pool, clock))
+    assert r.kind == "ok" and a.backoff_until > clock.t
+
+
+async def test_retry_after_sets_the_pause() -> None:
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    script = {
+        "a": [(0.01, TransportError("overloaded", retry_after=42.0))],
+        "b": [(0.02, ok("0x1"))],
+    }
+    pool, t, clock = setup(a, b, script=script)
+    r = await _run(pool, t, clock, _admission(pool, clock))
+    assert r.kind == "ok"
+    assert a.backoff_until - clock.t > 41.0 and a.backoff_reason == "overloaded"
+
+
+async def test_without_admission_a_429_is_a_plain_failure_as_before() -> None:
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    pool, t, clock = setup(a, b, script={"a": [(0.01, http(429, b""))], "b": [(0.02, ok("0x1"))]})
+    r = await forward(CALL, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock)
+    assert r.kind == "ok" and a.backoff_until == 0.0 and a.consecutive_failures == 1
+
+
+async def test_every_budget_spent_is_shed_not_sent() -> None:
+    a = up("a")
+    pool, t, clock = setup(a, script={"a": [(0.01, ok("0x1"))]})
+    adm = _admission(pool, clock, max_concurrency=1)
+    assert isinstance(adm.budgets.try_take(a.id, 1), Ticket)
+    r = await _run(pool, t, clock, adm)
+    assert r.kind == "capacity" and r.retry_after >= 1
+    assert t.calls == []  # never a call past the budget
+
+
+async def test_the_budget_is_given_back_when_the_call_ends() -> None:
+    a = up("a")
+    pool, t, clock = setup(a, script={"a": [(0.01, ok("0x1")), (0.01, "connect-error")]})
+    adm = _admission(pool, clock, max_concurrency=1)
+    assert (await _run(pool, t, clock, adm)).kind == "ok"
+    assert adm.budgets.node(a.id).inflight == 0  # type: ignore[attr-defined]
+    assert (await _run(pool, t, clock, adm)).kind == "failed"
+    assert adm.budgets.node(a.id).inflight == 0  # type: ignore[attr-defined]
