@@ -45,6 +45,11 @@ class FairWait:
         """Wait for this client's turn to try (True), at most ``timeout`` seconds
         (False). ``again``: it just tried and failed: it keeps the head of the line."""
         if timeout <= 0:
+            if again and client in self._queues:
+                # out of time after a failed try: the client's next call keeps
+                # the turn (else a client whose oldest calls are expiring would
+                # lose every other turn to them)
+                self._queues.move_to_end(client, last=False)
             return False
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue = self._queues.get(client)
@@ -87,12 +92,14 @@ class FairWait:
         while self._queues:
             client, queue = next(iter(self._queues.items()))
             fut = queue.popleft()
+            if fut.done():  # gave up waiting: the client's next call, same turn
+                if not queue:
+                    del self._queues[client]
+                continue
             if queue:
                 self._queues.move_to_end(client)  # the next client's turn next
             else:
                 del self._queues[client]
-            if fut.done():  # gave up waiting
-                continue
             self._report = loop.create_future()
             self._freed.clear()
             fut.set_result(None)

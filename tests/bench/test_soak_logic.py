@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 
-from bench.soak.plan import NODE_ACTIONS, faulted_at, schedule
+from bench.soak.plan import LIMIT_FAULTS, NODE_ACTIONS, NODE_FAULTS, faulted_at, schedule
 from bench.soak.tally import HeadLog, judge_item
+from simnode.faults import check_fault
 
 NODES = ["alpha", "beta", "gamma"]
 
@@ -24,6 +25,15 @@ def test_the_plan_never_faults_every_node_and_is_replayable() -> None:
             assert all(x.until <= y.at for x, y in itertools.pairwise(same))
     assert "redis" not in {a.kind for a in schedule(600, NODES, seed=1, redis=False)}
     assert {a.kind for a in schedule(3600, NODES, seed=3)} >= set(NODE_ACTIONS)
+
+
+def test_every_node_fault_is_one_the_simulated_node_takes() -> None:
+    for faults in NODE_FAULTS.values():
+        for key, value in faults.items():
+            check_fault(key, value)  # raises on a key or value the node would refuse
+    assert LIMIT_FAULTS == {"rate_limit", "retry_after"}
+    assert "limit_retry_after_s" not in NODE_FAULTS["rate_limit"]  # no Retry-After
+    assert NODE_FAULTS["retry_after"]["limit_retry_after_s"] == 2
 
 
 def test_answers_are_judged_by_the_wire_contract() -> None:

@@ -142,3 +142,32 @@ async def test_backing_off_longer_than_the_wait_sheds_with_its_end() -> None:
     got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
     assert got is None and a.shed
     assert a.retry_after == 7
+
+
+async def test_open_loop_demands_one_to_ten_get_shares_within_two_times() -> None:
+    """Calls arriving at 20/s and 200/s for a node of 20/s, each waiting at most
+    1 s: the heavy client's calls expire in line by the hundred, and must not
+    cost it its turns (nor win it more than its share)."""
+    pool, budgets, fair = _setup(max_rps=20)
+    served = {"light": 0, "heavy": 0}
+
+    async def one(client: str) -> None:
+        a = _admission(budgets, fair, client, wait_s=1.0)
+        got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+        if got is not None:
+            served[client] += 1
+            await asyncio.sleep(0.005)
+            a.release(got[1])
+
+    async def offer(client: str, rate: float, seconds: float) -> None:
+        tasks, start = [], time.monotonic()
+        for i in range(int(rate * seconds)):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(client)))
+        await asyncio.gather(*tasks)
+
+    await asyncio.gather(offer("light", 20, 2.5), offer("heavy", 200, 2.5))
+    assert min(served.values()) >= 15, served
+    assert max(served.values()) / min(served.values()) <= 2.0, served

@@ -8,6 +8,7 @@ import pytest
 from addon.upstream.budgets import (
     LEARN_CUT,
     LEARN_GROWTH_PER_S,
+    WINDOW_S,
     Budgets,
     NodeBudget,
     Ticket,
@@ -49,8 +50,8 @@ def test_refusal_says_when_the_calls_will_fit() -> None:
     clock.advance(0.3)
     assert isinstance(book.try_take("a", 1), Ticket)
     wait = book.try_take("a", 1)
-    assert wait == pytest.approx(0.7)  # when the first call leaves the window
-    assert book.try_take("a", 2) == pytest.approx(1.0)  # a batch of 2: both must leave
+    assert wait == pytest.approx(WINDOW_S - 0.3)  # when the first call leaves the window
+    assert book.try_take("a", 2) == pytest.approx(WINDOW_S)  # a batch of 2: both must leave
 
 
 def test_a_batch_counts_its_calls_and_one_larger_than_the_budget_goes_alone() -> None:
@@ -58,7 +59,7 @@ def test_a_batch_counts_its_calls_and_one_larger_than_the_budget_goes_alone() ->
     book = Budgets([_endpoint("a", max_rps=10)], clock=clock)
     assert isinstance(book.try_take("a", 6), Ticket)
     assert not isinstance(book.try_take("a", 6), Ticket)
-    clock.advance(1.0)
+    clock.advance(WINDOW_S)
     assert isinstance(book.try_take("a", 50), Ticket)  # empty window: sent alone
     assert not isinstance(book.try_take("a", 1), Ticket)
 

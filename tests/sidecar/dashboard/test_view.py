@@ -1,5 +1,5 @@
-"""The dashboard's own pure helpers: the network scope, links, and the
-statistics' updated time in words."""
+"""The dashboard's own pure helpers: the network scope, links, the
+statistics' updated time, and a node's back-off and budget in words."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from common.config import Config, parse_config
-from sidecar.dashboard.view import age_text, page_href, parse_network, scoped, updated_text
+from sidecar.dashboard.view import (
+    age_text,
+    backoff_text,
+    capacity_text,
+    page_href,
+    parse_network,
+    scoped,
+    updated_text,
+)
 from sidecar.registry.views import PageError
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
@@ -61,3 +69,26 @@ def test_age_in_words(seconds: float, text: str) -> None:
 def test_updated_is_utc_and_how_long_ago() -> None:
     assert updated_text(None, T0) is None
     assert updated_text(T0, T0 + 180) == "2027-01-15 08:00:00 UTC (3 min ago)"
+
+
+def test_a_back_off_says_until_when_with_the_date_only_when_not_today() -> None:
+    assert backoff_text("2027-01-15T14:03:21Z", T0) == "backing off until 14:03:21 UTC"
+    assert backoff_text("2027-01-16T00:00:10Z", T0) == "backing off until 2027-01-16 00:00:10 UTC"
+
+
+@pytest.mark.parametrize(
+    ("max_rps", "max_concurrency", "learned", "text"),
+    [
+        (20, 8, None, "≤ 20/s, ≤ 8 in flight"),
+        (20, None, None, "≤ 20/s"),
+        (None, 8, 12, "≤ 8 in flight · learned 12/s"),
+        (None, None, 12, "learned 12/s"),
+        (None, None, None, ""),
+    ],
+)
+def test_a_budget_and_a_learned_rate_in_words(
+    max_rps: int | None, max_concurrency: int | None, learned: int | None, text: str
+) -> None:
+    row = {"budget": {"max_rps": max_rps, "max_concurrency": max_concurrency},
+           "learned_rps": learned}  # fmt: skip
+    assert capacity_text(row) == text

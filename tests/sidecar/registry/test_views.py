@@ -143,7 +143,8 @@ def test_root_rows_and_summary() -> None:
     first, unprobed, down = doc["rows"][0], doc["rows"][1], doc["rows"][2]
     assert first == {
         "id": E[0].id, "provider": "a", "kind": "node-rpc", "classification": "live",
-        "status": "OK", "archive": False, "latency_ms": 12,
+        "status": "OK", "archive": False, "latency_ms": 12, "backoff_until": None,
+        "budget": {"max_rps": None, "max_concurrency": None}, "learned_rps": None,
     }  # fmt: skip
     assert (unprobed["status"], unprobed["classification"], unprobed["latency_ms"]) == (
         "Unknown",

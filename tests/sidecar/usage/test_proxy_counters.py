@@ -97,3 +97,64 @@ def test_a_section_without_gauges_leaves_the_snapshot_alone() -> None:
     pc.add(section(), T0)
     pc.add(parse_metrics({"proxy_id": "proxy-host:4242"}, NETWORKS), T0 + 1)
     assert pc.gauges().ws_connections == 2
+
+
+def upstream(proxy_id: str, **maps: dict[str, int]) -> Any:
+    """A heartbeat of ``proxy_id`` carrying only the per-node gauges ``maps``."""
+    return parse_metrics({"proxy_id": proxy_id, "gauges": maps}, NETWORKS)
+
+
+def test_per_node_gauges_add_up_over_the_live_proxies() -> None:
+    clock = FakeClock(T0)
+    pc = ProxyCounters(clock, gauge_ttl_s=120)
+    pc.add(upstream("a:1", upstream_sent_last_s={EP_A: 7, EP_B: 1},
+                    upstream_learned_rps={EP_B: 5}), T0)  # fmt: skip
+    clock.t += 60
+    pc.add(upstream("b:2", upstream_sent_last_s={EP_A: 3}, upstream_learned_rps={EP_B: 6}), T0 + 60)
+    g = pc.gauges()
+    assert g.upstream_sent_last_s == {EP_A: 10, EP_B: 1}
+    assert g.upstream_learned_rps == {EP_B: 11}  # each proxy learned its own share
+    clock.t += 61  # a:1 silent for 121 s: its share drops out
+    g = pc.gauges()
+    assert g.upstream_sent_last_s == {EP_A: 3} and g.upstream_learned_rps == {EP_B: 6}
+
+
+def test_a_back_off_ends_at_the_latest_time_any_live_proxy_reported() -> None:
+    clock = FakeClock(T0 + 2)  # the batches arrive 2 s after they were built
+    pc = ProxyCounters(clock, gauge_ttl_s=120)
+    pc.add(upstream("a:1", upstream_backoff_s={EP_A: 30, EP_B: 5}), T0)
+    pc.add(upstream("b:2", upstream_backoff_s={EP_A: 10}), T0 + 1)
+    g = pc.gauges()
+    assert g.upstream_backoff_until == {EP_A: T0 + 30, EP_B: T0 + 5}  # from each sent_at
+    assert g.backoff_left() == {EP_A: 28.0, EP_B: 3.0}
+    clock.t = T0 + 6  # B's back-off is over: no row rather than zero
+    assert pc.gauges().backoff_left() == {EP_A: 24.0}
+    pc.add(upstream("a:1"), T0 + 7)  # a:1's newer snapshot: it no longer backs off from A
+    assert pc.gauges().upstream_backoff_until == {EP_A: T0 + 11}  # b:2's, still ahead
+    clock.t = T0 + 11
+    assert pc.gauges().upstream_backoff_until == {}
+
+
+def test_a_back_off_of_a_proxy_gone_silent_drops_out_with_its_gauges() -> None:
+    clock = FakeClock(T0)
+    pc = ProxyCounters(clock, gauge_ttl_s=120)
+    pc.add(upstream("a:1", upstream_backoff_s={EP_A: 3600}), T0)  # a long Retry-After
+    clock.t += 119
+    assert pc.gauges().upstream_backoff_until == {EP_A: T0 + 3600}
+    clock.t += 1
+    assert pc.gauges().upstream_backoff_until == {}
+
+
+def test_a_back_off_read_late_from_the_spool_counts_only_what_is_left() -> None:
+    clock = FakeClock(T0 + 100)
+    pc = ProxyCounters(clock)
+    pc.add(upstream("a:1", upstream_backoff_s={EP_A: 30}), T0)  # built 100 s ago: over
+    assert pc.gauges().upstream_backoff_until == {}
+
+
+def test_per_node_gauges_are_bounded_like_the_others() -> None:
+    pc = ProxyCounters(FakeClock(T0), max_series=1)
+    pc.add(upstream("a:1", upstream_sent_last_s={EP_A: 1, EP_B: 2},
+                    upstream_backoff_s={EP_A: 9, EP_B: 9}), T0)  # fmt: skip
+    g = pc.gauges()
+    assert len(g.upstream_sent_last_s) == 1 and len(g.upstream_backoff_until) == 1

@@ -31,6 +31,21 @@ def test_a_realistic_section_is_parsed_into_tuples() -> None:
     )
 
 
+def test_the_per_node_gauges_are_parsed_by_endpoint_id() -> None:
+    gauges = {
+        "upstream_sent_last_s": {EP_A: 17, EP_B: 0},
+        "upstream_learned_rps": {EP_B: 12},
+        "upstream_backoff_s": {EP_B: 30},
+    }
+    m = parse_metrics({"proxy_id": "h:1", "gauges": gauges}, NETWORKS)
+    assert m.gauges is not None
+    assert m.gauges.upstream_sent_last_s == ((EP_A, 17), (EP_B, 0))
+    assert m.gauges.upstream_learned_rps == ((EP_B, 12),)
+    assert m.gauges.upstream_backoff_s == ((EP_B, 30),)
+    older = parse_metrics({"proxy_id": "h:1", "gauges": {"ws_connections": 1}}, NETWORKS)
+    assert older.gauges is not None and older.gauges.upstream_backoff_s == ()  # absent: none
+
+
 def test_every_key_but_the_proxy_id_is_optional() -> None:
     m = parse_metrics({"proxy_id": "h:1"}, NETWORKS)
     assert (m.requests, m.duration, m.attempts, m.failovers, m.extra) == ((), (), (), (), ())
@@ -92,6 +107,22 @@ def _drop(key: str) -> Callable[[dict[str, Any]], None]:
         (_at(("gauges", "ws_connections"), -2), r"metrics.gauges.ws_connections must be"),
         (_at(("gauges", "client_subscriptions"), []), "client_subscriptions must be an object"),
         (_at(("gauges", "upstream_subscriptions", "m"), "1"), "upstream_subscriptions"),
+        (_at(("gauges", "upstream_sent_last_s"), [[EP_A, 1]]), "upstream_sent_last_s must be an"),
+        (
+            _at(("gauges", "upstream_sent_last_s"), {"https://node": 1}),
+            "must be an id endpoint-srf",
+        ),
+        (_at(("gauges", "upstream_learned_rps"), {EP_A.upper(): 1}), "must be an id endpoint-srf"),
+        (_at(("gauges", "upstream_learned_rps"), {EP_A: 2.5}), r"learned_rps\['endpoint-srf"),
+        (_at(("gauges", "upstream_backoff_s"), {EP_A: -1}), "upstream_backoff_s"),
+        (_at(("gauges", "upstream_backoff_s"), {EP_A: None}), "must be an integer"),
+        (
+            _at(
+                ("gauges", "upstream_backoff_s"),
+                {f"endpoint-srf-{i:016x}": 1 for i in range(MAX_ROWS + 1)},
+            ),
+            "at most 10000",
+        ),
     ],
 )
 def test_a_broken_section_refuses_the_whole_batch(
