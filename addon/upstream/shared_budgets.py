@@ -25,9 +25,9 @@ from collections.abc import Awaitable
 from addon.redislink.link import RedisLink, RedisUnavailable
 from addon.upstream.budgets import Budgets, Ticket
 
-# The window is ``budgets.WINDOW_S`` (1.05 s: arrival jitter). KEYS: the node's send times, its leases. ARGV: max_rps (0: none), calls,
-# max_concurrency (0: none), lease member, lease ms. Returns 0 (taken) or the
-# ms until the calls may fit.
+# The window is ``budgets.WINDOW_S`` (1.05 s: arrival jitter). KEYS: the node's
+# send times, its leases. ARGV: max_rps (0: none), calls, max_concurrency (0:
+# none), lease member, lease ms. Returns 0 (taken) or the ms until they fit.
 _SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
