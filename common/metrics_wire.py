@@ -14,7 +14,10 @@ see ``sidecar.usage.stats.batch``) may carry an optional key ``"metrics"``::
       "extra":     [[name, {label: value, ...}, count], ...],
       "gauges":    {"ws_connections": n, "spool_batches": n,
                     "client_subscriptions": {method: n, ...},
-                    "upstream_subscriptions": {method: n, ...}}
+                    "upstream_subscriptions": {method: n, ...},
+                    "upstream_sent_last_s": {endpoint_id: n, ...},
+                    "upstream_learned_rps": {endpoint_id: n, ...},
+                    "upstream_backoff_s": {endpoint_id: n, ...}}
     }
 
 Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
@@ -52,9 +55,22 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   expected labels: ``{network}`` for coalesced, hedged and subscription moves,
   ``{store}`` (``ratelimit`` or ``cache``) for Redis fallbacks, ``{method,
   tier}`` for quota units (the count is units, not calls), ``{policy}`` for
-  refusals.
+  refusals (``upstream_capacity``: a call shed after waiting for a node's
+  budget), ``{network}`` for upstream waits (calls that queued for a node's
+  budget before being sent or shed), ``{endpoint, reason}`` for upstream
+  back-offs (a node started or extended a back-off: ``reason`` is
+  ``rate-limited`` for a 429 or a JSON-RPC rate-limit error, ``overloaded``
+  for a 503 with ``Retry-After``).
 * ``gauges``: the proxy's current values when it built the batch (not deltas),
   integers >= 0; at most ``MAX_ROWS`` methods per subscription map. The
+  ``UPSTREAM_GAUGES`` maps are keyed by ``endpoint_id`` (at most ``MAX_ROWS``
+  each): ``upstream_sent_last_s`` the calls this proxy sent the node in the
+  last second; ``upstream_learned_rps`` the rate it learned for a node that
+  answered 429 without a configured ``max_rps`` (only nodes with a learned
+  rate); ``upstream_backoff_s`` the whole seconds left of the node's back-off
+  when the batch was built (only nodes backing off; the sidecar reads it as
+  "until ``sent_at`` + seconds" and keeps the latest such time over the live
+  proxies, the others are summed). The
   sidecar keeps the latest snapshot of each ``proxy_id`` (by ``sent_at``; an
   older one delivered late from the spool is ignored) and exposes the sum over
   the proxies whose snapshot arrived less than ``GAUGE_TTL_S`` ago — so a
@@ -92,9 +108,14 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_subscription_moves_total",
     "chainproxy_quota_units_total",
     "chainproxy_refusals_total",
+    "chainproxy_upstream_waits_total",
+    "chainproxy_upstream_backoffs_total",
 )
+BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
 GAUGES: Final = ("ws_connections", "spool_batches")
 SUBSCRIPTION_GAUGES: Final = ("client_subscriptions", "upstream_subscriptions")
+# Per-node maps (endpoint id -> n); see the docstring for what each one holds.
+UPSTREAM_GAUGES: Final = ("upstream_sent_last_s", "upstream_learned_rps", "upstream_backoff_s")
 
 HEARTBEAT_S: Final = 60.0
 GAUGE_TTL_S: Final = 120.0

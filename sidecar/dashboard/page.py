@@ -18,8 +18,16 @@ import jinja2
 from aiohttp import web
 
 from sidecar.dashboard.chart import hourly_chart
-from sidecar.dashboard.view import page_href, parse_network, scoped, updated_text
+from sidecar.dashboard.view import (
+    backoff_text,
+    capacity_text,
+    page_href,
+    parse_network,
+    scoped,
+    updated_text,
+)
 from sidecar.registry import views
+from sidecar.registry.api import upstream_live
 from sidecar.server.app_keys import REGISTRY_KEY, USAGE_KEY
 
 log = logging.getLogger("chainproxy.sidecar.dashboard")
@@ -70,7 +78,8 @@ async def dashboard(request: web.Request) -> web.Response:
         network = parse_network(reg.config, request.query.get("network"))
         config = scoped(reg.config, network)
         page = views.parse_page(request.query.get("page"))
-        callable_ = views.callable_endpoints(config, health, page)
+        live = upstream_live(request.app)
+        callable_ = views.callable_endpoints(config, health, page, live=live)
     except views.PageError as e:
         return _error_page(e)
     usage = await _usage(request, network)
@@ -84,13 +93,15 @@ async def dashboard(request: web.Request) -> web.Response:
         network=network,
         served=network is None or network in reg.config.proxy.networks,
         page_href=page_href,
+        backoff_text=lambda until: backoff_text(until, now),
+        capacity_text=capacity_text,
         usage=usage.summary,
         chart=usage.chart,
         updated=usage.updated,
         totals=views.registry_totals(config, health),
         rpc_pools=views.proxy_pools(config, health),
         endpoint_pools=views.endpoint_pools(config, health),
-        root=views.root_endpoints(config, health),
+        root=views.root_endpoints(config, health, live),
         callable=callable_,
         heatmap=heat,
         heat_kinds=[k for k in _KIND_ORDER if k in kinds_seen],

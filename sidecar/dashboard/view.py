@@ -1,11 +1,14 @@
 """What the dashboard adds to the API's documents (pure): the one-network
-scope of ``/?network=…``, the links between networks and pages, and the
-statistics' ``updated`` time in words."""
+scope of ``/?network=…``, the links between networks and pages, the
+statistics' ``updated`` time in words, and a node's back-off, budget and
+learned rate in words."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlencode
 
 from common.config import Config
@@ -59,3 +62,27 @@ def updated_text(updated: float | None, now: float) -> str | None:
         return None
     stamp = datetime.fromtimestamp(updated, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"{stamp} ({age_text(now - updated)})"
+
+
+def backoff_text(until_iso: str, now: float) -> str:
+    """An endpoint row's ``backoff_until`` in words: ``backing off until 14:03:21 UTC``,
+    with the date when it is not today's (a long Retry-After)."""
+    until = datetime.fromisoformat(until_iso)
+    today = until.date() == datetime.fromtimestamp(now, UTC).date()
+    fmt = "%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S"
+    return f"backing off until {until.strftime(fmt)} UTC"
+
+
+def capacity_text(row: Mapping[str, Any]) -> str:
+    """An endpoint row's budget and learned rate: ``≤ 20/s, ≤ 8 in flight · learned 12/s``;
+    empty when it has neither (unlimited, nothing learned)."""
+    budget = row["budget"]
+    limits = []
+    if budget["max_rps"] is not None:
+        limits.append(f"≤ {budget['max_rps']}/s")
+    if budget["max_concurrency"] is not None:
+        limits.append(f"≤ {budget['max_concurrency']} in flight")
+    parts = [", ".join(limits)] if limits else []
+    if row["learned_rps"] is not None:
+        parts.append(f"learned {row['learned_rps']}/s")
+    return " · ".join(parts)

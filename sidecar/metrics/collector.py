@@ -4,8 +4,9 @@ A custom collector reads the live state at scrape time (no metric objects to
 keep in sync, nothing global): the registry's families
 (``registry_families``: endpoint status and latency, heads, lag, healthy
 upstreams, probe results), the proxies' (``proxy_families``: the contract
-counters and gauges of the batches' metrics section, usage intake), the depth
-of the local on-disk usage spool and the open incidents. It is given
+counters and gauges of the batches' metrics section, usage intake), the
+nodes' budgets and capacity (``upstream_families``), the depth of the local
+on-disk usage spool and the open incidents. It is given
 callables rather than the app, so this package knows nothing of the app's
 keys (``sidecar.server.app`` wires it, ``sidecar.server.ops_api`` serves it).
 """
@@ -24,6 +25,7 @@ from prometheus_client.registry import Collector
 from common.config import Config
 from sidecar.metrics.proxy_families import usage_families
 from sidecar.metrics.registry_families import endpoint_families
+from sidecar.metrics.upstream_families import budget_families
 from sidecar.probing.prober import Prober
 from sidecar.usage.service import UsageService
 
@@ -62,6 +64,7 @@ class SidecarCollector(Collector):
         prober = self._prober()
         if prober is not None:
             yield from endpoint_families(self.config, prober)
+        yield from budget_families(self.config)
         usage = self._usage()
         if usage is not None:
             yield from usage_families(usage, self.config.proxy.networks)

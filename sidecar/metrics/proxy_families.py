@@ -16,6 +16,7 @@ from prometheus_client.core import (
 )
 
 from common.metrics_wire import EXTRA_COUNTERS
+from sidecar.metrics.upstream_families import upstream_gauge_families
 from sidecar.usage.proxy_counters import CAPPED, Counters, GaugeTotals
 from sidecar.usage.service import UsageService
 
@@ -28,7 +29,12 @@ _EXTRA_HELP = {
     " runtime API) and tier",
     "chainproxy_refusals_total": "Calls and handshakes refused, by the policy that refused them"
     " (allowlist, rate_limit, api_key, max_connections, max_subscriptions, subscriptions,"
-    " request)",
+    " request, upstream_capacity)",
+    "chainproxy_upstream_waits_total": "Calls that waited for a node's budget"
+    " (max_rps, max_concurrency, a learned rate) before being sent or shed, by network",
+    "chainproxy_upstream_backoffs_total": "Times a node started or extended a back-off, by"
+    " endpoint and reason (rate-limited: 429 or a JSON-RPC rate-limit error; overloaded:"
+    " 503 with Retry-After)",
 }
 
 
@@ -114,6 +120,7 @@ def live_gauge_families(g: GaugeTotals) -> Iterator[Metric]:
         for method, n in sorted(by_method.items()):
             family.add_metric([method], n)
         yield family
+    yield from upstream_gauge_families(g)
 
 
 def usage_families(usage: UsageService, networks: Sequence[str]) -> Iterator[Metric]:

@@ -4,7 +4,9 @@ addon's routing snapshot. Each parses its input, calls a pure view
 ``sidecar.registry.routing_snapshot``) and answers JSON; the URL of each is in
 ``sidecar.server.routes``.
 
-Most registry paths take no input at all: ``health_view`` and
+The endpoint lists and one endpoint also carry what the proxies report about
+each node (``upstream_live``: back-offs, learned rates). Most other registry
+paths take no input at all: ``health_view`` and
 ``incident_view`` turn a view function into its handler, so the route table
 names the view each path serves.
 """
@@ -22,12 +24,23 @@ from sidecar.incidents.tracker import Incident
 from sidecar.registry.endpoint_detail import endpoint_detail
 from sidecar.registry.pools import HealthMap
 from sidecar.registry.routing_snapshot import snapshot
-from sidecar.registry.views import PageError, callable_endpoints, parse_page
-from sidecar.server.app_keys import CLOCK_KEY, CONFIG_KEY, PROBER_KEY, REGISTRY_KEY
+from sidecar.registry.upstream import NO_REPORTS, UpstreamLive
+from sidecar.registry.views import PageError, callable_endpoints, parse_page, root_endpoints
+from sidecar.server.app_keys import CLOCK_KEY, CONFIG_KEY, PROBER_KEY, REGISTRY_KEY, USAGE_KEY
 from sidecar.server.json_errors import json_error
 
 HealthView = Callable[[Config, HealthMap], Any]
 IncidentView = Callable[[Config, Sequence[Incident], float], Any]
+
+
+def upstream_live(app: web.Application) -> UpstreamLive:
+    """The proxies' live reports on their nodes (back-offs, learned rates), as the
+    usage service accumulated them from the batches' gauges; none without it."""
+    usage = app.get(USAGE_KEY)
+    if usage is None:
+        return NO_REPORTS
+    g = usage.proxy_metrics.gauges()
+    return UpstreamLive(backoff_until=g.upstream_backoff_until, learned_rps=g.upstream_learned_rps)
 
 
 def health_view(view: HealthView) -> Handler:
@@ -50,6 +63,11 @@ def incident_view(view: IncidentView) -> Handler:
     return handler
 
 
+async def get_root(request: web.Request) -> web.Response:
+    reg = request.app[REGISTRY_KEY]
+    return web.json_response(root_endpoints(reg.config, reg.health, upstream_live(request.app)))
+
+
 async def get_callable(request: web.Request) -> web.Response:
     """``?page=N``: not a positive integer or given twice → 400, past the end → 404."""
     reg = request.app[REGISTRY_KEY]
@@ -58,7 +76,7 @@ async def get_callable(request: web.Request) -> web.Response:
         return json_error(400, "give page once")
     try:
         page = parse_page(values[0] if values else None)
-        doc = callable_endpoints(reg.config, reg.health, page)
+        doc = callable_endpoints(reg.config, reg.health, page, live=upstream_live(request.app))
     except PageError as e:
         return json_error(e.status, str(e))
     return web.json_response(doc)
@@ -72,7 +90,9 @@ async def get_endpoint(request: web.Request) -> web.Response:
     prober = request.app[PROBER_KEY]
     probes = reversed(prober.recent.get(endpoint.id, ()))  # newest first
     incidents = request.app[REGISTRY_KEY].endpoint_incidents(endpoint.id)
-    return web.json_response(endpoint_detail(config, endpoint, prober.health, probes, incidents))
+    live = upstream_live(request.app)
+    doc = endpoint_detail(config, endpoint, prober.health, probes, incidents, live)
+    return web.json_response(doc)
 
 
 async def get_routes(request: web.Request) -> web.Response:

@@ -1,6 +1,7 @@
 """The document of ``GET /api/v1/endpoints/{id}`` (pure): one endpoint's
-registry fields, health, block heights against its network, the last probes
-(newest first) and its incidents."""
+registry fields, health, block heights against its network, the node's
+capacity (budget, learned rate, back-off), the last probes (newest first) and
+its incidents."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sidecar.jsonfmt import iso
 from sidecar.probing.results import ProbeResult
 from sidecar.registry.pools import HealthMap, health_of
 from sidecar.registry.routing_snapshot import chain_heads, route
+from sidecar.registry.upstream import NO_REPORTS, UpstreamLive, capacity
 
 
 def endpoint_detail(
@@ -20,10 +22,12 @@ def endpoint_detail(
     health: HealthMap,
     probes: Iterable[ProbeResult],
     incidents: list[dict[str, Any]],
+    live: UpstreamLive = NO_REPORTS,
 ) -> dict[str, Any]:
     """``probes`` newest first; ``incidents`` as ``RegistryService.endpoint_incidents``
     gives them. Lag and ``synced`` are the routing snapshot's
-    (``sidecar.registry.routing_snapshot``)."""
+    (``sidecar.registry.routing_snapshot``); ``backoff_until``, ``budget`` and
+    ``learned_rps`` are ``sidecar.registry.upstream.capacity``'s."""
     h = health_of(health, endpoint)
     nodes = [e for e in config.endpoints if e.network == endpoint.network]
     tip, finalized = chain_heads(nodes, health)
@@ -53,6 +57,7 @@ def endpoint_detail(
         },
         "last_probe_at": iso(h.last_probe_at),
         "last_ok_at": iso(h.last_ok_at),
+        **capacity(endpoint, live),
         "probes": [probe_row(p) for p in probes],
         "incidents": incidents,
     }

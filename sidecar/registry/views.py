@@ -12,8 +12,8 @@ no aiohttp. This module re-exports the pool views of ``sidecar.registry.pools``.
 | ``registry_totals(config, health)`` | ``GET /api/v1/registry/totals`` |
 | ``proxy_pools(config, health)`` | ``GET /api/v1/pools/rpc`` |
 | ``endpoint_pools(config, health)`` | ``GET /api/v1/pools/endpoints`` |
-| ``root_endpoints(config, health)`` | ``GET /api/v1/endpoints/root`` |
-| ``callable_endpoints(config, health, page)`` | ``GET /api/v1/endpoints/callable?page=N`` |
+| ``root_endpoints(config, health, live)`` | ``GET /api/v1/endpoints/root`` |
+| ``callable_endpoints(config, health, page, live=)`` | ``GET /api/v1/endpoints/callable?page=N`` |
 | ``heatmap(config, health)`` | ``GET /api/v1/heatmap`` |
 | ``incident_list(config, incidents, now)`` | ``GET /api/v1/incidents`` |
 | ``incident_timeline(config, incidents, now)`` | ``GET /api/v1/incidents/timeline`` |
@@ -22,7 +22,9 @@ no aiohttp. This module re-exports the pool views of ``sidecar.registry.pools``.
 Shared definitions: **healthy** = status ``OK``; **probed** = at least one
 probe answered or failed; **latency_ms** = the EWMA of successful probes'
 latencies, rounded (null before the first success); **host** = the hostname
-of the endpoint's redacted URL; archive-capable and pools: ``sidecar.registry.pools``.
+of the endpoint's redacted URL; archive-capable and pools: ``sidecar.registry.pools``;
+an endpoint row's ``backoff_until``, ``budget`` and ``learned_rps``:
+``sidecar.registry.upstream`` (``live`` = the proxies' reports).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from sidecar.registry.pools import (
     proxy_pools,
     registry_totals,
 )
+from sidecar.registry.upstream import NO_REPORTS, UpstreamLive, capacity
 
 __all__ = [
     "PageError",
@@ -110,10 +113,13 @@ def ws_url(e: Endpoint) -> str | None:
 # --- endpoint lists ------------------------------------------------------------------------
 
 
-def root_endpoints(config: Config, health: HealthMap) -> dict[str, Any]:
+def root_endpoints(
+    config: Config, health: HealthMap, live: UpstreamLive = NO_REPORTS
+) -> dict[str, Any]:
     """Subnet-0 node endpoints in config order. ``status`` is OK/Degraded/Unknown
     (the dashboard shows Unknown-and-unprobed as empty); ``latency_ms`` null
-    until a probe succeeded. Summary: ``ok``/``unknown`` count statuses."""
+    until a probe succeeded; then the node's capacity (``upstream.capacity``).
+    Summary: ``ok``/``unknown`` count statuses."""
     rows = []
     for e in config.endpoints:
         if e.subnet != 0 or e.kind not in NODE_KINDS:
@@ -128,6 +134,7 @@ def root_endpoints(config: Config, health: HealthMap) -> dict[str, Any]:
                 "status": h.status,
                 "archive": archive_capable(e, h),
                 "latency_ms": latency_ms(h) if h.probed else None,
+                **capacity(e, live),
             }
         )
     return {
@@ -156,13 +163,19 @@ def parse_page(raw: str | None) -> int:
 
 
 def callable_endpoints(
-    config: Config, health: HealthMap, page: int = 1, page_size: int = PAGE_SIZE
+    config: Config,
+    health: HealthMap,
+    page: int = 1,
+    page_size: int = PAGE_SIZE,
+    *,
+    live: UpstreamLive = NO_REPORTS,
 ) -> dict[str, Any]:
     """Every endpoint, root (subnet 0) first then by subnet number, config order
     within a subnet; ``page`` (1-based) of ``page_size`` rows. ``pages`` is at
     least 1, so page 1 of an empty registry is valid; a page past the end →
     ``PageError(404)``, below 1 → ``PageError(400)``. ``url`` only for
-    ``node-wss`` (``ws_url``); ``latency_ms`` null while the status is Unknown."""
+    ``node-wss`` (``ws_url``); ``latency_ms`` null while the status is Unknown;
+    then the node's capacity (``upstream.capacity``)."""
     if page < 1:
         raise PageError(400, "page must be a positive integer (pages start at 1)")
     ordered = sorted(enumerate(config.endpoints), key=lambda ie: (ie[1].subnet, ie[0]))
@@ -183,6 +196,7 @@ def callable_endpoints(
                 "status": h.status,
                 "latency_ms": None if h.status == "Unknown" else latency_ms(h),
                 "probed": h.probed,
+                **capacity(e, live),
             }
         )
     return {"total": total, "page": page, "pages": pages, "page_size": page_size, "rows": rows}

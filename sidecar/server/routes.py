@@ -20,6 +20,7 @@ from sidecar.registry import views
 from sidecar.registry.api import (
     get_callable,
     get_endpoint,
+    get_root,
     get_routes,
     health_view,
     incident_view,
@@ -36,7 +37,7 @@ ROUTES: tuple[web.RouteDef, ...] = (
     web.get("/api/v1/registry/totals", health_view(views.registry_totals)),
     web.get("/api/v1/pools/rpc", health_view(views.proxy_pools)),
     web.get("/api/v1/pools/endpoints", health_view(views.endpoint_pools)),
-    web.get("/api/v1/endpoints/root", health_view(views.root_endpoints)),
+    web.get("/api/v1/endpoints/root", get_root),
     web.get("/api/v1/endpoints/callable", get_callable),
     web.get("/api/v1/endpoints/{id}", get_endpoint),
     web.get("/api/v1/heatmap", health_view(views.heatmap)),

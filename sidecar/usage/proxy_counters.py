@@ -5,7 +5,7 @@ is folded in by ``UsageService`` after the store took it — a batch id seen
 before never reaches this, so nothing counts twice. Counters only grow (the
 Prometheus collector in ``sidecar.metrics`` reads them at scrape time);
 gauges are the latest snapshot per proxy, summed over the proxies heard from
-within ``gauge_ttl_s``.
+within ``gauge_ttl_s`` (a node's back-off: the latest end any of them reported).
 
 Bounded whatever the proxies send: at most ``max_series`` label sets per
 metric (a row with a new label set beyond that is dropped and counted in
@@ -63,6 +63,17 @@ class GaugeTotals:
     spool_batches: int  # the largest per host (a machine's proxies share one spool), summed
     client_subscriptions: dict[str, int]
     upstream_subscriptions: dict[str, int]
+    # endpoint id -> value, over the live proxies:
+    upstream_sent_last_s: dict[str, int]  # summed: what the node got from all of them
+    upstream_learned_rps: dict[str, int]  # summed: each proxy learned its own share
+    # the latest end of a back-off (unix time) still ahead of ``at``: a node that
+    # pushes back on one proxy gets no traffic from it until then
+    upstream_backoff_until: dict[str, float]
+    at: float  # when these totals were taken (the sidecar's clock)
+
+    def backoff_left(self) -> dict[str, float]:
+        """Seconds left of each node's back-off at ``at`` (all > 0)."""
+        return {eid: until - self.at for eid, until in self.upstream_backoff_until.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,28 +183,44 @@ class ProxyCounters:
         now = self._clock()
         with self._lock:
             live = {
-                pid: s.gauges
-                for pid, s in self._snapshots.items()
-                if now - s.received < self.gauge_ttl_s
+                pid: s for pid, s in self._snapshots.items() if now - s.received < self.gauge_ttl_s
             }
         spool: dict[str, int] = {}
-        for pid, g in live.items():
+        for pid, s in live.items():
             host = host_of(pid)
-            spool[host] = max(spool.get(host, 0), g.spool_batches)
+            spool[host] = max(spool.get(host, 0), s.gauges.spool_batches)
+        gauges = [s.gauges for s in live.values()]
         return GaugeTotals(
             proxies=len(live),
-            ws_connections=sum(g.ws_connections for g in live.values()),
+            ws_connections=sum(g.ws_connections for g in gauges),
             spool_batches=sum(spool.values()),
-            client_subscriptions=self._by_method(g.client_subscriptions for g in live.values()),
-            upstream_subscriptions=self._by_method(g.upstream_subscriptions for g in live.values()),
+            client_subscriptions=self._summed(g.client_subscriptions for g in gauges),
+            upstream_subscriptions=self._summed(g.upstream_subscriptions for g in gauges),
+            upstream_sent_last_s=self._summed(g.upstream_sent_last_s for g in gauges),
+            upstream_learned_rps=self._summed(g.upstream_learned_rps for g in gauges),
+            upstream_backoff_until=self._backoff_until(live.values(), now),
+            at=now,
         )
 
-    def _by_method(self, snapshots: Iterable[tuple[tuple[str, int], ...]]) -> dict[str, int]:
+    def _summed(self, snapshots: Iterable[tuple[tuple[str, int], ...]]) -> dict[str, int]:
+        """Per key (method or endpoint id), the sum over the snapshots."""
         out: dict[str, int] = {}
         for pairs in snapshots:
-            for method, n in pairs:
-                if method in out:
-                    out[method] += n
-                elif len(out) < self.max_series:  # methods past the cap are left out
-                    out[method] = n
+            for key, n in pairs:
+                if key in out:
+                    out[key] += n
+                elif len(out) < self.max_series:  # keys past the cap are left out
+                    out[key] = n
+        return out
+
+    def _backoff_until(self, live: Iterable[_Snapshot], now: float) -> dict[str, float]:
+        """Per node, the latest back-off end any live proxy reported, if still ahead:
+        the seconds are counted from when the proxy built the batch, so one that
+        arrived late (from the spool) has already used up part of them."""
+        out: dict[str, float] = {}
+        for s in live:
+            for eid, seconds in s.gauges.upstream_backoff_s:
+                until = s.sent_at + seconds
+                if until > now and (eid in out or len(out) < self.max_series):
+                    out[eid] = max(out.get(eid, until), until)
         return out

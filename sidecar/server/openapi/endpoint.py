@@ -50,6 +50,7 @@ def schemas() -> dict[str, Schema]:
                 "heights": heights,
                 "last_probe_at": js.nullable(js.ISO, "string"),
                 "last_ok_at": js.nullable(js.ISO, "string"),
+                **js.CAPACITY,
                 "probes": js.arr(probe),
                 "incidents": js.arr(js.ref("Incident")),
             },

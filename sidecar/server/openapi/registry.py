@@ -58,6 +58,7 @@ def schemas() -> dict[str, Schema]:
                             "status": js.STATUS_ENUM,
                             "archive": js.BOOL,
                             "latency_ms": js.integer(null=True, desc="null when unprobed"),
+                            **js.CAPACITY,
                         }
                     )
                 ),
@@ -88,6 +89,7 @@ def schemas() -> dict[str, Schema]:
                             "status": js.STATUS_ENUM,
                             "latency_ms": js.integer(null=True, desc="null when status is Unknown"),
                             "probed": js.BOOL,
+                            **js.CAPACITY,
                         }
                     )
                 ),

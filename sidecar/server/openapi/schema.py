@@ -69,6 +69,26 @@ ENDPOINT_ID = string("endpoint identifier", pattern=ENDPOINT_ID_PATTERN)
 STATUS_ENUM = enum(*STATUS)
 KIND_ENUM = enum(*KINDS)
 ERROR = ref("Error")
+# The node's capacity in every endpoint object (``sidecar.registry.upstream.capacity``).
+CAPACITY: dict[str, Schema] = {
+    "backoff_until": {
+        **nullable(ISO, "string"),
+        "description": "while the node backs off (it answered 429, or 503 with Retry-After):"
+        " when it gets calls again; else null",
+    },
+    "budget": obj(
+        {
+            "max_rps": integer(1, null=True, desc="registry.endpoints[].max_rps; null: none"),
+            "max_concurrency": integer(
+                1, null=True, desc="registry.endpoints[].max_concurrency; null: none"
+            ),
+        },
+        "the budget the config gives the node",
+    ),
+    "learned_rps": integer(
+        null=True, desc="calls per second the proxies learned from the node's 429s; null: none"
+    ),
+}
 
 
 # --- operations ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from common.metrics_wire import (
     MAX_ROWS,
     OUTCOMES,
     SUBSCRIPTION_GAUGES,
+    UPSTREAM_GAUGES,
 )
 from sidecar.usage.stats.checks import MAX_COUNT, BatchError, show
 
@@ -41,6 +42,10 @@ class Gauges:
     spool_batches: int = 0
     client_subscriptions: tuple[tuple[str, int], ...] = ()
     upstream_subscriptions: tuple[tuple[str, int], ...] = ()
+    # endpoint id -> n (common.metrics_wire.UPSTREAM_GAUGES)
+    upstream_sent_last_s: tuple[tuple[str, int], ...] = ()
+    upstream_learned_rps: tuple[tuple[str, int], ...] = ()
+    upstream_backoff_s: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,20 +128,35 @@ def _extra(where: str, row: list[Any]) -> tuple[str, Labels, int]:
     return name, tuple(sorted(labels.items())), _count(n, f"{where} count")
 
 
+def _endpoint(value: Any, where: str) -> str:
+    if type(value) is not str or not _ENDPOINT_ID.fullmatch(value):
+        raise BatchError(f"{where} endpoint must be an id endpoint-srf-<16 hex>, got {show(value)}")
+    return value
+
+
+def _method(value: Any, where: str) -> str:
+    return _label(value, where, "method")
+
+
+def _gauge_map(
+    doc: dict[str, Any], key: str, what: str, check: Callable[[Any, str], str]
+) -> tuple[tuple[str, int], ...]:
+    """``doc[key]``, an object ``what`` -> count (each key passed through
+    ``check``), as pairs; absent: empty."""
+    by_key = doc.get(key, {})
+    where = f"metrics.gauges.{key}"
+    if type(by_key) is not dict or len(by_key) > MAX_ROWS:
+        raise BatchError(f"{where} must be an object of at most {MAX_ROWS} {what} -> count")
+    return tuple((check(k, where), _count(n, f"{where}[{k!r}]")) for k, n in by_key.items())
+
+
 def _gauges(doc: Any) -> Gauges:
     if type(doc) is not dict:
         raise BatchError("metrics.gauges must be an object")
     plain = {k: _count(doc.get(k, 0), f"metrics.gauges.{k}") for k in GAUGES}
-    subs: dict[str, tuple[tuple[str, int], ...]] = {}
-    for key in SUBSCRIPTION_GAUGES:
-        by_method = doc.get(key, {})
-        where = f"metrics.gauges.{key}"
-        if type(by_method) is not dict or len(by_method) > MAX_ROWS:
-            raise BatchError(f"{where} must be an object of at most {MAX_ROWS} method -> count")
-        subs[key] = tuple(
-            (_label(m, where, "method"), _count(n, f"{where}[{m!r}]")) for m, n in by_method.items()
-        )
-    return Gauges(**plain, **subs)
+    maps = {k: _gauge_map(doc, k, "method", _method) for k in SUBSCRIPTION_GAUGES}
+    maps |= {k: _gauge_map(doc, k, "endpoint", _endpoint) for k in UPSTREAM_GAUGES}
+    return Gauges(**plain, **maps)
 
 
 def parse_metrics(doc: Any, networks: Sequence[str]) -> ProxyMetrics:
@@ -156,13 +176,10 @@ def parse_metrics(doc: Any, networks: Sequence[str]) -> ProxyMetrics:
                 _count(n, f"{where} count"),
             )
         )
-    attempts = []
-    for where, (endpoint, result, n) in _rows(doc, "attempts", 3):
-        if type(endpoint) is not str or not _ENDPOINT_ID.fullmatch(endpoint):
-            raise BatchError(
-                f"{where} endpoint must be an id endpoint-srf-<16 hex>, got {show(endpoint)}"
-            )
-        attempts.append((endpoint, _label(result, where, "result"), _count(n, f"{where} count")))
+    attempts = [
+        (_endpoint(endpoint, where), _label(result, where, "result"), _count(n, f"{where} count"))
+        for where, (endpoint, result, n) in _rows(doc, "attempts", 3)
+    ]
     gauges = doc.get("gauges")
     return ProxyMetrics(
         proxy_id=proxy_id,
