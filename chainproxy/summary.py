@@ -59,6 +59,16 @@ def describe(config: Config, path: str) -> str:
         for t in p.tiers
     )
     sockets = f"≤{ws.max_connections_per_client} sockets per client"
+    lim = p.upstream_limits
+    budgeted = sum(1 for e in config.endpoints if e.max_rps or e.max_concurrency)
+    upstream = (
+        f"nodes' limits respected (Retry-After ≤{lim.max_backoff_s:g} s, "
+        f"{budgeted} endpoints with a budget"
+        + (", rates learned after a 429" if lim.adaptive else "")
+        + f", waits ≤{lim.max_wait_s:g} s then 503)"
+        if lim.enabled
+        else "nodes' limits off (a 429 is a plain failure)"
+    )
     sidecar = config.sidecar
     token = "token set" if sidecar.token else "no token: internal API open to local callers"
     return (
@@ -69,7 +79,7 @@ def describe(config: Config, path: str) -> str:
         f"{f', {len(p.trusted_proxies)} trusted proxies' if p.trusted_proxies else ''}; "
         f"{f'{tiers}; ' if tiers else ''}{sockets}; "
         f"failover up to {fo.max_attempts} attempts ({fo.attempt_timeout_s:g} s each, "
-        f"{fo.deadline_s:g} s deadline); {cache}; {subs}; {scale}. "
+        f"{fo.deadline_s:g} s deadline); {upstream}; {cache}; {subs}; {scale}. "
         f"Sidecar on {sidecar.host}:{sidecar.port} (proxies reach it at {sidecar.url}, "
         f"{token}); probes every {config.probe.interval_s:g} s (heads every "
         f"{config.probe.head_interval_s:g} s); data in {config.data_dir}."
