@@ -110,7 +110,12 @@ class Runtime:
         runtime.hedgers = {net: Hedger(p.hedge) for net in p.networks}
         if p.upstream_limits.enabled:
             endpoints = [e for net in p.networks for e in config.rpc_endpoints(net)]
-            local = Budgets(endpoints, clock=clock, adaptive=p.upstream_limits.adaptive)
+            local = Budgets(
+                endpoints,
+                clock=clock,
+                adaptive=p.upstream_limits.adaptive,
+                heavy_per_node=p.upstream_limits.heavy_per_node,
+            )
             runtime.budgets = runtime.local_budgets = local
             runtime.fair_waits = {net: FairWait() for net in p.networks}
         runtime.subs = SubscriptionHub(ws_pools, runtime, clock=clock, settings=_hub_settings(p))

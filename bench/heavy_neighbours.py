@@ -47,7 +47,11 @@ LIGHT, HEAVY, HEAVY_WORKERS = 20, 5, 3
 LIGHT_PERIOD_S = 1.0
 PER_MIB_MS, BYTE_SLOTS = 200.0, 2
 QUOTA = {"requests": 100, "window_s": 10}
-RUNS = ("light only", "units", "counting")
+# the units proxy with a heavy lane: at most one read priced by its bytes in
+# flight per node (proxy.upstream_limits.heavy_per_node), the nodes' other
+# byte slot kept for light calls
+LANE = "units + heavy lane"
+RUNS = ("light only", "units", "counting", LANE)
 # a diagnostic: the units run with the nodes' byte time off, so what is left of
 # the light tail is the proxy's own work on the heavy answers
 FAST = "units, nodes not slowed per MiB"
@@ -66,6 +70,7 @@ class Tally:
     heavy_ok: int = 0
     heavy_429: int = 0
     heavy_errors: int = 0
+    heavy_503: int = 0  # shed: upstream_capacity, the client waits its Retry-After
     heavy_hedged: int = 0  # heavy answers a second node raced for (X-Chainproxy-Hedged)
 
 
@@ -85,6 +90,7 @@ def summarise(tallies: list[Tally], upstream_bytes: int, seconds: float) -> dict
         "heavy_ok": sum(t.heavy_ok for t in tallies),
         "heavy_429": sum(t.heavy_429 for t in tallies),
         "heavy_errors": sum(t.heavy_errors for t in tallies),
+        "heavy_503": sum(t.heavy_503 for t in tallies),
         "heavy_hedged": sum(t.heavy_hedged for t in tallies),
         "upstream_mib_per_min": upstream_bytes / (1 << 20) / seconds * 60 if seconds else 0.0,
     }
@@ -95,10 +101,13 @@ def verdict(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     base = runs["light only"]["light_p99_ms"]
     units = runs["units"]["light_p99_ms"] / base
     counting = runs["counting"]["light_p99_ms"] / base
+    lane = runs[LANE]["light_p99_ms"] / base
     return {
         "units_p99_ratio": units,
         "counting_p99_ratio": counting,
+        "lane_p99_ratio": lane,
         "goal_met": units <= GOAL_P99 and runs["units"]["light_errors"] == 0,
+        "lane_goal_met": lane <= GOAL_P99 and runs[LANE]["light_errors"] == 0,
     }
 
 
@@ -175,8 +184,11 @@ async def _heavy(url: str, ip: str, idx: int, tag: int, stop_at: float, t: Tally
                 except (aiohttp.ClientError, TimeoutError):
                     t.heavy_errors += 1
                     continue
-                if r.status == 429:
-                    t.heavy_429 += 1
+                if r.status in (429, 503):
+                    if r.status == 429:
+                        t.heavy_429 += 1
+                    else:
+                        t.heavy_503 += 1
                     wait = float(retry) if retry else 1.0
                     await asyncio.sleep(max(0.0, min(wait, stop_at - time.monotonic())))
                 elif r.status == 200 and b'"result"' in raw[:200]:
@@ -221,17 +233,23 @@ class HeavyNeighbours:
             data_dir=ctx.tmp / "hn-units",
             proxy={"rate_limit": dict(QUOTA)},
         )
-        counting_cfg = self._variant(units_cfg, "hn-counting")
+        counting_cfg = self._variant(
+            units_cfg, "hn-counting", rate_limit={**QUOTA, "costs": {"enabled": False}}
+        )
+        lane_cfg = self._variant(units_cfg, "hn-lane", upstream_limits={"heavy_per_node": 1})
         st.start_sidecar("sidecar-hn", units_cfg, sidecar)
-        for name, cfg in (("units", units_cfg), ("counting", counting_cfg)):
+        for name, cfg in (("units", units_cfg), ("counting", counting_cfg), (LANE, lane_cfg)):
             _, self.targets[name] = st.start_chainproxy(
-                f"hn-{name}", cfg, sidecar, cpus=ctx.proxy_cpus
+                f"hn-{name.split()[0]}{'-lane' if name == LANE else ''}",
+                cfg,
+                sidecar,
+                cpus=ctx.proxy_cpus,
             )
         ctx.wait_routes(sidecar, 3)
 
-    def _variant(self, base: Path, name: str) -> Path:
+    def _variant(self, base: Path, name: str, **proxy: Any) -> Path:
         doc = yaml.safe_load(base.read_text())
-        doc["proxy"]["rate_limit"] = {**QUOTA, "costs": {"enabled": False}}
+        doc["proxy"].update(proxy)
         doc["data_dir"] = str(self.ctx.tmp / name)
         path = base.with_name(f"{name}.yaml")
         path.write_text(yaml.safe_dump(doc))
@@ -253,9 +271,10 @@ class HeavyNeighbours:
         upstream = dict.fromkeys(names, 0)
         tag = 0
         for r in range(reps):
-            for name in [*RUNS[r % 3 :], *RUNS[: r % 3], *([FAST] if r == 0 else [])]:
+            k = r % len(RUNS)
+            for name in [*RUNS[k:], *RUNS[:k], *([FAST] if r == 0 else [])]:
                 tag += 1
-                target = self.targets["counting" if name == "counting" else "units"]
+                target = self.targets.get(name, self.targets["units"])
                 if name == FAST:
                     self._slow(0.0)
                 before = self._bytes()
@@ -287,12 +306,17 @@ class HeavyNeighbours:
         def heavy(x: dict[str, Any]) -> str:
             return (
                 f"heavy {x['heavy_ok']:,} answered, {x['heavy_429']:,} x 429,"
-                f" {x['heavy_errors']} errors, {x['heavy_hedged']} hedged;"
+                f" {x['heavy_503']:,} x 503, {x['heavy_errors']} errors,"
+                f" {x['heavy_hedged']} hedged;"
                 f" upstream {f0(x['upstream_mib_per_min'])} MiB/min"
             )
 
         base = runs["light only"]
-        for k, ratio in (("units", "units_p99_ratio"), ("counting", "counting_p99_ratio")):
+        for k, ratio in (
+            ("units", "units_p99_ratio"),
+            ("counting", "counting_p99_ratio"),
+            (LANE, "lane_p99_ratio"),
+        ):
             r.row(
                 f"13. {HEAVY} heavy beside {LIGHT} light clients, {k}: light p99",
                 "light only " + light(base) + f", upstream {f0(base['upstream_mib_per_min'])}"
@@ -320,7 +344,9 @@ class HeavyNeighbours:
             f"Heavy neighbours: light p99 with units {f2(v['units_p99_ratio'])}x the light-only"
             f" run (goal <= {GOAL_P99}x) with {runs['units']['light_errors']} light errors"
             f" (goal 0): {'met' if v['goal_met'] else 'NOT met'}; with plain call counting"
-            f" {f2(v['counting_p99_ratio'])}x. Unit costs add "
+            f" {f2(v['counting_p99_ratio'])}x; with units and a heavy lane of 1 per node"
+            f" {f2(v['lane_p99_ratio'])}x ({'met' if v['lane_goal_met'] else 'NOT met'})."
+            " Unit costs add "
             + ("n/a" if added is None else f"{added:+.1%}")
             + " to a hit's addon CPU (goal <= 5 %): "
             + ("n/a" if added is None else "met" if added <= 0.05 else "NOT met")

@@ -48,6 +48,7 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
                 client=rpc.client,
                 max_wait_s=p.upstream_limits.max_wait_s,
                 clock=rt.clock,
+                heavy=bool(rpc.reserved),
             )
             admissions.append(admission)
         return forward(

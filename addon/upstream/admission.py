@@ -23,7 +23,9 @@ from addon.upstream.pool import Upstream, UpstreamPool
 class BudgetBook(Protocol):
     adaptive: bool
 
-    def try_take(self, endpoint: str, calls: int) -> Ticket | float | Awaitable[Ticket | float]: ...
+    def try_take(
+        self, endpoint: str, calls: int, heavy: bool = False
+    ) -> Ticket | float | Awaitable[Ticket | float]: ...
 
     def release(self, ticket: Ticket) -> None: ...
 
@@ -39,8 +41,10 @@ class Admission:
         client: str,
         max_wait_s: float,
         clock: Callable[[], float],
+        heavy: bool = False,
     ) -> None:
         self.budgets = budgets
+        self.heavy = heavy  # a read priced by its bytes: it takes a heavy-lane place
         self.fair = fair
         self.client = client
         self.max_wait_s = max_wait_s
@@ -112,7 +116,7 @@ class Admission:
                 if backoff is not None:
                     soonest = backoff if soonest is None else min(soonest, backoff)
                 return None, soonest
-            taken = self.budgets.try_take(upstream.id, calls)
+            taken = self.budgets.try_take(upstream.id, calls, self.heavy)
             if inspect.isawaitable(taken):
                 taken = await taken
             if isinstance(taken, Ticket):

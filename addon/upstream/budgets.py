@@ -46,6 +46,7 @@ class Ticket:
 
     endpoint: str
     member: str = ""  # its entry in the shared in-flight set (Redis), if any
+    heavy: bool = False  # it holds one of the node's places for heavy reads
 
 
 @dataclass(slots=True)
@@ -56,6 +57,7 @@ class NodeBudget:
     learned_at: float = 0.0
     sent: deque[float] = field(default_factory=lambda: deque(maxlen=_MAX_KEPT))
     inflight: int = 0
+    heavy_inflight: int = 0
 
     def rps(self, now: float) -> float | None:
         """The rate in force: the configured one, else the learned one (grown since)."""
@@ -91,12 +93,15 @@ class NodeBudget:
             wait = max(wait, CONCURRENCY_POLL_S)
         return wait
 
-    def take(self, now: float, calls: int) -> None:
+    def take(self, now: float, calls: int, heavy: bool = False) -> None:
         self.sent.extend([now] * max(1, calls))
         self.inflight += 1
+        self.heavy_inflight += heavy
 
-    def release(self) -> None:
+    def release(self, heavy: bool = False) -> None:
         self.inflight = max(0, self.inflight - 1)
+        if heavy:
+            self.heavy_inflight = max(0, self.heavy_inflight - 1)
 
     def rate_limited(self, now: float) -> None:
         """A 429 from a node without a configured rate: learn one below what it got."""
@@ -125,9 +130,13 @@ class Budgets:
         *,
         clock: Callable[[], float],
         adaptive: bool = True,
+        heavy_per_node: int = 0,
     ) -> None:
         self.clock = clock
         self.adaptive = adaptive
+        # heavy reads (answers priced by their bytes) in flight per node at most
+        # (0: no cap), so a node's other threads stay free for light calls
+        self.heavy_per_node = heavy_per_node
         self.nodes: dict[str, NodeBudget] = {
             e.id: NodeBudget(e.max_rps, e.max_concurrency) for e in endpoints
         }
@@ -139,6 +148,7 @@ class Budgets:
             if prev is not None:
                 node.learned_rps, node.learned_at = prev.learned_rps, prev.learned_at
                 node.sent, node.inflight = prev.sent, prev.inflight
+                node.heavy_inflight = prev.heavy_inflight
 
     def node(self, endpoint: str) -> NodeBudget:
         node = self.nodes.get(endpoint)
@@ -150,19 +160,26 @@ class Budgets:
         n = self.nodes.get(endpoint)
         return n is not None and (n.max_rps is not None or n.max_concurrency is not None)
 
-    def try_take(self, endpoint: str, calls: int) -> Ticket | float:
+    def heavy_full(self, endpoint: str, heavy: bool) -> bool:
+        cap = self.heavy_per_node
+        return heavy and cap > 0 and self.node(endpoint).heavy_inflight >= cap
+
+    def try_take(self, endpoint: str, calls: int, heavy: bool = False) -> Ticket | float:
         """A ticket if ``calls`` fit in the node's budget now (they are counted),
-        else the seconds until they may."""
+        else the seconds until they may. ``heavy``: a read priced by its bytes."""
         now = self.clock()
         node = self.node(endpoint)
         wait = node.wait_s(now, calls)
+        if self.heavy_full(endpoint, heavy):
+            wait = max(wait, CONCURRENCY_POLL_S)
         if wait > 0:
             return wait
-        node.take(now, calls)
-        return Ticket(endpoint)
+        heavy = heavy and self.heavy_per_node > 0
+        node.take(now, calls, heavy)
+        return Ticket(endpoint, heavy=heavy)
 
     def release(self, ticket: Ticket) -> None:
-        self.node(ticket.endpoint).release()
+        self.node(ticket.endpoint).release(ticket.heavy)
 
     def rate_limited(self, endpoint: str) -> None:
         if self.adaptive:

@@ -23,7 +23,7 @@ import socket
 from collections.abc import Awaitable
 
 from addon.redislink.link import RedisLink, RedisUnavailable
-from addon.upstream.budgets import Budgets, Ticket
+from addon.upstream.budgets import CONCURRENCY_POLL_S, Budgets, Ticket
 
 # The window is ``budgets.WINDOW_S`` (1.05 s: arrival jitter). KEYS: the node's
 # send times, its leases. ARGV: max_rps (0: none), calls, max_concurrency (0:
@@ -88,15 +88,19 @@ class SharedBudgets:
     def rate_limited(self, endpoint: str) -> None:
         self.local.rate_limited(endpoint)
 
-    def try_take(self, endpoint: str, calls: int) -> Ticket | float | Awaitable[Ticket | float]:
+    def try_take(
+        self, endpoint: str, calls: int, heavy: bool = False
+    ) -> Ticket | float | Awaitable[Ticket | float]:
         if not self.local.configured(endpoint):
-            return self.local.try_take(endpoint, calls)  # unlimited or learned: this process's
+            return self.local.try_take(endpoint, calls, heavy)  # unlimited or learned: ours
+        if self.local.heavy_full(endpoint, heavy):
+            return CONCURRENCY_POLL_S  # the heavy lane is this process's: no round trip
         if not self.link.up:
             self.link.fallback("budgets")
-            return self.local.try_take(endpoint, calls)
-        return self._take(endpoint, calls)
+            return self.local.try_take(endpoint, calls, heavy)
+        return self._take(endpoint, calls, heavy)
 
-    async def _take(self, endpoint: str, calls: int) -> Ticket | float:
+    async def _take(self, endpoint: str, calls: int, heavy: bool) -> Ticket | float:
         node = self.local.node(endpoint)
         member = self._member_prefix + str(next(self._ids))
         command = (
@@ -114,11 +118,12 @@ class SharedBudgets:
         try:
             wait_ms = await self.link.run("budgets", lambda: self.link.pipe.submit(*command))
         except RedisUnavailable:
-            return self.local.try_take(endpoint, calls)
+            return self.local.try_take(endpoint, calls, heavy)
         if int(wait_ms) > 0:
             return int(wait_ms) / 1000
-        node.take(self.local.clock(), calls)  # this process's view (gauges, learning)
-        return Ticket(endpoint, member if node.max_concurrency is not None else "")
+        heavy = heavy and self.local.heavy_per_node > 0
+        node.take(self.local.clock(), calls, heavy)  # this process's view (gauges, lanes)
+        return Ticket(endpoint, member if node.max_concurrency is not None else "", heavy)
 
     def release(self, ticket: Ticket) -> None:
         self.local.release(ticket)

@@ -51,6 +51,7 @@ class UpstreamLimitsConfig:
     max_wait_s: float = 1.0  # a call waits at most this for a node's budget
     max_backoff_s: float = 300.0  # the longest Retry-After (or back-off) honoured
     adaptive: bool = True  # learn a budget for a node that answers 429 without one
+    heavy_per_node: int = 0  # reads priced by their bytes in flight per node (0: no cap)
 
 
 def parse_coalesce(raw: Any) -> CoalesceConfig:
@@ -79,7 +80,11 @@ def parse_head_pinning(raw: Any) -> HeadPinningConfig:
 def parse_upstream_limits(raw: Any) -> UpstreamLimitsConfig:
     u = mapping(raw, "proxy.upstream_limits")
     key = "proxy.upstream_limits."
-    check_keys(u, ("enabled", "max_wait_s", "max_backoff_s", "adaptive"), "proxy.upstream_limits")
+    check_keys(
+        u,
+        ("enabled", "max_wait_s", "max_backoff_s", "adaptive", "heavy_per_node"),
+        "proxy.upstream_limits",
+    )
     d = UpstreamLimitsConfig()
     wait = get_num(u, "max_wait_s", d.max_wait_s, key + "max_wait_s")
     if wait > 30:
@@ -92,6 +97,7 @@ def parse_upstream_limits(raw: Any) -> UpstreamLimitsConfig:
         max_wait_s=wait,
         max_backoff_s=backoff,
         adaptive=get_bool(u, "adaptive", True, key + "adaptive"),
+        heavy_per_node=get_int(u, "heavy_per_node", 0, key + "heavy_per_node", minimum=0),
     )
 
 

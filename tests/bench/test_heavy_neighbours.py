@@ -5,11 +5,13 @@ addresses (distinct, so no cache hit and one quota each)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
 from bench.heavy_neighbours import (
     HEAVY,
+    LANE,
     LIGHT,
     RUNS,
     Tally,
@@ -38,18 +40,21 @@ def _run(p99: float, errors: int = 0) -> dict[str, float]:
     return {"light_p99_ms": p99, "light_errors": errors}
 
 
+def _runs(units: dict[str, float], lane: dict[str, float] | None = None) -> dict[str, Any]:
+    return {"light only": _run(20), "units": units, "counting": _run(200), LANE: lane or _run(20)}
+
+
 def test_verdict_is_the_ratio_to_the_light_only_run() -> None:
-    v = verdict({"light only": _run(20), "units": _run(29), "counting": _run(200)})
+    v = verdict(_runs(_run(29), _run(40)))
     assert v["units_p99_ratio"] == pytest.approx(1.45)
     assert v["counting_p99_ratio"] == pytest.approx(10)
-    assert v["goal_met"]
-    assert not verdict({"light only": _run(20), "units": _run(31), "counting": _run(20)})[
-        "goal_met"
-    ]
-    assert not verdict({"light only": _run(20), "units": _run(20, 1), "counting": _run(20)})[
-        "goal_met"
-    ]
-    assert RUNS == ("light only", "units", "counting")
+    assert v["lane_p99_ratio"] == pytest.approx(2.0)
+    assert v["goal_met"] and not v["lane_goal_met"]
+    assert not verdict(_runs(_run(31)))["goal_met"]
+    assert not verdict(_runs(_run(20, 1)))["goal_met"]
+    assert verdict(_runs(_run(31), _run(25)))["lane_goal_met"]
+    assert not verdict(_runs(_run(31), _run(25, errors=1)))["lane_goal_met"]
+    assert RUNS == ("light only", "units", "counting", LANE)
 
 
 def test_clients_have_their_own_keys_and_addresses() -> None:

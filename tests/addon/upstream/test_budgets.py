@@ -128,3 +128,21 @@ def test_learned_rates_survive_a_reload() -> None:
     new.inherit(old)
     assert new.node("a").rps(clock.t) == pytest.approx(8.0)
     assert new.node("b").rps(clock.t) is None
+
+
+def test_heavy_reads_take_at_most_their_lane_per_node() -> None:
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a")], clock=clock, heavy_per_node=1)
+    first = book.try_take("a", 1, heavy=True)
+    assert isinstance(first, Ticket) and first.heavy
+    assert not isinstance(book.try_take("a", 1, heavy=True), Ticket)  # the lane is full
+    assert isinstance(book.try_take("a", 1), Ticket)  # light calls still go
+    book.release(first)
+    assert isinstance(book.try_take("a", 1, heavy=True), Ticket)
+
+
+def test_no_heavy_lane_by_default() -> None:
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a")], clock=clock)
+    tickets = [book.try_take("a", 1, heavy=True) for _ in range(5)]
+    assert all(isinstance(t, Ticket) and not t.heavy for t in tickets)
