@@ -117,6 +117,8 @@ class Runtime:
                 heavy_per_node=p.upstream_limits.heavy_per_node,
             )
             runtime.budgets = runtime.local_budgets = local
+            for pool in pools.values():
+                pool.budget_use = local.use
             runtime.fair_waits = {net: FairWait() for net in p.networks}
         runtime.subs = SubscriptionHub(ws_pools, runtime, clock=clock, settings=_hub_settings(p))
         if config.redis is not None:

@@ -93,6 +93,17 @@ class NodeBudget:
             wait = max(wait, CONCURRENCY_POLL_S)
         return wait
 
+    def use(self, now: float) -> float:
+        """How much of its budget is in use (0..1): the larger of the rate's
+        last second and the places in flight; 0 without a budget."""
+        used = 0.0
+        rate = self.rps(now)
+        if rate is not None:
+            used = self.recent(now) / max(rate, 1.0)
+        if self.max_concurrency is not None:
+            used = max(used, self.inflight / self.max_concurrency)
+        return min(used, 1.0)
+
     def take(self, now: float, calls: int, heavy: bool = False) -> None:
         self.sent.extend([now] * max(1, calls))
         self.inflight += 1
@@ -159,6 +170,10 @@ class Budgets:
     def configured(self, endpoint: str) -> bool:
         n = self.nodes.get(endpoint)
         return n is not None and (n.max_rps is not None or n.max_concurrency is not None)
+
+    def use(self, endpoint: str) -> float:
+        node = self.nodes.get(endpoint)
+        return 0.0 if node is None else node.use(self.clock())
 
     def heavy_full(self, endpoint: str, heavy: bool) -> bool:
         cap = self.heavy_per_node

@@ -40,6 +40,9 @@ _DECAY_S = 10.0
 # A failure counts as at least this slow: a node that fails fast must not look
 # like the fastest node and attract traffic until it is ejected.
 _FAILURE_PENALTY_MS = 1000.0
+# A node at its budget costs this many times more than an idle one (plus one):
+# calls spread to nodes with room before any has to wait.
+_BUDGET_WEIGHT = 3.0
 
 
 @dataclass(slots=True)
@@ -87,6 +90,9 @@ class UpstreamPool:
         self.eject_after = eject_after
         self.eject_cooldown_s = eject_cooldown_s
         self.max_backoff_s = max_backoff_s
+        # how much of its budget a node has used (0..1), when budgets are kept:
+        # a node near its budget is the dearer choice
+        self.budget_use: Callable[[str], float] | None = None
         self._clock = clock
         self._rng = rng or random.Random()
 
@@ -125,7 +131,10 @@ class UpstreamPool:
         latency = u.ewma_ms * math.exp(-age / _DECAY_S)
         if u.inflight_starts:
             latency = max(latency, (now - u.inflight_starts[0]) * 1000)
-        return (latency + 1.0) * (u.inflight + 1) / max(u.score, 0.01)
+        cost = (latency + 1.0) * (u.inflight + 1) / max(u.score, 0.01)
+        if self.budget_use is not None:
+            cost *= 1.0 + _BUDGET_WEIGHT * self.budget_use(u.id)
+        return cost
 
     def choose(
         self, exclude: set[str], *, prefer_archive: bool = False, min_block: int | None = None

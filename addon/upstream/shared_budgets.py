@@ -67,6 +67,9 @@ return 0
 """
 
 _LEASE_MARGIN_S = 5.0
+# one sequence per process: a reload's new book must not reuse the old one's
+# lease names while its calls are still in flight
+_IDS = itertools.count()
 
 
 class SharedBudgets:
@@ -77,7 +80,6 @@ class SharedBudgets:
         self.local = local
         self.lease_ms = round((lease_s + _LEASE_MARGIN_S) * 1000)
         self._sha = link.pipe.script(_SCRIPT)
-        self._ids = itertools.count()
         self._member_prefix = f"{socket.gethostname()}:{os.getpid()}:"
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -102,7 +104,7 @@ class SharedBudgets:
 
     async def _take(self, endpoint: str, calls: int, heavy: bool) -> Ticket | float:
         node = self.local.node(endpoint)
-        member = self._member_prefix + str(next(self._ids))
+        member = self._member_prefix + str(next(_IDS))
         command = (
             "EVALSHA",
             self._sha,

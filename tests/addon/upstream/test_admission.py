@@ -171,3 +171,13 @@ async def test_open_loop_demands_one_to_ten_get_shares_within_two_times() -> Non
     await asyncio.gather(offer("light", 20, 2.5), offer("heavy", 200, 2.5))
     assert min(served.values()) >= 15, served
     assert max(served.values()) / min(served.values()) <= 2.0, served
+
+
+def test_a_node_near_its_budget_is_the_dearer_choice() -> None:
+    pool, budgets, _ = _setup(max_rps=10, nodes=2)
+    pool.budget_use = budgets.use
+    for _ in range(9):
+        assert isinstance(budgets.try_take("endpoint-srf-0", 1), Ticket)
+    picks = [pool.choose(set()).id for _ in range(200)]  # type: ignore[union-attr]
+    assert picks.count("endpoint-srf-1") == 200  # p2c: the one with room wins every time
+    assert budgets.use("endpoint-srf-0") == 0.9 and budgets.use("endpoint-srf-1") == 0.0

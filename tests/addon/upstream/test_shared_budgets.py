@@ -1,0 +1,75 @@
+"""A node's configured budget in a real redis-server, shared by every proxy:
+two processes together never exceed it, calls in flight are leased and given
+back, and while Redis is down each process keeps the budget itself."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from addon.upstream.budgets import Budgets, Ticket
+from addon.upstream.shared_budgets import SharedBudgets
+from common.config import Endpoint
+from tests.addon.helpers import redis_link
+from tests.redis_server import RedisServer
+
+
+def _book(max_rps: int | None = None, max_concurrency: int | None = None) -> Budgets:
+    e = Endpoint(
+        url="http://n",
+        provider="p",
+        kind="node-rpc",
+        network="finney",
+        id="endpoint-srf-00000000000000aa",
+        max_rps=max_rps,
+        max_concurrency=max_concurrency,
+    )
+    return Budgets([e], clock=time.monotonic)
+
+
+EID = "endpoint-srf-00000000000000aa"
+
+
+async def _take(book: SharedBudgets, calls: int = 1) -> Ticket | float:
+    taken = book.try_take(EID, calls)
+    return taken if isinstance(taken, Ticket | float) else await taken
+
+
+async def test_two_processes_share_one_rate(redis_server: RedisServer) -> None:
+    a, b = redis_link(redis_server, timeout_ms=2000), redis_link(redis_server, timeout_ms=2000)
+    pa, pb = (
+        SharedBudgets(a, _book(max_rps=20), lease_s=5),
+        SharedBudgets(b, _book(max_rps=20), lease_s=5),
+    )
+    results = await asyncio.gather(*(_take(pa if i % 2 else pb) for i in range(60)))
+    granted = [r for r in results if isinstance(r, Ticket)]
+    assert len(granted) == 20  # one budget for the two, not 20 each
+    waits = [r for r in results if not isinstance(r, Ticket)]
+    assert all(0 < w <= 1.06 for w in waits)  # when the window lets the next in
+    await a.close()
+    await b.close()
+
+
+async def test_calls_in_flight_are_leased_and_given_back(redis_server: RedisServer) -> None:
+    a, b = redis_link(redis_server, timeout_ms=2000), redis_link(redis_server, timeout_ms=2000)
+    pa = SharedBudgets(a, _book(max_concurrency=2), lease_s=5)
+    pb = SharedBudgets(b, _book(max_concurrency=2), lease_s=5)
+    t1, t2 = await _take(pa), await _take(pb)
+    assert isinstance(t1, Ticket) and isinstance(t2, Ticket) and t1.member and t2.member
+    assert not isinstance(await _take(pa), Ticket)  # two in flight across the two proxies
+    pb.release(t2)
+    await asyncio.sleep(0.05)  # the release is sent without waiting for it
+    assert isinstance(await _take(pa), Ticket)
+    await a.close()
+    await b.close()
+
+
+async def test_a_redis_outage_falls_back_to_the_local_budget(redis_server: RedisServer) -> None:
+    link = redis_link(redis_server, timeout_ms=50)
+    book = SharedBudgets(link, _book(max_rps=3), lease_s=5)
+    assert isinstance(await _take(book), Ticket)
+    redis_server.stop()
+    results = [await _take(book) for _ in range(6)]
+    # this process's own window (it counted the first call too): 2 more, then waits
+    assert sum(isinstance(r, Ticket) for r in results) == 2
+    await link.close()
