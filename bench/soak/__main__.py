@@ -93,6 +93,7 @@ async def soak(stack: SoakStack, seconds: float, seed: int) -> Result:
         resources_end=end,
         warm_s=warm_s,
         chaos_failures=chaos.failures,
+        upstream_429=chaos.upstream_429,
     )
 
 

@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from bench.soak.plan import NODE_FAULTS, Action
+from bench.soak.plan import LIMIT_FAULTS, NODE_FAULTS, Action
 from bench.soak.stack import SoakStack
 
 log = logging.getLogger("soak.chaos")
@@ -22,6 +22,7 @@ class Chaos:
     started: float  # monotonic time the traffic started
     events: list[tuple[float, str]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    upstream_429: int = 0  # 429s the rate-limited nodes answered (LIMIT_FAULTS)
 
     def _note(self, text: str) -> None:
         t = time.monotonic() - self.started
@@ -61,6 +62,12 @@ class Chaos:
         s = self.stack
         if a.kind == "kill":
             s.restart_node(a.target)
+        elif a.kind in LIMIT_FAULTS:
+            n = s.node_rate_limited(a.target)  # before the heal clears it
+            s.node_heal(a.target)
+            self.upstream_429 += n
+            self._note(f"{a.kind} {a.target} over ({n} x 429)")
+            return
         elif a.kind in NODE_FAULTS:
             s.node_heal(a.target)
         elif a.kind == "sidecar":

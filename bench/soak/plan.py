@@ -19,7 +19,12 @@ NODE_FAULTS: dict[str, dict[str, Any]] = {
     "freeze": {"freeze": True},  # the head stops (a stuck node)
     "fork": {"fork": True},  # a minority fork from now on
     "hang": {"hang": True},  # accepts, never answers
+    # a rate-limited node: 429 beyond 3 HTTP calls a second, bare (the proxy
+    # learns a budget) or with Retry-After: 2 (the proxy pauses the node)
+    "rate_limit": {"limit_rps": 3},
+    "retry_after": {"limit_rps": 3, "limit_retry_after_s": 2},
 }
+LIMIT_FAULTS = frozenset(k for k, v in NODE_FAULTS.items() if "limit_rps" in v)
 NODE_ACTIONS = ("kill", *NODE_FAULTS)
 STACK_ACTIONS = ("sidecar", "proxy", "redis")  # restarts
 

@@ -30,6 +30,7 @@ class Result:
     resources_end: dict[str, tuple[int, int]]
     warm_s: float
     chaos_failures: list[str]
+    upstream_429: int = 0  # answered by the nodes under a rate-limit fault
 
 
 def during(actions: list[Action], t: float) -> str:
@@ -102,6 +103,8 @@ def render(r: Result) -> str:
         f"| answered (results and node errors) / refused as asked (403, 429) | "
         f"{c.get('ok', 0):,} / {c.get('refused', 0):,} | |",
         f"| client-visible errors while ≥ 1 healthy upstream existed | {c.get('error', 0)} | 0 |",
+        f"| 429s the rate-limited nodes answered (rate_limit, retry_after) | "
+        f"{r.upstream_429:,} | |",
         f"| usage records in the sidecar / calls that must leave one | "
         f"{f['usage_records'] if f['usage_records'] is not None else 'unread'} / {c['recorded']:,} "
         "| equal |",

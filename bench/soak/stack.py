@@ -131,6 +131,10 @@ class SoakStack:
     def node_fault(self, name: str, faults: dict[str, Any]) -> None:
         self.nodes[name].control(**faults)
 
+    def node_rate_limited(self, name: str) -> int:
+        """The 429s the node's ``limit_rps`` fault answered since its last reset."""
+        return int(self.nodes[name].state().get("rate_limited", 0))
+
     def node_heal(self, name: str) -> None:
         self.nodes[name].reset()
 
