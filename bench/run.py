@@ -12,7 +12,9 @@ redis-server, N proxy processes and HAProxy, after the others are stopped;
 scenario 12 (``bench/real_client_sync.py``) runs chopsticks, two chainproxy
 processes and async-substrate-interface clients in a process of its own;
 scenario 13 (``bench/heavy_neighbours.py``) light and heavy clients on nodes
-whose answers take time per MiB, the quota in units and in calls.
+whose answers take time per MiB, the quota in units and in calls; scenario 14
+(``bench/upstream_limits.py``) nodes that rate-limit the proxy (429 beyond a
+budget it is not told), with ``proxy.upstream_limits`` off and on.
 Drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a
 machine with two or more cores every proxy under test is pinned to core 1 and
 everything else (load generator, upstreams, sidecar, this runner) to core 0, so
@@ -54,8 +56,10 @@ from bench.report import Report
 from bench.stack import nginx_path
 from bench.throughput import Throughput
 from bench.upstream_calls import UpstreamCalls
+from bench.upstream_limits import UpstreamLimits
+from bench.upstream_limits import wall_s as upstream_limits_wall_s
 
-SCENARIOS = ("1", "2", "3", "7", "4", "5", "11", "13", "12", "10", "6", "8", "9", "addon")
+SCENARIOS = ("1", "2", "3", "7", "4", "5", "11", "13", "14", "12", "10", "6", "8", "9", "addon")
 Step = tuple[str, Callable[[], None]]
 
 
@@ -130,6 +134,13 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
             ("13", hn.run),
             ("stop the heavy-neighbours stack", ctx.stack.stop),
         ]
+    if "14" in only:  # rate-limiting simulated nodes, four proxies (upstream_limits off/on)
+        ul = UpstreamLimits(ctx)
+        steps += [
+            ("setup: rate-limiting simulated nodes, sidecar, chainproxy before/after", ul.start),
+            ("14", ul.run),
+            ("stop the upstream-limits stack", ctx.stack.stop),
+        ]
     if "12" in only:  # chopsticks, real clients and two proxies, in a process of its own
         steps.append(("12", partial(real_client_sync, ctx)))
     if "10" in only:  # a stack of its own, alone on the machine
@@ -156,7 +167,9 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer and shorter runs (< 2 min)")
     ap.add_argument(
-        "--only", default="", help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,addon"
+        "--only",
+        default="",
+        help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,14,addon",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(
@@ -173,7 +186,9 @@ def main() -> int:
     p = QUICK if args.quick else FULL
     only = set(args.only.split(",")) if args.only else set(SCENARIOS)
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("wall limit")))
-    signal.alarm(int(p.wall_limit_s))
+    # scenario 14 brings its own time: its runs are open-loop and fixed in length
+    extra = upstream_limits_wall_s(args.quick) if "14" in only else 0.0
+    signal.alarm(int(p.wall_limit_s + extra))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if len(CPUS) >= 2:
         os.sched_setaffinity(0, {min(CPUS)})  # children inherit; proxies go to the last core
