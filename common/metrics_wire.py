@@ -52,7 +52,7 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
 * ``extra``: further counters, ``name`` one of ``EXTRA_COUNTERS``; at most
   ``MAX_EXTRA_LABELS`` labels, names ``[a-zA-Z_][a-zA-Z0-9_]*`` (not starting
   with ``__``), values printable strings of at most ``MAX_LABEL_LEN``. The
-  expected labels: ``{network}`` for coalesced, hedged and subscription moves,
+  expected labels: ``{network}`` for coalesced, hedged, pin fallbacks and subscription moves,
   ``{store}`` (``ratelimit`` or ``cache``) for Redis fallbacks, ``{method,
   tier}`` for quota units (the count is units, not calls), ``{policy}`` for
   refusals (``upstream_capacity``: a call shed after waiting for a node's
@@ -110,6 +110,7 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_refusals_total",
     "chainproxy_upstream_waits_total",
     "chainproxy_upstream_backoffs_total",
+    "chainproxy_pin_fallbacks_total",
 )
 BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
 GAUGES: Final = ("ws_connections", "spool_batches")

@@ -55,6 +55,10 @@ class HeadBook:
     def __init__(self) -> None:
         self._best: dict[str, Head] = {}
         self._unseen: dict[str, _Shown] = {}
+        # a head a node did not know when a read was pinned to it (reorged away,
+        # or announced by a node the others have not caught up with): not pinned
+        # to again; a head with another hash ends it
+        self._distrusted: dict[str, str] = {}
 
     def get(self, network: str) -> Head | None:
         return self._best.get(network)
@@ -89,6 +93,8 @@ class HeadBook:
         head = self._best.get(network)
         if head is None or now - head.seen > max_age_s:
             return None
+        if self._distrusted.get(network) == head.hash:
+            return None
         unseen = self._unseen.get(network)
         if unseen is not None:
             if now - unseen.at <= max_age_s:
@@ -97,6 +103,14 @@ class HeadBook:
         if probe_tip is not None and probe_tip > head.number:
             return None  # a newer block exists whose hash this proxy has not seen
         return head
+
+    def distrust(self, network: str, block_hash: str) -> None:
+        """A node answered "unknown block" for ``block_hash`` when a read was
+        pinned to it: stop pinning to it (until a head with another hash)."""
+        self._distrusted[network] = block_hash.lower()
+
+    def distrusted(self, network: str) -> str | None:
+        return self._distrusted.get(network)
 
     def unseen(self, network: str) -> bool:
         """Whether pinning waits for the header of a hash shown (see ``shown``)."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from addon.pipeline.jsonrpc import Parsed, Refusal, error_obj
+from addon.pipeline.jsonrpc import Call, Parsed, Refusal, error_obj
 from addon.quota.local import Decision
 from addon.upstream.forward import Attempt, ForwardResult
 
@@ -91,6 +91,8 @@ class RpcContext:
     provider: str | None = None
     cache: str = "MISS"
     pinned: str | None = None  # the head's hash the hash-optional reads were pinned to
+    unpinned: dict[int, Call] | None = None  # ... and those reads as the client sent them
+    pin_missed: bool = False  # a node did not know that hash: sent again unpinned
     min_block: int | None = None  # ... and its height: only nodes that have it answer
     coalesced: bool = False  # answered by an identical call already in flight
     hedged: bool = False  # a second upstream raced a slow first one

@@ -140,6 +140,7 @@ def _comment(
         word
         for word, on in (
             ("PINNED", rpc.pinned),
+            ("PIN-MISSED", rpc.pin_missed),
             ("COALESCED", rpc.coalesced),
             ("HEDGED", rpc.hedged),
         )

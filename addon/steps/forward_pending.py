@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
+from dataclasses import replace
 
 from addon.pipeline.context import RpcContext
 from addon.pipeline.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.runtime import Runtime
 from addon.upstream.admission import Admission
 from addon.upstream.coalesce import coalesce_key
-from addon.upstream.forward import ForwardResult, forward
+from addon.upstream.forward import Budget, ForwardResult, forward
 from addon.upstream.routing_hints import hints
 
 log = logging.getLogger("chainproxy")
@@ -27,6 +28,28 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
     if not pending:
         return  # all from the cache
     assert rt.transport is not None  # attached by HttpSession.running, before any call
+    started = rt.clock()
+    result = await _send(rpc, rt, pending, rt.budget)
+    if result.pin_missed and rpc.unpinned:
+        # No node knew the head the proxy pinned these reads to: the client never
+        # asked for that block, so the reads go again as it sent them (one more
+        # upstream call at most), within what is left of the deadline.
+        _unpin(rpc, rt)
+        left = rt.budget.deadline_s - (rt.clock() - started)
+        if left > 0:
+            first = result.attempts
+            result = await _send(rpc, rt, pending, replace(rt.budget, deadline_s=left))
+            result = replace(result, attempts=first + result.attempts)
+    rpc.result = result
+    rpc.attempts = result.attempts
+    if result.upstream is not None:
+        rpc.upstream, rpc.provider = result.upstream.id, result.upstream.provider
+    _fill(rpc, pending, result, rt)
+
+
+async def _send(rpc: RpcContext, rt: Runtime, pending: list[int], budget: Budget) -> ForwardResult:
+    """One forward of the pending calls (shared with identical calls in flight)."""
+    assert rpc.parsed is not None
     calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
     tip = rt.chain.tips.get(rpc.network)
     hint = hints(calls, tip=tip, index=rt.chain.blocks)
@@ -35,7 +58,6 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
         min_block = rpc.min_block if min_block is None else max(min_block, rpc.min_block)
     p = rt.config.proxy
     is_batch = rpc.parsed.is_batch
-
     admissions: list[Admission] = []
 
     def start() -> Awaitable[ForwardResult]:
@@ -56,7 +78,7 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
             is_batch=is_batch,
             pool=rt.pools[rpc.network],
             transport=rt.transport,
-            budget=rt.budget,
+            budget=budget,
             clock=rt.clock,
             tip=tip,
             min_block=min_block,
@@ -64,17 +86,20 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
             # off: it never hedges; nor a heavy read (a race would double its bytes)
             hedger=None if rpc.reserved else rt.hedgers.get(rpc.network),
             admission=admission,
+            pinned=rpc.unpinned is not None,
         )
 
     if p.coalesce.enabled:
         key = coalesce_key(rpc.network, calls, is_batch)
-        result, rpc.coalesced = await rt.coalescer.run(key, start)
-        if rpc.coalesced:
+        result, coalesced = await rt.coalescer.run(key, start)
+        rpc.coalesced = rpc.coalesced or coalesced
+        if coalesced:
             rt.metrics.count_extra("chainproxy_coalesced_total", network=rpc.network)
     else:
         result = await start()
-    rpc.hedged = result.hedged and not rpc.coalesced  # counted once, by the call that sent it
-    if rpc.hedged:
+    hedged = result.hedged and not rpc.coalesced  # counted once, by the call that sent it
+    rpc.hedged = rpc.hedged or hedged
+    if hedged:
         rt.metrics.count_extra("chainproxy_hedged_total", network=rpc.network)
     for admission in admissions:  # the call that sent it (not a coalesced follower)
         if admission.waited:
@@ -86,11 +111,21 @@ async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
                 )
     if result.kind == "capacity":
         rt.metrics.count_refusal("upstream_capacity")
-    rpc.result = result
-    rpc.attempts = result.attempts
-    if result.upstream is not None:
-        rpc.upstream, rpc.provider = result.upstream.id, result.upstream.provider
-    _fill(rpc, pending, result, rt)
+    return result
+
+
+def _unpin(rpc: RpcContext, rt: Runtime) -> None:
+    """Back to the reads as the client sent them; the head is not pinned to again."""
+    assert rpc.parsed is not None and rpc.unpinned is not None and rpc.pinned is not None
+    items = list(rpc.parsed.items)
+    for i, call in rpc.unpinned.items():
+        items[i] = call
+        rpc.plans.pop(i, None)  # the answer is not that block's: not cached under it
+    rt.chain.best.distrust(rpc.network, rpc.pinned)
+    log.info("%s: no node knew head %s pinned to: sent unpinned", rpc.network, rpc.pinned)
+    rt.metrics.count_extra("chainproxy_pin_fallbacks_total", network=rpc.network)
+    rpc.parsed = replace(rpc.parsed, items=tuple(items))
+    rpc.pinned, rpc.min_block, rpc.unpinned, rpc.pin_missed = None, None, None, True
 
 
 def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtime) -> None:

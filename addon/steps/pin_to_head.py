@@ -38,7 +38,10 @@ def pin_to_head(rpc: RpcContext, rt: Runtime) -> None:
         if pinned is not None:
             if items is None:
                 items = list(parsed.items)
+                rpc.unpinned = {}
             items[i] = pinned
+            assert rpc.unpinned is not None
+            rpc.unpinned[i] = call  # what to send if no node knows the head
     if items is not None and head is not None:
         rpc.pinned = head.hash
         rpc.parsed = replace(parsed, items=tuple(items))

@@ -24,6 +24,8 @@ def respond(rpc: RpcContext, rt: Runtime) -> None:
         headers.append(("X-Chainproxy-Attempts", str(len(rpc.attempts))))
     if rpc.pinned:
         headers.append(("X-Chainproxy-Pinned", rpc.pinned))
+    if rpc.pin_missed:  # pinned, no node knew the head: answered unpinned
+        headers.append(("X-Chainproxy-Pinned", "missed"))
     if rpc.coalesced:
         headers.append(("X-Chainproxy-Coalesced", "1"))
     if rpc.hedged:

@@ -24,6 +24,9 @@ from addon.pipeline.jsonrpc import Call, loads
 Verdict = Literal["ok", "soft", "hard"]
 
 _HASH_PINNED_NULLABLE = frozenset({"chain_getBlock", "chain_getHeader"})
+# how nodes say they do not have a block: Substrate's UnknownBlock ("Header was
+# not found in the database"), and the plainer words of other servers
+_UNKNOWN_BLOCK = ("unknownblock", "header was not found", "unknown block", "block not found")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +45,7 @@ def judge_answer(call: Call, answer: dict[str, Any], tip: int | None) -> tuple[V
         low = message.lower()
         if "state already discarded" in low:
             return "soft", "state-discarded"
-        if "unknownblock" in low or "header was not found" in low:
+        if any(m in low for m in _UNKNOWN_BLOCK):
             return "soft", "unknown-block"
         if code == -32603 or low.startswith("internal error"):
             return "hard", "upstream-internal"

@@ -27,6 +27,10 @@ from addon.upstream.failover import assess
 from addon.upstream.hedge import Hedger
 from addon.upstream.pool import Upstream, UpstreamPool
 
+# What a node answers for a block it does not have (reorged away, not imported
+# yet, pruned, or another fork's): for a read the proxy pinned, a miss of the pin.
+PIN_MISSES = frozenset({"unknown-block", "state-discarded", "null-pinned", "wrong-block"})
+
 
 class TransportError(Exception):
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
@@ -69,6 +73,7 @@ class ForwardResult:
     hedged: bool = False  # a second upstream raced a slow first one
     body_bytes: int = 0  # the size of the answer's body as the upstream sent it
     retry_after_s: float = 0.0  # "capacity": when a node's budget is expected to free up
+    pin_missed: bool = False  # a node did not know the block the proxy pinned the call to
 
     @property
     def retry_after(self) -> int:
@@ -110,6 +115,7 @@ async def forward(
     prefer_archive: bool = False,
     hedger: Hedger | None = None,
     admission: Admission | None = None,
+    pinned: bool = False,
 ) -> ForwardResult:
     """Attempts one after the other (failover); with a ``hedger``, an attempt
     not answered within its delay gets a second one racing it on the next-best
@@ -230,6 +236,18 @@ async def forward(
                 if verdict.verdict == "ok":
                     return ForwardResult(
                         "ok", verdict.answers, tuple(attempts), upstream, hedged, len(raw)
+                    )
+                if pinned and verdict.reason in PIN_MISSES:
+                    # the proxy's own pin, not the client's hash: no other node
+                    # is tried with it, the caller sends the call again unpinned
+                    return ForwardResult(
+                        "soft",
+                        verdict.answers,
+                        tuple(attempts),
+                        upstream,
+                        hedged,
+                        len(raw),
+                        pin_missed=True,
                     )
                 soft = (verdict.answers, upstream, len(raw))
                 prefer_archive = prefer_archive or verdict.prefer_archive

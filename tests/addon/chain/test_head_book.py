@@ -90,3 +90,15 @@ def test_a_shown_hash_that_was_older_or_never_explained_stops_pausing() -> None:
     assert book.fresh("finney", 33.0, max_age_s=30, probe_tip=100) is None  # within max_age_s
     assert book.fresh("finney", 34.0, max_age_s=30, probe_tip=100) is not None  # then the tip
     assert not book.unseen("finney")
+
+
+def test_a_distrusted_head_is_not_pinned_to_until_another_comes() -> None:
+    book = HeadBook()
+    book.learn("finney", header(10), now=0.0, block_hash=H)
+    book.distrust("finney", H.upper().replace("0X", "0x"))
+    assert book.fresh("finney", 1.0, max_age_s=30, probe_tip=None) is None
+    book.learn("finney", header(10), now=1.5, block_hash=H)  # shown again: still not
+    assert book.fresh("finney", 2.0, max_age_s=30, probe_tip=None) is None
+    book.learn("finney", header(11), now=3.0, block_hash=OTHER)  # a new head: pinned again
+    head = book.fresh("finney", 4.0, max_age_s=30, probe_tip=None)
+    assert head is not None and head.hash == OTHER

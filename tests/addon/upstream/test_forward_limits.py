@@ -101,3 +101,18 @@ async def test_the_budget_is_given_back_when_the_call_ends() -> None:
     assert adm.budgets.node(a.id).inflight == 0  # type: ignore[attr-defined]
     assert (await _run(pool, t, clock, adm)).kind == "failed"
     assert adm.budgets.node(a.id).inflight == 0  # type: ignore[attr-defined]
+
+
+async def test_a_pinned_call_stops_at_the_first_node_without_the_block() -> None:
+    """The proxy's own pin: no other node is tried with it (the caller unpins)."""
+    unknown = rpc_error(-32000, "Client error: UnknownBlock: Header was not found in the database")
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    pool, t, clock = setup(a, b, script={"a": [(0.01, unknown)], "b": [(0.02, ok("0x1"))]})
+    r = await forward(
+        CALL, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock, pinned=True
+    )
+    assert r.kind == "soft" and r.pin_missed and len(t.calls) == 1
+    # the client's own hash (not pinned by the proxy): failed over as before
+    pool, t, clock = setup(a, b, script={"a": [(0.01, unknown)], "b": [(0.02, ok("0x1"))]})
+    r = await forward(CALL, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock)
+    assert r.kind == "ok" and not r.pin_missed and len(t.calls) == 2
