@@ -17,6 +17,7 @@ import aiohttp
 
 from addon.cache.redis_tier import SharedCacheTier
 from addon.cache.store import CacheStore, DiskCacheStore
+from addon.chain.demand import Demand
 from addon.chain.state import ChainState
 from addon.quota.quotas import Quotas
 from addon.quota.sizes import AnswerSizes
@@ -69,6 +70,10 @@ class Runtime:
     budgets: BudgetBook | None = None  # this process's, or the deployment's in Redis
     local_budgets: Budgets | None = None
     fair_waits: dict[str, FairWait] = field(default_factory=dict)  # per network
+    # Pre-warm (proxy.prewarm): what clients read at every block, and the
+    # fetch-ahead hook the pipeline installs (it runs the steps: no import here)
+    demand: Demand = field(default_factory=lambda: Demand(max_reads=0))
+    on_new_head: Callable[[str], None] | None = None
 
     @classmethod
     def build(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Runtime:
@@ -108,6 +113,7 @@ class Runtime:
         )
         runtime.coalescer = Coalescer(p.coalesce.max_keys)
         runtime.hedgers = {net: Hedger(p.hedge) for net in p.networks}
+        runtime.demand = Demand(max_reads=p.prewarm.max_reads, min_clients=p.prewarm.min_clients)
         if p.upstream_limits.enabled:
             endpoints = [e for net in p.networks for e in config.rpc_endpoints(net)]
             local = Budgets(
@@ -164,6 +170,9 @@ class Runtime:
             if net in self.hedgers and hedger.config == self.hedgers[net].config:
                 self.hedgers[net] = hedger  # its latency window
         self.usage = old.usage  # records not yet shipped stay with the process
+        self.on_new_head = old.on_new_head
+        if old.config.proxy.prewarm == self.config.proxy.prewarm:
+            self.demand = old.demand  # what clients asked lately
         if self.local_budgets is not None and old.local_budgets is not None:
             self.local_budgets.inherit(old.local_budgets)  # learned rates, calls in flight
             for net in self.fair_waits.keys() & old.fair_waits.keys():
@@ -233,7 +242,13 @@ class Runtime:
         return self.chain.heights(network)
 
     def head_delivered(self, network: str, header: Any) -> None:
-        self.chain.best.learn(network, header, self.clock())
+        if self.chain.best.learn(network, header, self.clock()):
+            self.new_head(network)
+
+    def new_head(self, network: str) -> None:
+        """A new best block is known: the pre-warm may fetch ahead for it."""
+        if self.on_new_head is not None and self.demand.enabled:
+            self.on_new_head(network)
 
     def subscription_moved(self, network: str) -> None:
         self.metrics.count_extra("chainproxy_subscription_moves_total", network=network)

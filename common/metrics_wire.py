@@ -111,6 +111,7 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_upstream_waits_total",
     "chainproxy_upstream_backoffs_total",
     "chainproxy_pin_fallbacks_total",
+    "chainproxy_prewarm_total",
 )
 BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
 GAUGES: Final = ("ws_connections", "spool_batches")

@@ -93,6 +93,7 @@ class RpcContext:
     pinned: str | None = None  # the head's hash the hash-optional reads were pinned to
     unpinned: dict[int, Call] | None = None  # ... and those reads as the client sent them
     pin_missed: bool = False  # a node did not know that hash: sent again unpinned
+    background: bool = False  # the proxy's own read (pre-warm): never waits for budget
     min_block: int | None = None  # ... and its height: only nodes that have it answer
     coalesced: bool = False  # answered by an identical call already in flight
     hedged: bool = False  # a second upstream raced a slow first one

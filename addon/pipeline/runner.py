@@ -29,6 +29,7 @@ from mitmproxy import http
 from addon.pipeline.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.pipeline.gate import open_message, open_rpc
 from addon.pipeline.jsonrpc import INTERNAL_ERROR, error_obj
+from addon.pipeline.prewarm import Prewarmer
 from addon.pipeline.reply import deliver, json_response
 from addon.runtime import Runtime, RuntimeHolder
 from addon.steps.allowlist import allowlist
@@ -79,6 +80,7 @@ class RpcPipeline:
     def __init__(self, holder: RuntimeHolder, steps: Sequence[Step] = STEPS) -> None:
         self.holder = holder
         self.steps = tuple(steps)
+        self.prewarm = Prewarmer(holder)
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         # A reverse proxy has no business tunnelling anywhere.
@@ -95,6 +97,8 @@ class RpcPipeline:
         if rt is None:
             flow.response = json_response(503, _NOT_CONFIGURED)
             return None
+        if rt.on_new_head is None:
+            self.prewarm.install(rt)
         rpc = open_rpc(flow, rt)
         if rpc is None:
             return None
@@ -116,6 +120,8 @@ class RpcPipeline:
         rt = self.holder.runtime
         if rt is None:
             return RpcContext(sock.network, 0.0, origin, reply=Reply(503, _NOT_CONFIGURED, "error"))
+        if rt.on_new_head is None:
+            self.prewarm.install(rt)
         rpc = open_message(content, sock, origin, rt)
         pending = self._run(rpc, rt, 0)
         if pending is not None:

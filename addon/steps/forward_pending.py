@@ -68,7 +68,7 @@ async def _send(rpc: RpcContext, rt: Runtime, pending: list[int], budget: Budget
                 rt.budgets,
                 rt.fair_waits[rpc.network],
                 client=rpc.client,
-                max_wait_s=p.upstream_limits.max_wait_s,
+                max_wait_s=0.0 if rpc.background else p.upstream_limits.max_wait_s,
                 clock=rt.clock,
                 heavy=bool(rpc.reserved),
             )

@@ -26,7 +26,8 @@ def learn(rpc: RpcContext, rt: Runtime) -> None:
             rt.chain.blocks.learn(item, answer["result"])
             if item.method in HEADER_METHODS:
                 header = answered_header(item.method, answer["result"])
-                rt.chain.best.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0))
+                if rt.chain.best.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0)):
+                    rt.new_head(rpc.network)
             elif item.method in HASH_METHODS and isinstance(answer["result"], str):
                 block_hash = answer["result"]
                 rt.chain.best.shown(rpc.network, block_hash, now, rt.chain.blocks.get(block_hash))

@@ -42,6 +42,8 @@ def pin_to_head(rpc: RpcContext, rt: Runtime) -> None:
             items[i] = pinned
             assert rpc.unpinned is not None
             rpc.unpinned[i] = call  # what to send if no node knows the head
+            if rt.demand.enabled:  # what clients read at every block (pre-warm)
+                rt.demand.note(rpc.network, call, head.number, rpc.client, rt.sizes.expected(call))
     if items is not None and head is not None:
         rpc.pinned = head.hash
         rpc.parsed = replace(parsed, items=tuple(items))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from addon.pipeline.context import RpcContext
 from addon.pipeline.jsonrpc import Call
+from addon.reporting.live_metrics import PREWARM
 from addon.runtime import Runtime
 
 
@@ -17,6 +18,8 @@ def record(rpc: RpcContext, rt: Runtime) -> None:
     latency_ms = rpc.stop(rt.clock()) * 1000
     failover = rpc.failover
     endpoint = rpc.upstream or (rpc.attempts[-1].endpoint if rpc.attempts else None)
+    if rt.demand.enabled and (rpc.hits or rpc.coalesced):
+        _used_prewarm(rpc, rt)
     for i in (*rpc.hits, *rpc.forwarded, *rpc.subscribed):
         item, answer = rpc.parsed.items[i], rpc.answers[i]
         if not isinstance(item, Call) or answer is None:
@@ -32,3 +35,14 @@ def record(rpc: RpcContext, rt: Runtime) -> None:
             failover=failover and not hit and not sub,
             cache_hit=hit,
         )
+
+
+def _used_prewarm(rpc: RpcContext, rt: Runtime) -> None:
+    """A client read answered from entries the pre-warm fetched (a hit, or a
+    call that joined the pre-warm's own in flight): it was worth it."""
+    used = 0
+    for i, p in rpc.plans.items():
+        if i in rpc.hits or rpc.coalesced:
+            used += rt.demand.touch(rpc.network, p.keys)
+    if used:
+        rt.metrics.count_extra(PREWARM, used, network=rpc.network, outcome="used")

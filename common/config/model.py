@@ -14,6 +14,7 @@ from common.config.upstream_calls import (
     CoalesceConfig,
     HeadPinningConfig,
     HedgeConfig,
+    PrewarmConfig,
     UpstreamLimitsConfig,
 )
 
@@ -111,6 +112,7 @@ class ProxyConfig:
     head_pinning: HeadPinningConfig = field(default_factory=HeadPinningConfig)
     hedge: HedgeConfig = field(default_factory=HedgeConfig)
     upstream_limits: UpstreamLimitsConfig = field(default_factory=UpstreamLimitsConfig)
+    prewarm: PrewarmConfig = field(default_factory=PrewarmConfig)
     tiers: tuple[TierConfig, ...] = ()
 
 

@@ -32,6 +32,7 @@ from common.config.upstream_calls import (
     parse_coalesce,
     parse_head_pinning,
     parse_hedge,
+    parse_prewarm,
     parse_upstream_limits,
 )
 
@@ -63,6 +64,7 @@ def parse_proxy(
             "hedge",
             "tiers",
             "upstream_limits",
+            "prewarm",
         ),
         "proxy",
     )
@@ -147,6 +149,7 @@ def parse_proxy(
         hedge=parse_hedge(p.get("hedge")),
         tiers=parse_tiers(p.get("tiers"), env, default=rate_limit),
         upstream_limits=parse_upstream_limits(p.get("upstream_limits")),
+        prewarm=parse_prewarm(p.get("prewarm")),
     )
 
 

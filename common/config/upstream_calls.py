@@ -54,6 +54,24 @@ class UpstreamLimitsConfig:
     heavy_per_node: int = 0  # reads priced by their bytes in flight per node (0: no cap)
 
 
+@dataclass(frozen=True, slots=True)
+class PrewarmConfig:
+    """Reads that several clients make at every block, fetched as soon as a new
+    block is seen (issue 25): the first client after a block gets a cache hit."""
+
+    max_reads: int = 16  # reads fetched ahead per block and network; 0: off
+    min_clients: int = 2  # distinct clients that asked it at each recent block
+
+
+def parse_prewarm(raw: Any) -> PrewarmConfig:
+    w = mapping(raw, "proxy.prewarm")
+    check_keys(w, ("max_reads", "min_clients"), "proxy.prewarm")
+    return PrewarmConfig(
+        max_reads=get_int(w, "max_reads", 16, "proxy.prewarm.max_reads", minimum=0),
+        min_clients=get_int(w, "min_clients", 2, "proxy.prewarm.min_clients", minimum=1),
+    )
+
+
 def parse_coalesce(raw: Any) -> CoalesceConfig:
     c = mapping(raw, "proxy.coalesce")
     check_keys(c, ("enabled", "max_keys"), "proxy.coalesce")
