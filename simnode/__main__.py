@@ -9,6 +9,7 @@ import signal
 import sys
 
 from .chain import FINNEY_GENESIS
+from .runtime import BASE_SPEC
 from .server import SimNode
 
 
@@ -33,6 +34,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--start-height", type=int, default=0)
     p.add_argument("--chain-name", default="Bittensor", help="system_chain answer")
+    p.add_argument(
+        "--upgrade-at",
+        type=int,
+        default=None,
+        help="a runtime upgrade: blocks from this height on run --upgrade-spec "
+        "(the upgrade_at fault; a reset keeps it)",
+    )
+    p.add_argument(
+        "--upgrade-spec",
+        type=int,
+        default=BASE_SPEC + 1,
+        help=f"the spec version after --upgrade-at (default {BASE_SPEC + 1}; before: {BASE_SPEC})",
+    )
     return p
 
 
@@ -48,6 +62,8 @@ async def serve(args: argparse.Namespace) -> int:
         start_height=args.start_height,
         archive=args.archive,
         chain_name=args.chain_name,
+        upgrade_at=args.upgrade_at,
+        upgrade_spec=args.upgrade_spec,
         # The "die" fault models a crashed process: no cleanup, non-zero status.
         on_die=lambda: os._exit(1),
     )
@@ -69,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return asyncio.run(serve(args))
-    except ValueError as exc:  # bad chain configuration
+    except ValueError as exc:  # bad chain configuration or upgrade
         print(f"simnode: {exc}", file=sys.stderr)
         return 2
 

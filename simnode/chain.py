@@ -18,6 +18,10 @@ from typing import Any
 
 from addon.chain.header_hash import header_hash
 
+from .runtime import BASE_SPEC, MAX_SPEC, Schedule, metadata
+from .runtime import HEAVY_CALL_BYTES as HEAVY_CALL_BYTES
+from .runtime import call_result as call_result
+
 FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
 ZERO_HASH = "0x" + "0" * 64
 # Default pruning of a substrate full node: state of the last 256 blocks is kept.
@@ -79,19 +83,7 @@ def _derived(root: str, n: int, what: str) -> str:
     return "0x" + _sha(f"{root}:{n}:{what}")
 
 
-def _metadata_blob(size: int = 4096) -> str:
-    # "meta" magic + v14 marker, then a deterministic pseudo-random body.
-    out = ["6d657461", "0e"]
-    chunk = "simnode-metadata"
-    produced = 5
-    while produced < size:
-        chunk = _sha(chunk)
-        out.append(chunk)
-        produced += 32
-    return "0x" + "".join(out)
-
-
-METADATA = _metadata_blob()
+METADATA = metadata(BASE_SPEC)  # the base runtime's, as before upgrades existed
 
 
 def storage_value(key: str) -> str | None:
@@ -102,22 +94,6 @@ def storage_value(key: str) -> str | None:
     return "0x" + _sha(key)
 
 
-# The heavy runtime APIs answer about as much as on finney (SCALE bytes, sent as
-# hex: twice as many characters), so what they cost a node and a client shows.
-HEAVY_CALL_BYTES = {
-    "SubnetInfoRuntimeApi_get_all_metagraphs": 524_288,  # ~1 MiB of hex
-    "SubnetInfoRuntimeApi_get_all_dynamic_info": 98_304,  # ~192 KiB of hex
-}
-
-
-def call_result(method: str, data: str) -> str:
-    digest = _sha(method + data.lower())
-    size = HEAVY_CALL_BYTES.get(method)
-    if size is None:
-        return "0x" + digest
-    return "0x" + (digest * (2 * size // len(digest) + 1))[: 2 * size]
-
-
 def extrinsic_hash(xt: str) -> str:
     return "0x" + _sha(xt.lower())
 
@@ -126,8 +102,9 @@ class Chain:
     """A chain whose best block is derived from the clock, plus chain-level faults.
 
     Faults modelled here (because they change what the chain reports): ``lag``
-    (best is reported N blocks behind), ``frozen`` (the head stops advancing) and a
-    genesis override (the node claims to be on another chain).
+    (best is reported N blocks behind), ``frozen`` (the head stops advancing), a
+    genesis override (the node claims to be on another chain) and a runtime
+    upgrade (blocks from a height on run another spec version, ``simnode.runtime``).
     """
 
     def __init__(self, config: ChainConfig, clock: Callable[[], float] = time.time) -> None:
@@ -143,6 +120,7 @@ class Chain:
         self._indexed_hi = 0
         self._linked_from = max(1, config.start_height - LINKED_DEPTH)
         self._linked: list[str] = []
+        self._schedule = Schedule()
 
     # ---- chain-level faults -------------------------------------------------
 
@@ -191,10 +169,28 @@ class Chain:
         del self._linked[max(0, above + 1 - self._linked_from) :]
         self._reset_index()
 
+    @property
+    def upgrade(self) -> Schedule:
+        return self._schedule
+
+    def set_upgrade(self, at: int | None, spec: int) -> None:
+        """Blocks from ``at`` on run spec version ``spec`` (None: no upgrade).
+        Set it above the head to watch the head cross it."""
+        if at is not None and at < 1:
+            raise ValueError("upgrade_at must be a block number >= 1 or null")
+        if not BASE_SPEC < spec <= MAX_SPEC:
+            raise ValueError(f"upgrade_spec must be in ({BASE_SPEC}, {MAX_SPEC}]")
+        self._schedule = Schedule(at, spec)
+
+    def spec_version(self, n: int) -> int:
+        """The spec version block ``n`` runs."""
+        return self._schedule.spec_at(n)
+
     def reset_faults(self) -> None:
         self._lag = 0
         self._frozen_at = None
         self._genesis_override = None
+        self._schedule = Schedule()
         self.set_fork(False)
 
     # ---- heights ------------------------------------------------------------

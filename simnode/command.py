@@ -17,6 +17,8 @@ def simnode_argv(
     genesis: str | None = None,
     archive: bool = False,
     host: str = "127.0.0.1",
+    upgrade_at: int | None = None,
+    upgrade_spec: int | None = None,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -41,4 +43,8 @@ def simnode_argv(
         argv += ["--genesis", genesis]
     if archive:
         argv.append("--archive")
+    if upgrade_at is not None:
+        argv += ["--upgrade-at", str(upgrade_at)]
+    if upgrade_spec is not None:
+        argv += ["--upgrade-spec", str(upgrade_spec)]
     return argv

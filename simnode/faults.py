@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .chain import Chain, is_hash
+from .runtime import BASE_SPEC, MAX_SPEC
 from .window import WindowLimit
 
 GARBAGE_HTML = (
@@ -55,6 +56,12 @@ class Faults:
     # none when null
     limit_rps: float = 0.0
     limit_retry_after_s: float | None = None
+    # a runtime upgrade: blocks from ``upgrade_at`` on run spec version
+    # ``upgrade_spec`` (their runtime version, metadata and runtime API answers
+    # change; the blocks before keep theirs). null: no upgrade. Give every
+    # replica the same values
+    upgrade_at: int | None = None
+    upgrade_spec: int = BASE_SPEC + 1
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -115,6 +122,20 @@ def check_fault(key: str, value: Any) -> Any:
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 64:
             raise ValueError("byte_slots must be an integer in [1, 64]")
         return value
+    if key == "upgrade_at":
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise ValueError("upgrade_at must be a block number >= 1 or null")
+        return value
+    if key == "upgrade_spec":
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or not BASE_SPEC < value <= MAX_SPEC
+        ):
+            raise ValueError(f"upgrade_spec must be an integer in ({BASE_SPEC}, {MAX_SPEC}]")
+        return value
     if key == "lag":
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError("lag must be an integer >= 0")
@@ -150,6 +171,7 @@ class FaultState:
         chain.set_frozen(faults.freeze)
         chain.set_fork(faults.fork)
         chain.set_genesis_override(faults.genesis)
+        chain.set_upgrade(faults.upgrade_at, faults.upgrade_spec)
         if faults.byte_slots != self.faults.byte_slots:
             # calls already waiting finish on the old places
             self._byte_slots = asyncio.Semaphore(faults.byte_slots)

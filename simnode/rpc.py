@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .chain import (
-    METADATA,
     Chain,
     _sha,
-    call_result,
     extrinsic_hash,
     is_hash,
     storage_value,
 )
+from .runtime import call_result, metadata, runtime_version
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -173,16 +172,6 @@ class Dispatcher:
         c = chain.config
         self._health = {"peers": 8, "isSyncing": False, "shouldHavePeers": True}
         self._properties = {"ss58Format": 42, "tokenDecimals": 9, "tokenSymbol": "TAO"}
-        self._runtime = {
-            "specName": "node-subtensor",
-            "implName": "node-subtensor",
-            "authoringVersion": 1,
-            "specVersion": 300,
-            "implVersion": 1,
-            "apis": [],
-            "transactionVersion": 1,
-            "stateVersion": 1,
-        }
         consts: dict[str, Any] = {
             "system_chain": c.chain_name,
             "system_name": "Subtensor Node",
@@ -332,13 +321,13 @@ class Dispatcher:
 
     def _runtime_version(self, params: Any) -> Any:
         (h,) = _args(params, ("at",))
-        self._state_block(_opt_hash(h))
-        return self._runtime
+        n = self._state_block(_opt_hash(h))
+        return runtime_version(self.chain.spec_version(n))
 
     def _metadata(self, params: Any) -> Any:
         (h,) = _args(params, ("at",))
-        self._state_block(_opt_hash(h))
-        return METADATA
+        n = self._state_block(_opt_hash(h))
+        return metadata(self.chain.spec_version(n))
 
     def _storage(self, params: Any) -> Any:
         key, h = _args(params, ("key", "at"), required=1)
@@ -370,8 +359,8 @@ class Dispatcher:
         if not isinstance(method, str):
             raise _bad_params("name must be a string")
         data = _hex(data, "bytes")
-        self._state_block(_opt_hash(h))
-        return call_result(method, data)
+        n = self._state_block(_opt_hash(h))
+        return call_result(method, data, self.chain.spec_version(n))
 
     def _submit(self, params: Any) -> Any:
         (xt,) = _args(params, ("extrinsic",), required=1)

@@ -21,6 +21,7 @@ from .control import add_control_routes
 from .faults import FAULT_KEYS, GARBAGE_HTML, Faults, FaultState, faulted_answer
 from .replies import JSON_CT, drop, status_response, too_many_requests
 from .rpc import Call, Dispatcher, Parsed, parse
+from .runtime import BASE_SPEC
 from .window import CallRate
 from .ws import WebSocketRpc
 
@@ -51,6 +52,8 @@ class SimNode:
         rng_seed: int | None = None,
         on_die: Callable[[], None] | None = None,
         shutdown_timeout: float = 0.5,
+        upgrade_at: int | None = None,
+        upgrade_spec: int = BASE_SPEC + 1,
     ) -> None:
         config = ChainConfig(
             seed=seed,
@@ -68,6 +71,9 @@ class SimNode:
         self.dispatcher = Dispatcher(self.chain)
         self._clock = clock
         self.fault_state = FaultState(rng_seed, clock)
+        # the runtime upgrade the node starts with (the command line's); a reset keeps it
+        self._initial = {"upgrade_at": upgrade_at, "upgrade_spec": upgrade_spec}
+        self.apply_faults(self._initial)
         self.shutdown_timeout = shutdown_timeout
         self._requests = 0
         self._calls: dict[str, int] = {}
@@ -191,8 +197,9 @@ class SimNode:
         self._die_task = loop.create_task(self.stop())
 
     def reset(self) -> dict[str, Any]:
-        """Clear all faults and counters; returns the state."""
-        self.apply_faults({k: getattr(Faults(), k) for k in FAULT_KEYS - {"die"}})
+        """Clear all faults (back to the upgrade the node started with) and
+        counters; returns the state."""
+        self.apply_faults({k: getattr(Faults(), k) for k in FAULT_KEYS - {"die"}} | self._initial)
         self._requests = 0
         self._calls = {}
         self._bytes_out = 0
@@ -210,6 +217,7 @@ class SimNode:
             "finalized": chain.finalized(),
             "head": chain.head(),
             "genesis": chain.genesis_hash(),
+            "spec_version": chain.spec_version(chain.best()),
             "archive": chain.config.archive,
             "faults": self.faults.to_json(),
             "requests": self._requests,

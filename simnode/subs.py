@@ -4,8 +4,10 @@ format: new, all and finalized heads, runtime version, storage.
 Each socket has its own ``Subscriptions``; a ticker watches the chain and
 sends what changed, each height once and in order, as a node does. A new
 subscription gets the current value at once (the current head, the runtime
-version, the storage values). Faults act through the chain: ``freeze`` stops
-the heads, ``lag`` holds the best block back.
+version, the storage values); a runtime version subscription is notified
+again when the best block runs another runtime (an ``upgrade_at`` crossed).
+Faults act through the chain: ``freeze`` stops the heads, ``lag`` holds the
+best block back.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ class Subscriptions:
             sub.last = n
             await self._notify(sub_id, sub, self.chain.header(n))
         elif sub.kind == "runtime":
-            await self._notify(sub_id, sub, self.dispatcher.call("state_getRuntimeVersion", []))
+            await self._runtime(sub_id, sub, initial=True)
         else:
             await self._storage(sub_id, sub, initial=True)
 
@@ -130,6 +132,15 @@ class Subscriptions:
                         await self._notify(sub_id, sub, self.chain.header(sub.last))
                 elif sub.kind == "storage":
                     await self._storage(sub_id, sub, initial=False)
+                elif sub.kind == "runtime":
+                    await self._runtime(sub_id, sub, initial=False)
+
+    async def _runtime(self, sub_id: str, sub: _Sub, *, initial: bool) -> None:
+        """The best block's runtime version, when it is not the one last sent."""
+        version = self.dispatcher.call("state_getRuntimeVersion", [])
+        if initial or sub.values.get("version") != version:
+            sub.values["version"] = version
+            await self._notify(sub_id, sub, version)
 
     async def _storage(self, sub_id: str, sub: _Sub, *, initial: bool) -> None:
         best = self.chain.best()
