@@ -22,7 +22,7 @@ from addon.chain.state import ChainState
 from addon.quota.quotas import Quotas
 from addon.quota.sizes import AnswerSizes
 from addon.redislink.link import RedisLink
-from addon.reporting.live_metrics import LiveMetrics
+from addon.reporting.live_metrics import CROSS_CHECKS, LiveMetrics
 from addon.reporting.sidecar_client import SidecarClient
 from addon.reporting.usage import Spool, UsageAggregator
 from addon.sockets.slots import SocketSlots
@@ -31,6 +31,7 @@ from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
 from addon.upstream.admission import BudgetBook
 from addon.upstream.budgets import Budgets
 from addon.upstream.coalesce import Coalescer
+from addon.upstream.cross_check import CrossChecker
 from addon.upstream.fair_wait import FairWait
 from addon.upstream.forward import AiohttpTransport, Budget, Transport
 from addon.upstream.hedge import Hedger
@@ -74,6 +75,7 @@ class Runtime:
     # fetch-ahead hook the pipeline installs (it runs the steps: no import here)
     demand: Demand = field(default_factory=lambda: Demand(max_reads=0))
     on_new_head: Callable[[str], None] | None = None
+    cross_checker: CrossChecker | None = None  # proxy.cross_check (None: off)
 
     @classmethod
     def build(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Runtime:
@@ -113,6 +115,14 @@ class Runtime:
         )
         runtime.coalescer = Coalescer(p.coalesce.max_keys)
         runtime.hedgers = {net: Hedger(p.hedge) for net in p.networks}
+        if p.cross_check.sample_rate > 0:
+            runtime.cross_checker = CrossChecker(
+                p.cross_check.sample_rate,
+                count=lambda net, outcome: runtime.metrics.count_extra(
+                    CROSS_CHECKS, network=net, outcome=outcome
+                ),
+                timeout_s=p.failover.attempt_timeout_s,
+            )
         runtime.demand = Demand(max_reads=p.prewarm.max_reads, min_clients=p.prewarm.min_clients)
         if p.upstream_limits.enabled:
             endpoints = [e for net in p.networks for e in config.rpc_endpoints(net)]

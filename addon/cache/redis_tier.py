@@ -32,8 +32,9 @@ class SharedCacheTier:
         self.link = link
         self.ttl_s = ttl_s
         self.dropped = 0
-        self._pending: dict[str, str] = {}
+        self._pending: dict[str, bytes] = {}
         self._flush: asyncio.Task[None] | None = None
+        self._deletes: set[asyncio.Task[None]] = set()
 
     def key(self, cache_key: str) -> str:
         return self.link.key("cache", cache_key)
@@ -82,6 +83,17 @@ class SharedCacheTier:
         if self._flush is None or self._flush.done():
             self._flush = asyncio.get_running_loop().create_task(self._send())
 
+    def delete(self, cache_key: str) -> None:
+        """Forget a shared entry (an answer a cross-check found wrong), not waited for."""
+        name = self.key(cache_key)
+        self._pending.pop(name, None)
+        if not self.link.up:
+            return
+        op = self.link.run("cache", lambda: self.link.pipe.submit("DEL", name))
+        task = asyncio.ensure_future(_quietly(op))
+        self._deletes.add(task)
+        task.add_done_callback(self._deletes.discard)
+
     async def _send(self) -> None:
         await asyncio.sleep(0)  # let this loop turn's other answers queue theirs
         while self._pending:
@@ -93,3 +105,10 @@ class SharedCacheTier:
                 await self.link.run("cache", lambda sets=sets: asyncio.gather(*sets))
             except RedisUnavailable:
                 return  # these entries stay local only; the link decides when to retry
+
+
+async def _quietly(op: Awaitable[object]) -> None:
+    try:
+        await op
+    except RedisUnavailable:
+        pass  # it expires with its TTL

@@ -45,6 +45,8 @@ class CacheStore(Protocol):
 
     def set(self, key: str, value: Any) -> None: ...
 
+    def delete(self, key: str) -> None: ...
+
 
 def _is_corrupt(e: BaseException) -> bool:
     """ "file is not a database" / "malformed": a DatabaseError that is not an
@@ -178,6 +180,18 @@ class DiskCacheStore:
             self._worked()
         self._remember(key, text)
 
+    def delete(self, key: str) -> None:
+        """Forget an entry (an answer a cross-check found wrong)."""
+        if self._memo.pop(key, None) is not None:
+            self._memo_bytes = sum(len(t) for t in self._memo.values())
+        cache = self._cache
+        if cache is None:
+            return
+        try:
+            cache.delete(key)
+        except Exception as e:
+            self._failed("delete", e)
+
     def close(self) -> None:
         if self._cache is None:
             return
@@ -198,3 +212,6 @@ class MemoryStore:
 
     def set(self, key: str, value: Any) -> None:
         self.data[key] = value
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)

@@ -1,13 +1,18 @@
 """The cache store step: what the upstream answered is stored under the plans
-``cache_lookup`` made (results only: never errors, null or soft answers)."""
+``cache_lookup`` made (results only: never errors, null or soft answers); a
+sampled share of answers at finalized blocks is cross-checked afterwards."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 from addon.cache.per_runtime import runtime_entry
 from addon.cache.rules import entries_to_store
 from addon.pipeline.context import RpcContext
 from addon.pipeline.jsonrpc import Call
 from addon.runtime import Runtime
+from addon.upstream.cross_check import Sample
 
 
 def cache_store(rpc: RpcContext, rt: Runtime) -> None:
@@ -31,3 +36,32 @@ def cache_store(rpc: RpcContext, rt: Runtime) -> None:
             rt.cache.set(key, value)
             if rt.shared_cache is not None:
                 rt.shared_cache.put(key, value)
+        checker = rt.cross_checker
+        if checker is not None and isinstance(call, Call) and checker.wanted():
+            _cross_check(rpc, rt, call, answer["result"], tuple(k for k, _ in entries))
+
+
+def _cross_check(
+    rpc: RpcContext, rt: Runtime, call: Call, result: Any, keys: tuple[str, ...]
+) -> None:
+    """A sampled answer at a finalized block, by hash: checked against another
+    node after the client has it (``addon/upstream/cross_check.py``)."""
+    assert rt.cross_checker is not None and rt.transport is not None
+    hashes = call.facts.hashes
+    finalized = rt.chain.finalized.get(rpc.network)
+    height = rt.chain.blocks.get(hashes[-1][1]) if hashes else None
+    if rpc.upstream is None or finalized is None or height is None or height > finalized:
+        return  # not known final: a node behind or on a fork may rightly differ
+    sample = Sample(rpc.network, call, rpc.upstream, result, keys)
+    rt.cross_checker.submit(
+        sample, rt.pools[rpc.network], rt.transport, rt.budgets, lambda ks: _forget(rt, ks)
+    )
+
+
+def _forget(rt: Runtime, keys: Sequence[str]) -> None:
+    """Entries a cross-check found wrong, or could not vouch for."""
+    for key in keys:
+        if rt.cache is not None:
+            rt.cache.delete(key)
+        if rt.shared_cache is not None:
+            rt.shared_cache.delete(key)

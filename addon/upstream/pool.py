@@ -67,6 +67,7 @@ class Upstream:
     backoff_until: float = 0.0
     backoff_reason: str = ""
     backoff_strikes: int = 0  # 429s in a row: the next pause doubles
+    quarantined: bool = False  # outvoted by a cross-check: no client calls until it agrees
 
     @classmethod
     def from_endpoint(cls, e: Endpoint) -> Upstream:
@@ -114,6 +115,7 @@ class UpstreamPool:
                 prev.consecutive_failures,
                 prev.ejected_until,
             )
+            up.quarantined = prev.quarantined
             up.backoff_until, up.backoff_reason, up.backoff_strikes = (
                 prev.backoff_until,
                 prev.backoff_reason,
@@ -144,7 +146,9 @@ class UpstreamPool:
         (and if none is known to have it, the most advanced are tried first)."""
         now = self._clock()
         candidates = [
-            u for u in self.upstreams.values() if u.id not in exclude and u.backoff_until <= now
+            u
+            for u in self.upstreams.values()
+            if u.id not in exclude and u.backoff_until <= now and not u.quarantined
         ]
         if not candidates:
             return None
@@ -231,6 +235,18 @@ class UpstreamPool:
                 self.eject_cooldown_s,
                 u.consecutive_failures,
             )
+
+    def quarantine(self, u: Upstream) -> bool:
+        """Outvoted by a cross-check (``cross_check.py``): no client calls. Never
+        the last node left: a pool with one node cannot outvote it. True when
+        it was not quarantined before."""
+        if u.quarantined or all(o.quarantined for o in self.upstreams.values() if o is not u):
+            return False
+        u.quarantined = True
+        return True
+
+    def readmit(self, u: Upstream) -> None:
+        u.quarantined = False
 
     def throttled(
         self, u: Upstream, latency_ms: float, retry_after: float | None, reason: str

@@ -12,6 +12,7 @@ from pathlib import Path
 from common.allowlist_default import DEFAULT_ALLOWLIST
 from common.config.upstream_calls import (
     CoalesceConfig,
+    CrossCheckConfig,
     HeadPinningConfig,
     HedgeConfig,
     PrewarmConfig,
@@ -113,6 +114,7 @@ class ProxyConfig:
     hedge: HedgeConfig = field(default_factory=HedgeConfig)
     upstream_limits: UpstreamLimitsConfig = field(default_factory=UpstreamLimitsConfig)
     prewarm: PrewarmConfig = field(default_factory=PrewarmConfig)
+    cross_check: CrossCheckConfig = field(default_factory=CrossCheckConfig)
     tiers: tuple[TierConfig, ...] = ()
 
 

@@ -30,6 +30,7 @@ from common.config.readers import (
 )
 from common.config.upstream_calls import (
     parse_coalesce,
+    parse_cross_check,
     parse_head_pinning,
     parse_hedge,
     parse_prewarm,
@@ -65,6 +66,7 @@ def parse_proxy(
             "tiers",
             "upstream_limits",
             "prewarm",
+            "cross_check",
         ),
         "proxy",
     )
@@ -150,6 +152,7 @@ def parse_proxy(
         tiers=parse_tiers(p.get("tiers"), env, default=rate_limit),
         upstream_limits=parse_upstream_limits(p.get("upstream_limits")),
         prewarm=parse_prewarm(p.get("prewarm")),
+        cross_check=parse_cross_check(p.get("cross_check")),
     )
 
 

@@ -63,6 +63,22 @@ class PrewarmConfig:
     min_clients: int = 2  # distinct clients that asked it at each recent block
 
 
+@dataclass(frozen=True, slots=True)
+class CrossCheckConfig:
+    """A share of finalized, block-pinned answers asked of a second node too."""
+
+    sample_rate: float = 0.01  # 0: off
+
+
+def parse_cross_check(raw: Any) -> CrossCheckConfig:
+    c = mapping(raw, "proxy.cross_check")
+    check_keys(c, ("sample_rate",), "proxy.cross_check")
+    rate = get_num(c, "sample_rate", 0.01, "proxy.cross_check.sample_rate")
+    if rate > 1:
+        raise ConfigError("proxy.cross_check.sample_rate", f"must be in [0, 1], got {rate:g}")
+    return CrossCheckConfig(sample_rate=rate)
+
+
 def parse_prewarm(raw: Any) -> PrewarmConfig:
     w = mapping(raw, "proxy.prewarm")
     check_keys(w, ("max_reads", "min_clients"), "proxy.prewarm")

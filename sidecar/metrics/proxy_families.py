@@ -32,6 +32,8 @@ _EXTRA_HELP = {
     " request, upstream_capacity)",
     "chainproxy_upstream_waits_total": "Calls that waited for a node's budget"
     " (max_rps, max_concurrency, a learned rate) before being sent or shed, by network",
+    "chainproxy_cross_checks_total": "Finalized answers checked against a second node, by"
+    " network and outcome (agree, mismatch, quarantined, readmitted, unresolved, skipped)",
     "chainproxy_prewarm_total": "Reads fetched ahead at a new block by the pre-warm, by network"
     " and outcome (fetched, used by a client, wasted: no client came, skipped)",
     "chainproxy_pin_fallbacks_total": "Reads the proxy pinned to a head no node knew"

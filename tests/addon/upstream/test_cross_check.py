@@ -1,0 +1,137 @@
+"""Cross-checked nodes: a sampled finalized answer is asked of a second node;
+on a mismatch a third decides and the outvoted node is quarantined (and its
+cached answer dropped), until it agrees again. In-process fake nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import Counter
+from typing import Any
+
+from addon.pipeline.jsonrpc import Call
+from addon.upstream.cross_check import CrossChecker, Sample
+from addon.upstream.pool import TIER_SYNCED, Upstream, UpstreamPool
+from tests.fakes import FakeClock
+
+BLOCK = "0x" + "ab" * 32
+CALL = Call(1, "state_getStorage", ["0x01", BLOCK])
+
+
+class Nodes:
+    """Each node answers the call with its own value (None: an error)."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+        self.asked: list[str] = []
+
+    async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        name = url.split("//")[1]
+        self.asked.append(name)
+        doc = json.loads(body)
+        value = self.values[name]
+        if value is None:
+            err = {"code": -32000, "message": "boom"}
+            return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": err}).encode()
+        return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": value}).encode()
+
+
+def _pool(*names: str) -> UpstreamPool:
+    ups = [
+        Upstream(id=n, url=f"http://{n}", provider="p", archive=False, tier=TIER_SYNCED)
+        for n in names
+    ]
+    return UpstreamPool(
+        ups, eject_after=3, eject_cooldown_s=30, clock=FakeClock(), rng=random.Random(1)
+    )
+
+
+class Run:
+    def __init__(self, pool: UpstreamPool, nodes: Nodes) -> None:
+        self.pool, self.nodes = pool, nodes
+        self.outcomes: Counter[str] = Counter()
+        self.forgotten: list[str] = []
+        self.checker = CrossChecker(
+            1.0, count=lambda net, o: self.outcomes.update([o]), timeout_s=1.0
+        )
+
+    async def check(self, answered_by: str, result: Any) -> None:
+        sample = Sample("finney", CALL, answered_by, result, ("k1",))
+        self.checker.submit(sample, self.pool, self.nodes, None, self.forgotten.extend)
+        await asyncio.gather(*list(self.checker._tasks))
+
+
+async def test_agreement_changes_nothing() -> None:
+    run = Run(_pool("a", "b", "c"), Nodes({"a": "0x2a", "b": "0x2a", "c": "0x2a"}))
+    await run.check("a", "0x2a")
+    assert run.outcomes == {"agree": 1} and run.forgotten == []
+    assert not any(u.quarantined for u in run.pool.upstreams.values())
+    assert len(run.nodes.asked) == 1  # one extra call for a check that agrees
+
+
+async def test_the_node_that_answered_the_client_wrongly_is_quarantined() -> None:
+    run = Run(_pool("a", "b", "c"), Nodes({"a": "0xbad", "b": "0x2a", "c": "0x2a"}))
+    await run.check("a", "0xbad")
+    assert run.outcomes == {"mismatch": 1, "quarantined": 1}
+    assert run.pool.upstreams["a"].quarantined
+    assert run.forgotten == ["k1"]  # the client's answer is not kept in the cache
+    assert all(run.pool.choose(set()).id != "a" for _ in range(50))  # type: ignore[union-attr]
+
+
+async def test_a_second_node_that_is_outvoted_is_quarantined() -> None:
+    run = Run(_pool("a", "b", "c"), Nodes({"a": "0x2a", "b": "0xbad", "c": "0x2a"}))
+    for _ in range(10):  # until the coin sends the check to b
+        await run.check("a", "0x2a")
+        if run.pool.upstreams["b"].quarantined:
+            break
+    assert run.pool.upstreams["b"].quarantined and run.forgotten == []
+
+
+async def test_no_majority_blames_nobody_and_keeps_nothing() -> None:
+    run = Run(_pool("a", "b"), Nodes({"a": "0x2a", "b": "0xbad"}))
+    await run.check("a", "0x2a")
+    assert run.outcomes == {"mismatch": 1, "unresolved": 1}
+    assert not any(u.quarantined for u in run.pool.upstreams.values())
+    assert run.forgotten == ["k1"]
+
+
+async def test_a_quarantined_node_is_admitted_once_it_agrees_again() -> None:
+    nodes = Nodes({"a": "0xbad", "b": "0x2a", "c": "0x2a"})
+    run = Run(_pool("a", "b", "c"), nodes)
+    await run.check("a", "0xbad")
+    assert run.pool.upstreams["a"].quarantined
+    await run.check("b", "0x2a")  # still wrong: stays out
+    assert run.pool.upstreams["a"].quarantined
+    nodes.values["a"] = "0x2a"  # fixed
+    await run.check("b", "0x2a")
+    assert not run.pool.upstreams["a"].quarantined and run.outcomes["readmitted"] == 1
+
+
+async def test_an_error_or_no_node_left_is_a_skipped_check() -> None:
+    run = Run(_pool("a", "b"), Nodes({"a": "0x2a", "b": None}))
+    await run.check("a", "0x2a")
+    assert run.outcomes == {"skipped": 1}
+    run = Run(_pool("a"), Nodes({"a": "0x2a"}))
+    await run.check("a", "0x2a")
+    assert run.outcomes == {"skipped": 1}
+
+
+async def test_the_last_node_is_never_quarantined() -> None:
+    pool = _pool("a", "b")
+    pool.upstreams["b"].quarantined = True
+    assert not pool.quarantine(pool.upstreams["a"])
+
+
+async def test_honest_nodes_are_never_quarantined_over_10000_samples() -> None:
+    run = Run(_pool("a", "b", "c"), Nodes({"a": "0x2a", "b": "0x2a", "c": "0x2a"}))
+    rng = random.Random(7)
+    for _ in range(10_000):
+        await run.check(rng.choice("abc"), "0x2a")
+    assert run.outcomes == {"agree": 10_000}
+
+
+def test_sampling_takes_about_the_rate() -> None:
+    checker = CrossChecker(0.01, count=lambda n, o: None, timeout_s=1, rng=random.Random(3))
+    assert 60 <= sum(checker.wanted() for _ in range(10_000)) <= 140
+    assert not CrossChecker(0.0, count=lambda n, o: None, timeout_s=1).wanted()
