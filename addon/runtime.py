@@ -211,9 +211,12 @@ class Runtime:
         }
 
     def _upstream_gauges(self) -> dict[str, dict[str, int]]:
-        """The nodes' budgets as this process sees them, and their back-offs."""
+        """The nodes' budgets as this process sees them, their back-offs, and
+        the nodes a cross-check quarantined."""
+        ups = [u for pool in self.pools.values() for u in pool.upstreams.values()]
+        quarantined = {u.id: 1 for u in ups if u.quarantined}
         if self.local_budgets is None:
-            return {}
+            return {"upstream_quarantined": quarantined}
         sent: dict[str, int] = {}
         learned: dict[str, int] = {}
         for eid, node in self.local_budgets.snapshot().items():
@@ -231,6 +234,7 @@ class Runtime:
             "upstream_sent_last_s": sent,
             "upstream_learned_rps": learned,
             "upstream_backoff_s": backoff,
+            "upstream_quarantined": quarantined,
         }
 
     def open_storage(self) -> None:
