@@ -22,7 +22,8 @@ from addon.chain.state import ChainState
 from addon.quota.quotas import Quotas
 from addon.quota.sizes import AnswerSizes
 from addon.redislink.link import RedisLink
-from addon.reporting.live_metrics import CROSS_CHECKS, LiveMetrics
+from addon.reporting.access_log import AccessLog
+from addon.reporting.live_metrics import ACCESS_LOG_DROPPED, CROSS_CHECKS, LiveMetrics
 from addon.reporting.sidecar_client import SidecarClient
 from addon.reporting.usage import Spool, UsageAggregator
 from addon.sockets.slots import SocketSlots
@@ -76,6 +77,7 @@ class Runtime:
     demand: Demand = field(default_factory=lambda: Demand(max_reads=0))
     on_new_head: Callable[[str], None] | None = None
     cross_checker: CrossChecker | None = None  # proxy.cross_check (None: off)
+    access_log: AccessLog | None = None  # proxy.access_log (None: off)
 
     @classmethod
     def build(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Runtime:
@@ -122,6 +124,12 @@ class Runtime:
                     CROSS_CHECKS, network=net, outcome=outcome
                 ),
                 timeout_s=p.failover.attempt_timeout_s,
+            )
+        if p.access_log is not None:
+            runtime.access_log = AccessLog(
+                p.access_log,
+                client_mode=p.access_log_client,
+                on_drop=lambda n: runtime.metrics.count_extra(ACCESS_LOG_DROPPED, n),
             )
         runtime.demand = Demand(max_reads=p.prewarm.max_reads, min_clients=p.prewarm.min_clients)
         if p.upstream_limits.enabled:
@@ -181,6 +189,8 @@ class Runtime:
                 self.hedgers[net] = hedger  # its latency window
         self.usage = old.usage  # records not yet shipped stay with the process
         self.on_new_head = old.on_new_head
+        if old.access_log is not None:
+            old.access_log.close()  # the new one (if any) takes over from here
         if old.config.proxy.prewarm == self.config.proxy.prewarm:
             self.demand = old.demand  # what clients asked lately
         if self.local_budgets is not None and old.local_budgets is not None:

@@ -25,6 +25,8 @@ class HttpSession:
         rt = self.holder.runtime
         if rt is not None:
             rt.subs.stop()  # its sockets end with the session: no resubscribing now
+            if rt.access_log is not None:
+                rt.access_log.close()  # what is queued is written (bounded)
         session = rt.detach_session() if rt is not None else None
         if session is None:
             return

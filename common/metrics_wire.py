@@ -113,6 +113,7 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_pin_fallbacks_total",
     "chainproxy_prewarm_total",
     "chainproxy_cross_checks_total",
+    "chainproxy_access_log_dropped_total",
 )
 BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
 GAUGES: Final = ("ws_connections", "spool_batches")

@@ -72,6 +72,9 @@ class RpcContext:
     started: float
     origin: Origin
     client: str = ""  # whom the quota charges: an address, or ``key:<tier>:<digest>``
+    address: str = ""  # the client's address (after the trusted X-Forwarded-For rules)
+    request_id: str = ""  # X-Request-Id: the client's if sane, else made here
+    units: int = 0  # quota units charged (the access log)
     tier: str | None = None  # the client's tier (None: the default quota)
     socket: Socket | None = None  # the client's WebSocket; None for a POST
     parsed: Parsed | None = None

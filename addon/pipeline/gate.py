@@ -15,6 +15,7 @@ from addon.pipeline.context import SIDECAR_PATH_KEY, Origin, Reply, RpcContext, 
 from addon.pipeline.jsonrpc import POLICY_REFUSED, BadItem, Refusal, error_obj, parse_body
 from addon.pipeline.paths import Preflight, SidecarRoute, classify
 from addon.pipeline.reply import finish, make_headers, refusal_response
+from addon.pipeline.request_ids import new_request_id, request_id_of
 from addon.quota.local import client_identity
 from addon.quota.tiers import KEY_HEADER, KEY_PARAM, BadKey, Caller, take_key
 from addon.runtime import Runtime
@@ -37,21 +38,34 @@ def open_rpc(flow: http.HTTPFlow, rt: Runtime) -> RpcContext | None:
     if isinstance(route, Preflight):
         flow.response = http.Response.make(204, b"", make_headers(_PREFLIGHT_HEADERS))
         return None
+    request_id = request_id_of(flow.request.headers.get("X-Request-Id"))
     caller = flow_caller(flow, rt)
     if isinstance(caller, Refusal):
-        rpc = RpcContext(route.network, rt.clock(), flow)
+        rpc = RpcContext(route.network, rt.clock(), flow, request_id=request_id)
         rpc.reply = Reply.refusal(caller)  # counted in the live metrics; no step runs
         return rpc
-    return _parse(
-        RpcContext(route.network, rt.clock(), flow, client=caller.client, tier=caller.tier),
-        flow.request.raw_content or b"",
-        rt,
+    rpc = RpcContext(
+        route.network,
+        rt.clock(),
+        flow,
+        client=caller.client,
+        tier=caller.tier,
+        address=caller.address,
+        request_id=request_id,
     )
+    return _parse(rpc, flow.request.raw_content or b"", rt)
 
 
 def open_message(content: bytes, sock: Socket, origin: Origin, rt: Runtime) -> RpcContext:
     rpc = RpcContext(
-        sock.network, rt.clock(), origin, client=sock.client, tier=sock.tier, socket=sock
+        sock.network,
+        rt.clock(),
+        origin,
+        client=sock.client,
+        tier=sock.tier,
+        socket=sock,
+        address=getattr(sock, "address", ""),
+        request_id=new_request_id(),
     )
     return _parse(rpc, content, rt)
 
@@ -81,7 +95,7 @@ def flow_caller(flow: http.HTTPFlow, rt: Runtime) -> Caller | Refusal:
         # no keyed tiers: a key means nothing here, but it is still not kept
         _, request.path = take_key(request.path, None)
     if not book:
-        return Caller(address)  # most requests: no key, no tiers
+        return Caller(address, None, address)  # most requests: no key, no tiers
     caller = book.caller(address, key)
     if isinstance(caller, BadKey):
         return Refusal(
@@ -94,7 +108,7 @@ def flow_caller(flow: http.HTTPFlow, rt: Runtime) -> Caller | Refusal:
                 "keyless quota",
             },
         )
-    return caller
+    return Caller(caller.client, caller.tier, address)
 
 
 def _parse(rpc: RpcContext, body: bytes, rt: Runtime) -> RpcContext:

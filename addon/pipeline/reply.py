@@ -25,7 +25,7 @@ CORS_HEADERS = (
         "Access-Control-Expose-Headers",
         "X-Cache, X-RateLimit-Limit, X-RateLimit-Remaining, "
         "X-RateLimit-Reset, X-RateLimit-Policy, Retry-After, X-Chainproxy-Upstream, "
-        "X-Chainproxy-Attempts",
+        "X-Chainproxy-Attempts, X-Request-Id",
     ),
 )
 
@@ -96,6 +96,8 @@ def finish(
     """Answer the flow and annotate it for mitmweb (metadata, comment, marked)."""
     if rpc is not None and rpc.rate is not None:
         _add_headers(response, rpc.rate.headers())
+    if rpc is not None and rpc.request_id:
+        response.headers["X-Request-Id"] = rpc.request_id
     flow.response = response
     if rpc is None:
         return
@@ -128,7 +130,7 @@ def _comment(
     rpc: RpcContext, methods: list[str], latency_ms: int, outcome: str, status: int
 ) -> str:
     shown = ", ".join(methods[:3]) + (f" +{len(methods) - 3}" if len(methods) > 3 else "")
-    parts = [f"{rpc.network} {shown or '-'}"]
+    parts = [f"#{rpc.request_id} {rpc.network} {shown or '-'}"]
     if rpc.upstream:
         parts.append(f"→ {rpc.provider} {rpc.upstream}")
     if rpc.attempts:

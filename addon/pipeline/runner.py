@@ -146,6 +146,8 @@ class RpcPipeline:
         if reply is not None:
             seconds = rpc.stop(rt.clock())
             rt.metrics.count_flow(rpc, reply.outcome, reply.status, seconds)
+            if rt.access_log is not None:
+                rt.access_log.write(rpc, reply.status, reply.outcome, seconds)
 
     async def _resume(
         self, pending: Awaitable[None], rpc: RpcContext, rt: Runtime, nxt: int

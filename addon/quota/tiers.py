@@ -35,6 +35,7 @@ class Caller:
 
     client: str
     tier: str | None = None
+    address: str = ""  # the address it came from (a keyed client's too)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ class ClientConn:
         client: str,
         *,
         tier: str | None = None,
+        address: str = "",
         master: Any,
         max_queued: int,
         max_buffer_bytes: int,
@@ -37,6 +38,7 @@ class ClientConn:
         self.network = network
         self.client = client  # quota identity, as for its POSTs
         self.tier = tier  # its tier (None: the default quota)
+        self.address = address  # where it came from (the access log)
         self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.tasks: set[asyncio.Task[None]] = set()
         self.calls = 0

@@ -130,7 +130,11 @@ class WebSocketRpc:
             return
         port = await self.sink.start()
         flow.metadata[WS_KEY] = route.network
-        flow.metadata[WS_HEADERS_KEY] = {"client": caller.client, "tier": caller.tier}
+        flow.metadata[WS_HEADERS_KEY] = {
+            "client": caller.client,
+            "tier": caller.tier,
+            "address": caller.address,
+        }
         flow.request.headers[FLOW_HEADER] = flow.id
         flow.request.scheme = "http"
         flow.request.host = "127.0.0.1"
@@ -156,6 +160,7 @@ class WebSocketRpc:
             network,
             facts.get("client", "unknown"),
             tier=facts.get("tier"),
+            address=facts.get("address", ""),
             master=ctx.master,
             max_queued=ws.max_queued_notifications,
             max_buffer_bytes=ws.max_buffer_bytes,

@@ -43,4 +43,5 @@ def charge_bytes(rpc: RpcContext, rt: Runtime) -> None:
             units += n
             rt.metrics.count_units(call, n, rpc.tier, costs)
     if units:
+        rpc.units += units
         rt.quotas.charge(rpc.client, units, rpc.tier)

@@ -154,7 +154,7 @@ def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtim
     else:
         status = 502
         message = f"all {len(attempts)} upstream attempt(s) failed"
-    log.warning("%s %s: %s %s", rpc.network, status, message, attempts)
+    log.warning("#%s %s %s: %s %s", rpc.request_id, rpc.network, status, message, attempts)
     for i in pending:
         rpc.answers[i] = error_obj(rpc.parsed.items[i].id, INTERNAL_ERROR, message, data)
     rpc.error_status = status

@@ -54,6 +54,7 @@ async def _apply_later(rpc: RpcContext, pending: Awaitable[Decision], units: int
 def _apply(rpc: RpcContext, decision: Decision, units: int) -> None:
     rpc.rate = decision
     if decision.allowed:
+        rpc.units += units
         return
     call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
     rpc.refuse(429, quota_error(call_id, decision, units, rpc.client))

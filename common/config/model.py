@@ -115,6 +115,8 @@ class ProxyConfig:
     upstream_limits: UpstreamLimitsConfig = field(default_factory=UpstreamLimitsConfig)
     prewarm: PrewarmConfig = field(default_factory=PrewarmConfig)
     cross_check: CrossCheckConfig = field(default_factory=CrossCheckConfig)
+    access_log: str | None = None  # None: off; "stdout"; or a file path
+    access_log_client: str = "truncated"  # full | truncated | hashed
     tiers: tuple[TierConfig, ...] = ()
 
 

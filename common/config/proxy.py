@@ -67,6 +67,8 @@ def parse_proxy(
             "upstream_limits",
             "prewarm",
             "cross_check",
+            "access_log",
+            "access_log_client",
         ),
         "proxy",
     )
@@ -153,6 +155,10 @@ def parse_proxy(
         upstream_limits=parse_upstream_limits(p.get("upstream_limits")),
         prewarm=parse_prewarm(p.get("prewarm")),
         cross_check=parse_cross_check(p.get("cross_check")),
+        access_log=_access_log(p.get("access_log")),
+        access_log_client=_choice(
+            p, "access_log_client", "truncated", ("full", "truncated", "hashed")
+        ),
     )
 
 
@@ -195,3 +201,19 @@ def _websocket(raw: Any) -> WebSocketConfig:
         ),
         stall_s=get_num(w, "stall_s", d.stall_s, key + "stall_s"),
     )
+
+
+def _access_log(raw: Any) -> str | None:
+    """``off`` (or absent, or false): no access log; ``stdout``; or a file path."""
+    if raw is None or raw is False or raw == "off":
+        return None
+    if not isinstance(raw, str) or not raw.strip():
+        raise ConfigError("proxy.access_log", "must be off, stdout or a file path")
+    return raw
+
+
+def _choice(p: Mapping[str, Any], name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = p.get(name, default)
+    if value not in allowed:
+        raise ConfigError(f"proxy.{name}", f"must be one of {', '.join(allowed)}, got {value!r}")
+    return str(value)

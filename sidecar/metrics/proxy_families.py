@@ -32,6 +32,8 @@ _EXTRA_HELP = {
     " request, upstream_capacity)",
     "chainproxy_upstream_waits_total": "Calls that waited for a node's budget"
     " (max_rps, max_concurrency, a learned rate) before being sent or shed, by network",
+    "chainproxy_access_log_dropped_total": "Access log lines dropped (the writer behind, or"
+    " the disk full); calls are never dropped for it",
     "chainproxy_cross_checks_total": "Finalized answers checked against a second node, by"
     " network and outcome (agree, mismatch, quarantined, readmitted, unresolved, skipped)",
     "chainproxy_prewarm_total": "Reads fetched ahead at a new block by the pre-warm, by network"
