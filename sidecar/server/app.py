@@ -21,6 +21,7 @@ from aiohttp.typedefs import Handler
 
 from common.config import Config, Endpoint
 from sidecar.db import SIDECAR_DB
+from sidecar.metagraphed.api import metagraphed_errors
 from sidecar.metrics import SidecarCollector, collector_registry
 from sidecar.probing.prober import ProbeFn, Prober
 from sidecar.probing.probes import probe
@@ -170,7 +171,8 @@ def create_app(
     clock: Callable[[], float] = time.time,
     probing: bool = True,
 ) -> web.Application:
-    app = web.Application(middlewares=[errors_as_json, internal_token])
+    # metagraphed_errors inside errors_as_json: Metagraphed's paths get its envelope.
+    app = web.Application(middlewares=[errors_as_json, metagraphed_errors, internal_token])
     app[CONFIG_KEY] = config
     app[STARTED_KEY] = time.monotonic()
     app[CLOCK_KEY] = clock

@@ -9,6 +9,10 @@ the usage ingest: another method is a 405 JSON error.
 Plain paths such as ``/api/v1/endpoints/root`` win over the pattern
 ``/api/v1/endpoints/{id}`` whatever the order (aiohttp looks the full path up
 first); they are listed first anyway, for the reader.
+
+Metagraphed's API (``sidecar.metagraphed``, docs/METAGRAPHED.md) is served under
+``/metagraphed/api/v1/…``, and at ``/api/v1/…`` where chainproxy's own API does
+not already use the path (its ``/api/v1/incidents`` stays chainproxy's).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from sidecar.dashboard.page import dashboard
+from sidecar.metagraphed import api as metagraphed
 from sidecar.registry import views
 from sidecar.registry.api import (
     get_callable,
@@ -43,6 +48,8 @@ ROUTES: tuple[web.RouteDef, ...] = (
     web.get("/api/v1/heatmap", health_view(views.heatmap)),
     web.get("/api/v1/incidents", incident_view(views.incident_list)),
     web.get("/api/v1/incidents/timeline", incident_view(views.incident_timeline)),
+    # Metagraphed's shapes (their own list: /metagraphed/…, and the free root paths):
+    *metagraphed.routes(),
     # The addon's (bearer token when one is configured):
     web.get("/api/v1/internal/routes/{network}", get_routes),
     web.post("/api/v1/internal/usage", post_usage),

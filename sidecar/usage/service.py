@@ -26,6 +26,7 @@ from common.config import Config
 from sidecar.usage.proxy_counters import ProxyCounters
 from sidecar.usage.stats.batch import BatchError, parse_batch
 from sidecar.usage.stats.summary import summarize
+from sidecar.usage.stats.window import WindowTotals
 from sidecar.usage.store import IngestResult, StoreUnavailable, UsageStore
 
 log = logging.getLogger("chainproxy.sidecar.usage")
@@ -186,6 +187,17 @@ class UsageService:
         """Requests per hour over the window, for the dashboard's chart."""
         store = self.open()
         return await asyncio.to_thread(store.hourly_requests, self.clock(), network)
+
+    async def hourly_series(self, network: str | None = None) -> list[tuple[Any, ...]]:
+        """(hour, requests, errors, cache_hits, latency_ms_sum) per hour of the window."""
+        store = self.open()
+        return await asyncio.to_thread(store.hourly_series, self.clock(), network)
+
+    async def window(self) -> tuple[WindowTotals, float | None]:
+        """The window's totals (a copy) and when the store last took a batch."""
+        store = self.open()
+        totals = await asyncio.to_thread(store.window_totals, self.clock())
+        return totals, store.updated
 
     async def maintain(self, every_s: float = 60.0) -> None:
         """Keep the store's in-memory window current, prune it when due."""

@@ -287,6 +287,25 @@ class UsageStore:
             except sqlite3.Error as e:
                 raise self._fail("hourly read", e) from e
 
+    def hourly_series(self, now: float, network: str | None = None) -> list[tuple[Any, ...]]:
+        """(hour, requests, errors, cache_hits, latency_ms_sum) for the hours of the
+        window that saw traffic, oldest first (the 7-day pictures, ``/rpc/usage``)."""
+        start = (int(now) - self.window_s) // 3600
+        sql = (
+            "SELECT hour, SUM(requests), SUM(errors), SUM(cache_hits), SUM(latency_ms_sum)"
+            " FROM usage_hour WHERE hour >= ?"
+        )
+        args: list[Any] = [start]
+        if network is not None:
+            sql += " AND network = ?"
+            args.append(network)
+        sql += " GROUP BY hour ORDER BY hour"
+        with self._lock:
+            try:
+                return [tuple(r) for r in self._db.execute(sql, args)]
+            except sqlite3.Error as e:
+                raise self._fail("hourly read", e) from e
+
     def row_counts(self) -> dict[str, int]:
         with self._lock:
             return {

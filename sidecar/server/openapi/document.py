@@ -6,10 +6,18 @@ from __future__ import annotations
 import copy
 import functools
 
-from sidecar.server.openapi import endpoint, incidents, ops, registry, usage
+from sidecar.server.openapi import (
+    endpoint,
+    incidents,
+    metagraphed,
+    metagraphed_stats,
+    ops,
+    registry,
+    usage,
+)
 from sidecar.server.openapi.schema import Schema
 
-_PARTS = (ops, usage, registry, incidents, endpoint)
+_PARTS = (ops, usage, registry, incidents, endpoint, metagraphed, metagraphed_stats)
 
 
 @functools.cache
