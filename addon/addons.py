@@ -8,6 +8,7 @@ from typing import Any
 
 from mitmproxy import http
 
+from addon.drain import Drain
 from addon.mitm.limits import ReadLimits
 from addon.mitm.tuning import ProxyTuning
 from addon.passthrough import SidecarPassthrough
@@ -44,6 +45,7 @@ def build_addons() -> list[Any]:
     holder = RuntimeHolder()
     limits = ReadLimits()
     rpc = RpcPipeline(holder)
+    sockets = WebSocketRpc(holder, rpc, limits)
     return [
         Settings(holder, limits),  # the config → the runtime every part reads
         limits,  # mitmproxy's missing read limits: patched in on load, out on done
@@ -52,7 +54,8 @@ def build_addons() -> list[Any]:
         SnapshotRefresher(holder),  # background: routing snapshot from the sidecar
         ShipperAddon(holder),  # background: usage batches to the sidecar
         # before the pipeline: takes WebSocket handshakes, runs each message through it
-        WebSocketRpc(holder, rpc, limits),
+        sockets,
+        Drain(holder, sockets),  # SIGTERM: answer what is in flight, then exit
         rpc,
         SidecarPassthrough(holder),  # every non-RPC path
         Guard(),

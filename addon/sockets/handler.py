@@ -33,6 +33,7 @@ from typing import Any
 from mitmproxy import ctx, http
 from mitmproxy.utils.asyncio_utils import create_task
 
+from addon.drain import wait_until
 from addon.mitm import internals as mitm_internals
 from addon.mitm import limits as mitm_limits
 from addon.mitm.tuning import DIRECT_OPTION
@@ -52,6 +53,8 @@ from addon.steps.rate_limit import quota_error
 from common.config.model import WebSocketConfig
 
 log = logging.getLogger("chainproxy")
+
+GOING_AWAY = 1001  # the close code of a drain: the server is going away, come back
 
 KEEP_MESSAGES = 100  # messages kept on a flow for mitmweb (the rest would grow forever)
 
@@ -253,6 +256,24 @@ class WebSocketRpc:
             conn.send(body)  # the same way as its notifications: they never overtake it
             for after in afters or ():  # e.g. the current head, right after the subscription id
                 after()
+
+    async def drain(self, deadline: float) -> int:
+        """Going away (``addon/drain.py``): each socket's calls in flight are
+        answered, its subscriptions end, what it was already sent is flushed,
+        then it is closed with 1001, all by ``deadline`` (loop time). New
+        messages meanwhile are still answered. Returns the sockets closed."""
+        conns = list(self._conns.values())
+        await wait_until(lambda: not any(c.tasks for c in conns), deadline)
+        rt = self.holder.runtime
+        for conn in conns:
+            if rt is not None:
+                rt.subs.release(conn)  # no new notifications from here on
+        await asyncio.sleep(0)  # the writes queued for this loop turn go out first
+        await asyncio.sleep(0)
+        closed = await asyncio.gather(
+            *(self.sink.close_flow(c.flow.id, GOING_AWAY, "server going away") for c in conns)
+        )
+        return sum(closed)
 
     def done(self) -> None:
         # synchronous (hot reload): the sink's close is scheduled; open

@@ -1,0 +1,87 @@
+"""Drain on SIGTERM, through a real mitmdump: the calls in flight are all
+answered, a WebSocket client is closed with 1001 after its call in flight is
+answered and with no notification lost, no new connection is taken, and the
+process exits on its own well within ``proxy.drain_s``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.e2e.harness import Stack, base_config
+from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip, post, with_wss
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def draining(tmp_path: Any) -> Iterator[Stack]:
+    s = Stack(tmp_path)
+    try:
+        epoch = time.time() - 600
+        for name in ("alpha", "beta"):
+            s.start_node(name, epoch=epoch, block_time=1.0)
+        config = with_wss(base_config(tmp_path, s.nodes, **PROXY_DEFAULTS, drain_s=8))
+        config["proxy"]["failover"]["attempt_timeout_s"] = 3
+        config["proxy"]["failover"]["deadline_s"] = 5
+        s.write_config(config)
+        s.start_sidecar()
+        s.start_proxy()
+        yield s
+    finally:
+        s.stop()
+
+
+async def test_sigterm_answers_what_is_in_flight_and_says_going_away(draining: Stack) -> None:
+    stack = draining
+    ws_url = stack.rpc_url().replace("http://", "ws://")
+    for n in stack.nodes:
+        n.control(latency_ms=800)  # calls stay in flight long enough to be caught
+    async with aiohttp.ClientSession() as s, s.ws_connect(ws_url) as ws:
+        await ws.send_str(json.dumps(call("chain_subscribeNewHeads", id_=1)))
+        heads: list[int] = []
+        answers: dict[int, Any] = {}
+        close_code: list[int | None] = []
+
+        async def read() -> None:
+            async for msg in ws:
+                doc = json.loads(msg.data)
+                if doc.get("method") == "chain_newHead":
+                    heads.append(int(doc["params"]["result"]["number"], 16))
+                else:
+                    answers[doc["id"]] = doc
+            close_code.append(ws.close_code)
+
+        reader = asyncio.create_task(read())
+        async with asyncio.timeout(10):
+            while not heads:  # noqa: ASYNC110 - the reader task fills it
+                await asyncio.sleep(0.05)
+        ips = [next_client_ip() for _ in range(20)]
+        calls = [
+            asyncio.create_task(
+                post(stack.rpc_url(), call("state_getStorage", [f"0x{i:064x}"]), client_ip=ip)
+            )
+            for i, ip in enumerate(ips)
+        ]
+        await ws.send_str(json.dumps(call("state_getStorage", ["0x" + "ee" * 32], id_=2)))
+        await asyncio.sleep(0.3)  # all of them reached the proxy and wait on the nodes
+        t0 = time.monotonic()
+        stack.proxy.popen.send_signal(signal.SIGTERM)
+        replies = await asyncio.gather(*calls)
+        await asyncio.wait_for(reader, 10)
+        assert [r.status for r in replies] == [200] * 20  # every call in flight answered
+        assert all("result" in r.body for r in replies)
+        assert 2 in answers and "result" in answers[2]  # the socket's call too, before ...
+        assert close_code == [1001]  # ... going away (not 1006)
+        assert heads == sorted(heads) and len(set(heads)) == len(heads)
+    with pytest.raises(aiohttp.ClientError):  # no new connection is taken
+        await post(stack.rpc_url(), call("system_health"), timeout=2)
+    stack.proxy.popen.wait(timeout=10)
+    assert time.monotonic() - t0 < 8 + 2  # on its own, within drain_s
