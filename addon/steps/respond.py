@@ -1,6 +1,7 @@
-"""The last step: the call's reply (200 with the answers and the
-``X-Cache``/``X-Chainproxy-*`` headers, or the forward's failure status for a
-single call); ``addon/pipeline/reply.py`` delivers it."""
+"""The last step: the call's reply (200 with the answers, the
+``X-Cache``/``X-Chainproxy-*`` headers and Metagraphed's ``x-metagraph-rpc-*``,
+or the forward's failure status for a single call); ``addon/pipeline/reply.py``
+delivers it."""
 
 from __future__ import annotations
 
@@ -18,10 +19,14 @@ def respond(rpc: RpcContext, rt: Runtime) -> None:
             return
         rpc.reply = Reply(rpc.error_status, rpc.answers[0], "error")
         return
-    headers = [("X-Cache", rpc.cache)]
+    # x-metagraph-rpc-*: Metagraphed's names for the same facts, read by its clients.
+    headers = [("X-Cache", rpc.cache), ("x-metagraph-rpc-cache", rpc.cache.lower())]
     if rpc.upstream:
         headers.append(("X-Chainproxy-Upstream", rpc.upstream))
         headers.append(("X-Chainproxy-Attempts", str(len(rpc.attempts))))
+        headers.append(("x-metagraph-rpc-endpoint-id", rpc.upstream))
+        headers.append(("x-metagraph-rpc-provider", rpc.provider or ""))
+        headers.append(("x-metagraph-rpc-attempts", str(len(rpc.attempts))))
     if rpc.pinned:
         headers.append(("X-Chainproxy-Pinned", rpc.pinned))
     if rpc.pin_missed:  # pinned, no node knew the head: answered unpinned
