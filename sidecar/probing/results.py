@@ -34,6 +34,10 @@ class ProbeResult:
     finalized: int | None = None
     archive: bool | None = None  # full node probes: historical state readable?
     detail: str = ""  # short, secret-free text for operators
+    # head node probes: the runtime of the best block (state_getRuntimeVersion);
+    # None when the node did not say
+    spec_name: str | None = None
+    spec_version: int | None = None
 
     @property
     def ok(self) -> bool:

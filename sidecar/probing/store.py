@@ -1,8 +1,10 @@
-"""SQLite persistence for probe history and per-endpoint health.
+"""SQLite persistence for probe history, per-endpoint health and each
+network's runtime.
 
 One file in ``data_dir``, opened by ``sidecar.db`` (WAL: readers never wait
 for the prober). Probe history is bounded (age and rows per endpoint); health
-is one row per endpoint, so a restart resumes with the statuses it had.
+is one row per endpoint, so a restart resumes with the statuses it had; the
+runtime is one row per network (``sidecar.probing.runtime``: its JSON form).
 Errors (locked or full disk) are counted, never raised into the probe loop,
 and logged once when writing starts failing and once when it works again.
 """
@@ -40,6 +42,10 @@ CREATE TABLE IF NOT EXISTS probes (
 CREATE INDEX IF NOT EXISTS probes_endpoint_at ON probes (endpoint_id, at);
 CREATE TABLE IF NOT EXISTS health (
     endpoint_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runtimes (
+    network TEXT PRIMARY KEY,
     state TEXT NOT NULL
 );
 """
@@ -135,6 +141,24 @@ class Store:
             except (ValueError, TypeError) as e:
                 log.warning("ignoring unreadable health row for %s: %s", eid, e)
         return out
+
+    def load_runtimes(self) -> dict[str, str]:
+        """Network -> the stored state of its runtime (``RuntimeBook``'s JSON)."""
+        try:
+            return dict(self._db.execute("SELECT network, state FROM runtimes").fetchall())
+        except sqlite3.Error as e:
+            self._failed("read", e)
+            return {}
+
+    def save_runtime(self, network: str, state: str) -> None:
+        try:
+            self._db.execute(
+                "INSERT INTO runtimes (network, state) VALUES (?, ?)"
+                " ON CONFLICT(network) DO UPDATE SET state = excluded.state",
+                (network, state),
+            )
+        except sqlite3.Error as e:
+            self._failed("write", e)
 
     def recent_probes(self, endpoint_id: str, limit: int = 20) -> list[ProbeResult]:
         rows = self._db.execute(

@@ -26,6 +26,7 @@ from sidecar.metrics import SidecarCollector, collector_registry
 from sidecar.probing.prober import ProbeFn, Prober
 from sidecar.probing.probes import probe
 from sidecar.probing.results import ProbeKind, ProbeResult
+from sidecar.probing.runtime import RuntimeBook
 from sidecar.probing.store import Store
 from sidecar.registry.service import RegistryService
 from sidecar.server.app_keys import (
@@ -100,7 +101,8 @@ def _probing(
     config: Config, probe_factory: ProbeFactory, clock: Callable[[], float], probing: bool
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The probing lifecycle: probe store, session, Prober (its loop only when
-    ``probing``) and the registry's incidents attached to it."""
+    ``probing``; its runtime book kept in the probe store) and the registry's
+    incidents attached to it."""
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         store = Store(config.data_dir / SIDECAR_DB)
@@ -116,6 +118,7 @@ def _probing(
             store,
             clock=clock,
             on_transition=registry.on_transition,
+            runtimes=RuntimeBook(config, store, clock),
         )
         registry.attach(prober)  # incidents: load, reconcile with the restored health
         app[STORE_KEY] = store

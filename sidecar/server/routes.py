@@ -30,6 +30,7 @@ from sidecar.registry.api import (
     health_view,
     incident_view,
 )
+from sidecar.registry.networks_api import get_network, get_networks
 from sidecar.server.ops_api import get_metrics, get_openapi, healthz
 from sidecar.usage.api import get_usage, post_usage
 
@@ -48,6 +49,8 @@ ROUTES: tuple[web.RouteDef, ...] = (
     web.get("/api/v1/heatmap", health_view(views.heatmap)),
     web.get("/api/v1/incidents", incident_view(views.incident_list)),
     web.get("/api/v1/incidents/timeline", incident_view(views.incident_timeline)),
+    web.get("/api/v1/networks", get_networks),
+    web.get("/api/v1/networks/{network}", get_network),
     # Metagraphed's shapes (their own list: /metagraphed/…, and the free root paths):
     *metagraphed.routes(),
     # The addon's (bearer token when one is configured):

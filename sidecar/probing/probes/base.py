@@ -25,6 +25,8 @@ class Observation:
     best: int | None = None
     finalized: int | None = None
     archive: bool | None = None
+    spec_name: str | None = None  # the best block's runtime, when the probe read it
+    spec_version: int | None = None
     classification: str | None = None  # set once the verdict is known
     detail: str = ""
 
@@ -77,4 +79,6 @@ async def run_probe(
         finalized=obs.finalized,
         archive=obs.archive,
         detail=safe_detail(obs.detail, endpoint.url),
+        spec_name=obs.spec_name,
+        spec_version=obs.spec_version,
     )

@@ -6,8 +6,11 @@ The checks are written once against ``RpcTransport``:
   ``chain_getBlockHash [1]`` (+ ``[0]`` when a genesis is configured); batch 2 =
   the finalized header and the archive check (``state_getStorage`` of
   System.Number at block 1, which only an archive node still has);
-* head: batch 1 = ``chain_getHeader``, ``chain_getFinalizedHead``; batch 2 = the
-  finalized header. Cheap enough to run every few seconds.
+* head: batch 1 = ``chain_getHeader``, ``chain_getFinalizedHead``,
+  ``state_getRuntimeVersion`` (the best block's runtime: how the sidecar sees a
+  runtime upgrade, ``sidecar.probing.runtime``); batch 2 = the finalized
+  header. Cheap enough to run every few seconds. A node that does not answer
+  the runtime version is still live (the runtime is then unknown).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ HEALTH = RpcCall("system_health", [])
 HEADER = RpcCall("chain_getHeader", [])
 FINALIZED_HEAD = RpcCall("chain_getFinalizedHead", [])
 BLOCK_1 = RpcCall("chain_getBlockHash", [1])
+RUNTIME_VERSION = RpcCall("state_getRuntimeVersion", [])
 GENESIS = RpcCall("chain_getBlockHash", [0])
 
 
@@ -125,14 +129,32 @@ def _finalized_number(reply: RpcReply) -> int | None:
     return header_number(header, "finalized")
 
 
+def runtime_of(reply: RpcReply) -> tuple[str, int] | None:
+    """(spec name, spec version) of a runtime version answer; None when it is
+    an error or not one."""
+    version = reply.result if reply.ok else None
+    if not isinstance(version, dict):
+        return None
+    name, spec = version.get("specName"), version.get("specVersion")
+    if not isinstance(name, str) or not name or len(name) > 64:
+        return None
+    if isinstance(spec, bool) or not isinstance(spec, int) or not 0 <= spec < 2**32:
+        return None
+    return name, spec
+
+
 async def _head_checks(rpc: RpcTransport, obs: Observation) -> None:
-    replies, obs.latency_ms = await rpc.batch([HEADER, FINALIZED_HEAD])
+    replies, obs.latency_ms = await rpc.batch([HEADER, FINALIZED_HEAD, RUNTIME_VERSION])
     _raise_if_rate_limited(replies)
     obs.best = header_number(_required(replies[0]), "best")
+    runtime = runtime_of(replies[2])
+    if runtime is not None:
+        obs.spec_name, obs.spec_version = runtime
     fin_hash = block_hash(_required(replies[1]), "finalized head")
     (fin_reply,) = await _finalized(rpc, fin_hash, [])
     obs.finalized = _finalized_number(fin_reply)
-    obs.finish(LIVE, f"best {obs.best}, finalized {_opt(obs.finalized)}")
+    spec = "" if obs.spec_version is None else f", spec {obs.spec_version}"
+    obs.finish(LIVE, f"best {obs.best}, finalized {_opt(obs.finalized)}{spec}")
 
 
 async def _full_checks(rpc: RpcTransport, obs: Observation, genesis: str | None) -> None:

@@ -241,6 +241,38 @@ async def test_unknown_finalized_header_is_tolerated(
 
 
 @pytest.mark.parametrize(
+    "answer",
+    [
+        {"error": {"code": -32601, "message": "Method not found"}},
+        {"result": None},
+        {"result": {"specName": "x"}},
+        {"result": {"specName": "", "specVersion": 1}},
+        {"result": {"specName": "x", "specVersion": True}},
+        {"result": {"specName": "x", "specVersion": -1}},
+        {"result": {"specName": "x", "specVersion": "301"}},
+    ],
+)
+async def test_a_node_that_does_not_tell_its_runtime_is_live(
+    answer: Answer, fake: tuple[FakeRpc, TinyServer], session: aiohttp.ClientSession
+) -> None:
+    rpc, server = fake
+    rpc.answers["state_getRuntimeVersion"] = answer
+    for r in await run_both(server, session, kind="head"):
+        assert (r.classification, r.best, r.spec_name, r.spec_version) == (LIVE, 5000, None, None)
+
+
+async def test_a_rate_limited_runtime_read_is_rate_limited(
+    fake: tuple[FakeRpc, TinyServer], session: aiohttp.ClientSession
+) -> None:
+    rpc, server = fake
+    rpc.answers["state_getRuntimeVersion"] = {
+        "error": {"code": -32029, "message": "Too many requests"}
+    }
+    for r in await run_both(server, session, kind="head"):
+        assert r.classification == RATE_LIMITED
+
+
+@pytest.mark.parametrize(
     "header",
     [None, {"number": "12"}, {"number": "0xZZ"}, {"number": True}, [1, 2], "0x10"],
 )

@@ -124,9 +124,29 @@ async def test_head_probe_is_cheap(
     assert result.best is not None and result.finalized is not None
     assert result.finalized <= result.best
     assert result.archive is None
-    # only the head calls, no health / genesis / archive calls
-    assert set(node.calls) == {"chain_getHeader", "chain_getFinalizedHead"}
-    assert node.calls["chain_getHeader"] == 2
+    # only the head calls and the best block's runtime, no health / genesis / archive calls
+    assert set(node.calls) == {
+        "chain_getHeader",
+        "chain_getFinalizedHead",
+        "state_getRuntimeVersion",
+    }
+    assert node.calls["chain_getHeader"] == 2 and node.calls["state_getRuntimeVersion"] == 1
+    assert (result.spec_name, result.spec_version) == ("node-subtensor", 300)
+    assert "spec 300" in result.detail
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_head_probe_reads_the_runtime_of_the_best_block(
+    kind: str, make_node: MakeNode, session: aiohttp.ClientSession
+) -> None:
+    node = await make_node()
+    node.set_faults(upgrade_at=node.chain.best() + 1000, upgrade_spec=307)
+    assert (await run(endpoint_for(node, kind), session, kind="head")).spec_version == 300
+    node.set_faults(upgrade_at=node.chain.best())  # the best block runs the new runtime
+    result = await run(endpoint_for(node, kind), session, kind="head")
+    assert (result.classification, result.spec_version) == (LIVE, 307)
+    full = await run(endpoint_for(node, kind), session)  # the full probe does not ask
+    assert full.spec_version is None
 
 
 async def test_full_http_probe_uses_two_requests(

@@ -1,0 +1,68 @@
+"""The document of each network (pure): ``GET /api/v1/networks`` and
+``/api/v1/networks/{network}``. Its heights (the routing snapshot's tip and
+finalized height, ``sidecar.registry.routing_snapshot``), the runtime its best
+blocks run and its last runtime upgrade (``sidecar.probing.runtime``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.config import Config
+from sidecar.jsonfmt import iso
+from sidecar.probing.runtime import NetworkRuntime, Runtime, RuntimeBook
+from sidecar.registry.pools import HealthMap
+from sidecar.registry.routing_snapshot import chain_heads
+
+
+def _runtime(r: Runtime) -> dict[str, Any]:
+    return {"spec_name": r.spec_name, "spec_version": r.spec_version}
+
+
+def runtime_doc(state: NetworkRuntime | None) -> dict[str, Any] | None:
+    """``runtime``: what the best blocks run; ``since_block`` is its first block
+    when the upgrade to it was seen, else null (it ran when first seen)."""
+    if state is None:
+        return None
+    return {
+        **_runtime(state.runtime),
+        "since_block": state.since_block,
+        "seen_block": state.seen_block,
+        "seen_at": iso(state.seen_at),
+    }
+
+
+def upgrade_doc(state: NetworkRuntime | None) -> dict[str, Any] | None:
+    """``last_upgrade``: ``block`` is the first best block seen on the new
+    runtime, ``after_block`` the last one seen on the old (the upgrade is in
+    between: exact when consecutive), ``at`` when it was seen."""
+    up = state.last_upgrade if state is not None else None
+    if up is None:
+        return None
+    return {
+        "from": _runtime(up.old),
+        "to": _runtime(up.new),
+        "block": up.block,
+        "after_block": up.after_block,
+        "at": iso(up.at),
+    }
+
+
+def network_status(
+    config: Config, network: str, health: HealthMap, book: RuntimeBook | None
+) -> dict[str, Any]:
+    """One network of the config (the caller checks the name)."""
+    tip, finalized = chain_heads((e for e in config.endpoints if e.network == network), health)
+    state = book.get(network) if book is not None else None
+    return {
+        "network": network,
+        "served": network in config.proxy.networks,
+        "tip": tip,
+        "finalized": finalized,
+        "runtime": runtime_doc(state),
+        "last_upgrade": upgrade_doc(state),
+    }
+
+
+def networks(config: Config, health: HealthMap, book: RuntimeBook | None) -> dict[str, Any]:
+    """Every network of the config, in its order."""
+    return {"networks": [network_status(config, n, health, book) for n in config.networks]}
