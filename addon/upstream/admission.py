@@ -24,7 +24,7 @@ class BudgetBook(Protocol):
     adaptive: bool
 
     def try_take(
-        self, endpoint: str, calls: int, heavy: bool = False
+        self, endpoint: str, calls: int, heavy: bool = False, retry: bool = False
     ) -> Ticket | float | Awaitable[Ticket | float]: ...
 
     def release(self, ticket: Ticket) -> None: ...
@@ -116,7 +116,7 @@ class Admission:
                 if backoff is not None:
                     soonest = backoff if soonest is None else min(soonest, backoff)
                 return None, soonest
-            taken = self.budgets.try_take(upstream.id, calls, self.heavy)
+            taken = self.budgets.try_take(upstream.id, calls, self.heavy, bool(tried))
             if inspect.isawaitable(taken):
                 taken = await taken
             if isinstance(taken, Ticket):

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from common.config import Endpoint
 
 LEARN_CUT = 0.8  # after a 429: this share of what the node was sent in the last second
-LEARN_GROWTH_PER_S = 0.01  # then this much more per second without another 429
+LEARN_GROWTH_PER_S = 0.05  # then this much more per second without another 429
+LEARN_FORGET_S = 60.0  # a minute without a 429: the learned rate is dropped
 LEARN_CUT_EVERY_S = 1.0
 LEARN_CEILING = 100_000.0  # a learned rate grown past this is dropped: unlimited again
 # The window is a little longer than a second: between the proxy taking budget
@@ -65,8 +66,9 @@ class NodeBudget:
             return float(self.max_rps)
         if self.learned_rps is None:
             return None
-        grown = self.learned_rps * (1 + LEARN_GROWTH_PER_S) ** max(0.0, now - self.learned_at)
-        if grown > LEARN_CEILING:
+        age = max(0.0, now - self.learned_at)
+        grown = self.learned_rps * (1 + LEARN_GROWTH_PER_S) ** age
+        if grown > LEARN_CEILING or age > LEARN_FORGET_S:
             self.learned_rps = None
             return None
         return grown
@@ -78,10 +80,14 @@ class NodeBudget:
             sent.popleft()
         return len(sent)
 
-    def wait_s(self, now: float, calls: int) -> float:
-        """0 when ``calls`` more fit now; else how long until they may."""
+    def wait_s(self, now: float, calls: int, retry: bool = False) -> float:
+        """0 when ``calls`` more fit now; else how long until they may.
+        A learned rate is a guess: it paces single calls, but never holds back
+        a failover (``retry``) or a batch, which would then fail or starve."""
         wait = 0.0
         rate = self.rps(now)
+        if rate is not None and self.max_rps is None and (retry or calls > 1):
+            rate = None
         if rate is not None:
             limit = max(1, math.floor(rate))
             used = self.recent(now)
@@ -179,12 +185,15 @@ class Budgets:
         cap = self.heavy_per_node
         return heavy and cap > 0 and self.node(endpoint).heavy_inflight >= cap
 
-    def try_take(self, endpoint: str, calls: int, heavy: bool = False) -> Ticket | float:
+    def try_take(
+        self, endpoint: str, calls: int, heavy: bool = False, retry: bool = False
+    ) -> Ticket | float:
         """A ticket if ``calls`` fit in the node's budget now (they are counted),
-        else the seconds until they may. ``heavy``: a read priced by its bytes."""
+        else the seconds until they may. ``heavy``: a read priced by its bytes;
+        ``retry``: a failover attempt (a learned rate does not hold it back)."""
         now = self.clock()
         node = self.node(endpoint)
-        wait = node.wait_s(now, calls)
+        wait = node.wait_s(now, calls, retry)
         if self.heavy_full(endpoint, heavy):
             wait = max(wait, CONCURRENCY_POLL_S)
         if wait > 0:

@@ -91,10 +91,10 @@ class SharedBudgets:
         self.local.rate_limited(endpoint)
 
     def try_take(
-        self, endpoint: str, calls: int, heavy: bool = False
+        self, endpoint: str, calls: int, heavy: bool = False, retry: bool = False
     ) -> Ticket | float | Awaitable[Ticket | float]:
         if not self.local.configured(endpoint):
-            return self.local.try_take(endpoint, calls, heavy)  # unlimited or learned: ours
+            return self.local.try_take(endpoint, calls, heavy, retry)  # unlimited or learned
         if self.local.heavy_full(endpoint, heavy):
             return CONCURRENCY_POLL_S  # the heavy lane is this process's: no round trip
         if not self.link.up:

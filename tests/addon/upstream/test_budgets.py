@@ -100,7 +100,8 @@ def test_a_second_429_cuts_below_the_learned_rate() -> None:
     node.rate_limited(now + 0.3)  # the same burst's other 429s: no second cut
     assert node.learned_rps == first
     node.rate_limited(now + 1.3)
-    assert node.learned_rps == pytest.approx(first * LEARN_CUT, rel=0.02)
+    grown = first * (1 + LEARN_GROWTH_PER_S) ** 1.1
+    assert node.learned_rps == pytest.approx(grown * LEARN_CUT)
 
 
 def test_adaptive_off_learns_nothing() -> None:
@@ -146,3 +147,24 @@ def test_no_heavy_lane_by_default() -> None:
     book = Budgets([_endpoint("a")], clock=clock)
     tickets = [book.try_take("a", 1, heavy=True) for _ in range(5)]
     assert all(isinstance(t, Ticket) and not t.heavy for t in tickets)
+
+
+def test_a_learned_rate_paces_single_calls_but_never_a_failover_or_a_batch() -> None:
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a")], clock=clock)
+    for _ in range(10):
+        book.try_take("a", 1)
+    book.rate_limited("a")  # learned: 8 a second
+    assert not isinstance(book.try_take("a", 1), Ticket)  # a first attempt waits
+    assert isinstance(book.try_take("a", 1, retry=True), Ticket)  # a failover goes
+    assert isinstance(book.try_take("a", 20), Ticket)  # a batch is not starved
+
+
+def test_a_learned_rate_is_forgotten_after_a_quiet_minute() -> None:
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a")], clock=clock)
+    book.try_take("a", 1)
+    book.rate_limited("a")
+    assert book.node("a").rps(clock.t) is not None
+    clock.advance(61)
+    assert book.node("a").rps(clock.t) is None
