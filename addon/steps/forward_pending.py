@@ -13,12 +13,10 @@ from addon.pipeline.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.runtime import Runtime
 from addon.upstream.admission import Admission
 from addon.upstream.coalesce import coalesce_key
-from addon.upstream.forward import Budget, ForwardResult, forward
+from addon.upstream.forward import TOO_MANY, Budget, ForwardResult, forward
 from addon.upstream.routing_hints import hints
 
 log = logging.getLogger("chainproxy")
-
-_TOO_MANY = frozenset({"rate-limited", "overloaded"})  # 429, 503 with Retry-After
 
 
 async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
@@ -105,7 +103,7 @@ async def _send(rpc: RpcContext, rt: Runtime, pending: list[int], budget: Budget
         if admission.waited:
             rt.metrics.count_extra("chainproxy_upstream_waits_total", network=rpc.network)
         for a in result.attempts:
-            if a.reason in _TOO_MANY:  # the node now pauses (pool.throttled)
+            if a.reason in TOO_MANY:  # the node now pauses (pool.throttled)
                 rt.metrics.count_extra(
                     "chainproxy_upstream_backoffs_total", endpoint=a.endpoint, reason=a.reason
                 )

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from common.config import Endpoint
 
 LEARN_CUT = 0.8  # after a 429: this share of what the node was sent in the last second
-LEARN_GROWTH_PER_S = 0.05  # then this much more per second without another 429
+LEARN_GROWTH_PER_S = 0.02  # then this much more per second without another 429
 LEARN_FORGET_S = 60.0  # a minute without a 429: the learned rate is dropped
 LEARN_CUT_EVERY_S = 1.0
 LEARN_CEILING = 100_000.0  # a learned rate grown past this is dropped: unlimited again

@@ -27,6 +27,8 @@ from addon.upstream.failover import assess
 from addon.upstream.hedge import Hedger
 from addon.upstream.pool import Upstream, UpstreamPool
 
+TOO_MANY = frozenset({"rate-limited", "overloaded"})  # 429, 503 with Retry-After
+
 # What a node answers for a block it does not have (reorged away, not imported
 # yet, pruned, or another fork's): for a read the proxy pinned, a miss of the pin.
 PIN_MISSES = frozenset({"unknown-block", "state-discarded", "null-pinned", "wrong-block"})
@@ -271,6 +273,13 @@ async def forward(
     # was split between racers and attempts
     if by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
         return ForwardResult("deadline", None, tuple(attempts), None, hedged)
+    if admission is not None and attempts and all(a.reason in TOO_MANY for a in attempts):
+        # every node tried said "too many requests": the nodes' capacity is
+        # spent, as when their budgets are; a time to retry, not a 502
+        left = pool.backoff_left(set())
+        return ForwardResult(
+            "capacity", None, tuple(attempts), None, hedged, retry_after_s=left or 1.0
+        )
     if not attempts:
         if admission is not None and admission.shed:
             return ForwardResult(

@@ -116,3 +116,19 @@ async def test_a_pinned_call_stops_at_the_first_node_without_the_block() -> None
     pool, t, clock = setup(a, b, script={"a": [(0.01, unknown)], "b": [(0.02, ok("0x1"))]})
     r = await forward(CALL, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock)
     assert r.kind == "ok" and not r.pin_missed and len(t.calls) == 2
+
+
+async def test_every_node_saying_too_many_is_capacity_not_a_failure() -> None:
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    script = {
+        "a": [(0.01, http(429, b""))],
+        "b": [(0.01, TransportError("overloaded", retry_after=7.0))],
+    }
+    pool, t, clock = setup(a, b, script=script)
+    r = await _run(pool, t, clock, _admission(pool, clock))
+    assert r.kind == "capacity" and 1 <= r.retry_after <= 7  # when the first is back
+    assert [x.reason for x in r.attempts] == ["rate-limited", "overloaded"]
+    # without the limits: a failure, as before
+    pool, t, clock = setup(up("a", ewma=1.0), up("b", ewma=50.0), script=script)
+    r = await forward(CALL, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock)
+    assert r.kind == "failed"
