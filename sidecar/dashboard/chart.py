@@ -1,21 +1,34 @@
-"""The dashboard's requests-over-time chart as plain numbers for inline SVG
-(pure: no JavaScript, readable in any browser)."""
+"""The dashboard's 7-day usage chart as plain numbers for inline SVG (pure: no
+JavaScript, readable in any browser): one stacked bar per hour, from the
+bottom: cache hits (green), calls a node answered (blue), errors (red), so
+a bar's height is the hour's requests."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 HOURS = 7 * 24
+COLORS = {"cache_hits": "#12b76a", "upstream": "#3e7bfa", "errors": "#d92d20"}
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    y: float
+    h: float
+    n: int
+    part: str  # cache_hits | upstream | errors
+    color: str
 
 
 @dataclass(frozen=True, slots=True)
 class Bar:
     x: float
-    y: float
-    h: float
-    n: int
+    n: int  # the hour's requests
     label: str
+    segments: tuple[Segment, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,29 +39,42 @@ class Chart:
     bars: tuple[Bar, ...]
     peak: int
     first: str
+    totals: dict[str, int]  # requests, errors, cache_hits over the 7 days
 
 
 def hourly_chart(
-    points: list[tuple[int, int]], now: float, *, width: int = 840, height: int = 90
+    rows: Iterable[tuple[Any, ...]], now: float, *, width: int = 840, height: int = 90
 ) -> Chart | None:
-    """One bar per hour of the last 7 days from (hour, requests) points;
-    None when there is nothing to draw."""
-    if not points:
-        return None
+    """One stacked bar per hour of the last 7 days from the store's hourly rows
+    ``(hour, requests, errors, cache_hits, latency_ms_sum)``; None when there
+    is nothing to draw."""
     last = int(now) // 3600
     first = last - HOURS + 1
-    counts = {h: n for h, n in points if first <= h <= last}
-    peak = max(counts.values(), default=0)
+    hours = {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in rows if first <= r[0] <= last}
+    peak = max((n for n, _, _ in hours.values()), default=0)
     if peak <= 0:
         return None
     slot = width / HOURS
+    scale = (height - 2) / peak
     bars = []
+    totals = {"requests": 0, "errors": 0, "cache_hits": 0}
     for i, hour in enumerate(range(first, last + 1)):
-        n = counts.get(hour, 0)
-        if not n:
+        if hour not in hours or not hours[hour][0]:
             continue
-        h = max(1.0, n / peak * (height - 2))
-        label = datetime.fromtimestamp(hour * 3600, UTC).strftime("%a %H:00 UTC")
-        bars.append(Bar(round(i * slot, 2), round(height - h, 2), round(h, 2), n, label))
+        n, errors, hits = hours[hour]
+        totals["requests"] += n
+        totals["errors"] += errors
+        totals["cache_hits"] += hits
+        parts = (("cache_hits", hits), ("upstream", max(0, n - errors - hits)), ("errors", errors))
+        segments, bottom = [], float(height)
+        for part, count in parts:
+            if count <= 0:
+                continue
+            h = max(1.0, round(count * scale, 2))
+            bottom -= h
+            segments.append(Segment(round(bottom, 2), h, count, part, COLORS[part]))
+        stamp = datetime.fromtimestamp(hour * 3600, UTC).strftime("%a %H:00 UTC")
+        label = f"{stamp}: {n} requests, {errors} errors, {hits} cache hits"
+        bars.append(Bar(round(i * slot, 2), n, label, tuple(segments)))
     start = datetime.fromtimestamp(first * 3600, UTC).strftime("%Y-%m-%d %H:00 UTC")
-    return Chart(width, height, round(max(1.0, slot - 1), 2), tuple(bars), peak, start)
+    return Chart(width, height, round(max(1.0, slot - 1), 2), tuple(bars), peak, start, totals)

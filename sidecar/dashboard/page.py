@@ -4,7 +4,13 @@ as the JSON API, so the page and ``/api/v1/…`` never disagree. ``?network=``
 narrows the page to one network (the registry views see only its endpoints;
 the usage figures are the API's ``?network=``); ``?page=`` is the callable
 list's page. (URL in ``sidecar.server.routes``; the pure helpers in
-``sidecar.dashboard.view``.)"""
+``sidecar.dashboard.view``, the pictures' numbers in ``sidecar.dashboard.chart``
+and ``sidecar.dashboard.pictures``, from the probe history of ``sidecar.history``.)
+
+Pictures: each callable endpoint's latency over 24 h (sparkline) and when it
+was down (incident strip); requests, errors and cache hits per hour over 7
+days; each node's block-height lag over the last hour, one chart per network
+in scope (so ``?network=finney`` is that network's page)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import jinja2
 from aiohttp import web
 
 from sidecar.dashboard.chart import hourly_chart
+from sidecar.dashboard.pictures import incident_strip, lag_chart, sparkline
 from sidecar.dashboard.view import (
     backoff_text,
     capacity_text,
@@ -26,9 +33,11 @@ from sidecar.dashboard.view import (
     scoped,
     updated_text,
 )
+from sidecar.history.series import lag_series, latency_series
+from sidecar.probing.results import NODE_KINDS
 from sidecar.registry import views
 from sidecar.registry.api import upstream_live
-from sidecar.server.app_keys import REGISTRY_KEY, USAGE_KEY
+from sidecar.server.app_keys import HISTORY_KEY, REGISTRY_KEY, USAGE_KEY
 
 log = logging.getLogger("chainproxy.sidecar.dashboard")
 
@@ -56,7 +65,7 @@ async def _usage(request: web.Request, network: str | None) -> _Usage:
         return _Usage(None, None, None)
     try:
         summary = await svc.summary(network)
-        chart = hourly_chart(await svc.hourly(network), svc.clock())
+        chart = hourly_chart(await svc.hourly_series(network), svc.clock())
     except Exception as e:  # the page shows "unavailable" rather than failing whole
         log.warning("usage statistics unavailable for the dashboard: %s", e)
         return _Usage(None, None, None)
@@ -86,6 +95,7 @@ async def dashboard(request: web.Request) -> web.Response:
     heat = views.heatmap(config, health)
     kinds_seen = {k for row in heat["rows"] for k in row["cells"]}
     incidents = reg.incidents.incidents()
+    pictures = _pictures(request, config, [r["id"] for r in callable_["rows"]], incidents, now)
     html_text = _env.get_template("dashboard.html").render(
         refresh_s=REFRESH_S,
         generated=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -107,6 +117,7 @@ async def dashboard(request: web.Request) -> web.Response:
         heat_kinds=[k for k in _KIND_ORDER if k in kinds_seen],
         incidents=views.incident_list(config, incidents, now),
         timeline=_timeline_with_incidents(views.incident_timeline(config, incidents, now)),
+        **pictures,
     )
     return web.Response(
         text=html_text, content_type="text/html", headers={"Cache-Control": "no-store"}
@@ -119,4 +130,35 @@ def _timeline_with_incidents(doc: dict[str, Any]) -> dict[str, Any]:
     return {
         "endpoints": [e for e in doc["endpoints"] if e["total"]],
         "hosts": [h for h in doc["hosts"] if h["total"]],
+    }
+
+
+def _pictures(
+    request: web.Request, config: Any, row_ids: list[str], incidents: Any, now: float
+) -> dict[str, Any]:
+    """Sparklines and incident strips of the listed endpoints, lag charts per network."""
+    history = request.app[HISTORY_KEY]
+    nodes = [e for e in config.endpoints if e.kind in NODE_KINDS]
+    minutes = history.minutes([*row_ids, *(e.id for e in nodes if e.id not in row_ids)], now)
+    spans: dict[str, list[tuple[float, float | None]]] = {}
+    for inc in incidents:
+        spans.setdefault(inc.endpoint_id, []).append((inc.started, inc.ended))
+    lag = {}
+    for network in config.networks:
+        mine = [e for e in nodes if e.network == network]
+        labels = _node_labels(mine)
+        lag[network] = lag_chart({labels[e.id]: lag_series(minutes[e.id], now) for e in mine})
+    return {
+        "sparks": {eid: sparkline(latency_series(minutes[eid], now)) for eid in row_ids},
+        "strips": {eid: incident_strip(spans.get(eid, []), now) for eid in row_ids},
+        "lag_charts": lag,
+    }
+
+
+def _node_labels(nodes: list[Any]) -> dict[str, str]:
+    """``provider kind`` for each node, with the id's tail when two would read alike."""
+    names = [f"{e.provider} {e.kind.removeprefix('node-')}" for e in nodes]
+    return {
+        e.id: name if names.count(name) == 1 else f"{name} …{e.id[-4:]}"
+        for e, name in zip(nodes, names, strict=True)
     }

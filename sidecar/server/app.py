@@ -21,6 +21,8 @@ from aiohttp.typedefs import Handler
 
 from common.config import Config, Endpoint
 from sidecar.db import SIDECAR_DB
+from sidecar.history.recorder import HistoryRecorder
+from sidecar.history.store import HISTORY_DB, HistoryStore
 from sidecar.metagraphed.api import metagraphed_errors
 from sidecar.metrics import SidecarCollector, collector_registry
 from sidecar.probing.prober import ProbeFn, Prober
@@ -32,6 +34,7 @@ from sidecar.registry.service import RegistryService
 from sidecar.server.app_keys import (
     CLOCK_KEY,
     CONFIG_KEY,
+    HISTORY_KEY,
     METRICS_KEY,
     PROBER_KEY,
     REGISTRY_KEY,
@@ -111,9 +114,11 @@ def _probing(
             headers={"User-Agent": "chainproxy-sidecar/0.1"},
         )
         registry = app[REGISTRY_KEY]
+        history = app[HISTORY_KEY]  # every probe result also goes to the pictures' history
+        history.store = HistoryStore(config.data_dir / HISTORY_DB)
         prober = Prober(
             config.endpoints,
-            probe_factory(session, config),
+            history.recording(probe_factory(session, config), lambda: prober.health),
             config.probe,
             store,
             clock=clock,
@@ -132,6 +137,8 @@ def _probing(
             registry.close()
             await session.close()
             store.close()
+            history.flush(clock())
+            history.store.close()
 
     return lifecycle
 
@@ -180,6 +187,7 @@ def create_app(
     app[STARTED_KEY] = time.monotonic()
     app[CLOCK_KEY] = clock
     app[REGISTRY_KEY] = RegistryService(config, clock)
+    app[HISTORY_KEY] = HistoryRecorder(config, None)  # its store opens with the probing
     app[USAGE_KEY] = UsageService(config, clock)
     app[METRICS_KEY] = collector_registry(_metrics(app, config))
     # Started in this order, stopped in the reverse one.

@@ -12,6 +12,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from common.config import Config
+from sidecar.history.recorder import HistoryRecorder
 from sidecar.probing.prober import Prober
 from sidecar.probing.store import Store
 from sidecar.registry.service import RegistryService
@@ -22,6 +23,7 @@ CONFIG_KEY = web.AppKey("config", Config)
 STARTED_KEY = web.AppKey("started", float)  # time.monotonic() at create_app, for uptime
 CLOCK_KEY = web.AppKey("clock", Callable[[], float])
 REGISTRY_KEY = web.AppKey("registry", RegistryService)
+HISTORY_KEY = web.AppKey("history", HistoryRecorder)  # probe minutes for the pictures
 USAGE_KEY = web.AppKey("usage", UsageService)
 METRICS_KEY = web.AppKey("metrics", CollectorRegistry)
 # Set by the app's lifecycle once the app starts:
