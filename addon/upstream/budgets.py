@@ -4,9 +4,11 @@ flight (pure state; time is passed in).
 A budget is the node's own limit (``registry.endpoints[].max_rps`` and
 ``max_concurrency``, e.g. a provider's published quota) or, for a node without
 one that answered 429, a **learned** rate: cut to 80 % of what it was sent in
-the second before the 429, then grown by 1 % a second while it answers, so
-the proxy finds the node's real limit and stops provoking 429s (AIMD, the
-shape TCP uses to share a link without being told its capacity).
+the second before the 429, then grown by 2 % a second while it answers, and
+dropped after ``LEARN_FORGET_S`` without a 429 (a limit lifted), so the proxy
+finds the node's real limit and stops provoking 429s (AIMD, the shape TCP uses
+to share a link without being told its capacity). A learned rate paces single
+calls only: a failover or a batch held back by a guess would fail or starve.
 
 The rate is a sliding window, exactly: a node with ``max_rps: 20`` is never
 sent a 21st call within any second (a token bucket would allow a burst of
@@ -31,7 +33,7 @@ from common.config import Endpoint
 
 LEARN_CUT = 0.8  # after a 429: this share of what the node was sent in the last second
 LEARN_GROWTH_PER_S = 0.02  # then this much more per second without another 429
-LEARN_FORGET_S = 60.0  # a minute without a 429: the learned rate is dropped
+LEARN_FORGET_S = 20.0  # this long without a 429: the learned rate is dropped (a limit lifted)
 LEARN_CUT_EVERY_S = 1.0
 LEARN_CEILING = 100_000.0  # a learned rate grown past this is dropped: unlimited again
 # The window is a little longer than a second: between the proxy taking budget

@@ -7,6 +7,7 @@ import pytest
 
 from addon.upstream.budgets import (
     LEARN_CUT,
+    LEARN_FORGET_S,
     LEARN_GROWTH_PER_S,
     WINDOW_S,
     Budgets,
@@ -160,11 +161,11 @@ def test_a_learned_rate_paces_single_calls_but_never_a_failover_or_a_batch() -> 
     assert isinstance(book.try_take("a", 20), Ticket)  # a batch is not starved
 
 
-def test_a_learned_rate_is_forgotten_after_a_quiet_minute() -> None:
+def test_a_learned_rate_is_forgotten_after_a_quiet_while() -> None:
     clock = FakeClock(100.0)
     book = Budgets([_endpoint("a")], clock=clock)
     book.try_take("a", 1)
     book.rate_limited("a")
     assert book.node("a").rps(clock.t) is not None
-    clock.advance(61)
+    clock.advance(LEARN_FORGET_S + 1)
     assert book.node("a").rps(clock.t) is None
