@@ -37,6 +37,8 @@ from sidecar.history.series import lag_series, latency_series
 from sidecar.probing.results import NODE_KINDS
 from sidecar.registry import views
 from sidecar.registry.api import upstream_live
+from sidecar.registry.networks import runtime_lines
+from sidecar.registry.networks_api import runtime_book
 from sidecar.server.app_keys import HISTORY_KEY, REGISTRY_KEY, USAGE_KEY
 
 log = logging.getLogger("chainproxy.sidecar.dashboard")
@@ -117,6 +119,7 @@ async def dashboard(request: web.Request) -> web.Response:
         heat_kinds=[k for k in _KIND_ORDER if k in kinds_seen],
         incidents=views.incident_list(config, incidents, now),
         timeline=_timeline_with_incidents(views.incident_timeline(config, incidents, now)),
+        runtime_lines=runtime_lines(config, runtime_book(request.app)),
         **pictures,
     )
     return web.Response(

@@ -5,6 +5,7 @@ blocks run and its last runtime upgrade (``sidecar.probing.runtime``)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from common.config import Config
@@ -45,6 +46,26 @@ def upgrade_doc(state: NetworkRuntime | None) -> dict[str, Any] | None:
         "after_block": up.after_block,
         "at": iso(up.at),
     }
+
+
+def runtime_text(state: NetworkRuntime | None) -> str | None:
+    """The dashboard's line: ``runtime node-subtensor 301 · upgraded from 300 at
+    block 5305, 2027-01-15 08:00 UTC``; None while the runtime is unknown."""
+    if state is None:
+        return None
+    r = state.runtime
+    text = f"runtime {r.spec_name} {r.spec_version}"
+    up = state.last_upgrade
+    if up is not None:
+        when = datetime.fromtimestamp(up.at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        text += f" · upgraded from {up.old.spec_version} at block {up.block}, {when}"
+    return text
+
+
+def runtime_lines(config: Config, book: RuntimeBook | None) -> dict[str, str]:
+    """Network -> its dashboard line, for the networks whose runtime is known."""
+    lines = {n: runtime_text(book.get(n)) for n in config.networks} if book is not None else {}
+    return {n: line for n, line in lines.items() if line is not None}
 
 
 def network_status(

@@ -11,14 +11,15 @@ from sidecar.server.app_keys import PROBER_KEY, REGISTRY_KEY
 from sidecar.server.json_errors import json_error
 
 
-def _book(app: web.Application) -> RuntimeBook | None:
+def runtime_book(app: web.Application) -> RuntimeBook | None:
+    """The prober's runtime book (None before the app started)."""
     prober = app.get(PROBER_KEY)
     return prober.runtimes if prober is not None else None
 
 
 async def get_networks(request: web.Request) -> web.Response:
     reg = request.app[REGISTRY_KEY]
-    return web.json_response(networks(reg.config, reg.health, _book(request.app)))
+    return web.json_response(networks(reg.config, reg.health, runtime_book(request.app)))
 
 
 async def get_network(request: web.Request) -> web.Response:
@@ -27,4 +28,6 @@ async def get_network(request: web.Request) -> web.Response:
     network = request.match_info["network"]
     if network not in reg.config.networks:
         return json_error(404, f"unknown network {network[:40]!r}")
-    return web.json_response(network_status(reg.config, network, reg.health, _book(request.app)))
+    return web.json_response(
+        network_status(reg.config, network, reg.health, runtime_book(request.app))
+    )

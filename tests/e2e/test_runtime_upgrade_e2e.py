@@ -166,6 +166,9 @@ async def test_answers_follow_the_runtime_of_their_block_across_an_upgrade(
         metrics = await r.text()
     assert 'chainproxy_runtime_upgrades_total{network="finney"} 1.0' in metrics
     assert f'chainproxy_runtime_spec_version{{network="finney"}} {NEW_SPEC}.0' in metrics
+    async with aiohttp.ClientSession() as s, s.get(f"{stack.proxy_url}/?network=finney") as r:
+        page = await r.text()
+    assert f"finney: runtime node-subtensor {NEW_SPEC} · upgraded from {BASE_SPEC}" in page
     log = (stack.tmp / "sidecar.log").read_text()
     line = f"finney: runtime upgrade {BASE_SPEC} -> {NEW_SPEC} at block {upgrade['block']}"
     assert log.count("runtime upgrade") == 1 and line in log

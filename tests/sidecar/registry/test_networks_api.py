@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.config import Config, Endpoint, parse_config
 from sidecar.probing.results import LIVE, ProbeResult
+from sidecar.probing.runtime import Runtime, RuntimeBook
+from sidecar.registry.networks import runtime_lines, runtime_text
 from sidecar.server.app import create_app
 from sidecar.server.app_keys import PROBER_KEY
 from tests.fakes import FakeClock
@@ -123,6 +125,9 @@ async def test_networks_show_the_runtime_and_its_last_upgrade(
     spec = families["chainproxy_runtime_spec_version"].samples
     assert [(s.labels, s.value) for s in spec] == [({"network": "finney"}, 301.0)]
     await get(client, "/api/v1/networks", "/api/v1/networks")
+    page = await (await client.get("/")).text()  # and one line on the dashboard
+    assert "finney: runtime node-subtensor 301 · upgraded from 300 at block 101, 2027-01-15" in page
+    assert "test: runtime" not in page  # not read yet: no line
 
     # a restart keeps the runtime and the last upgrade (the counter starts again)
     await client.close()
@@ -140,3 +145,16 @@ async def test_an_unknown_network_is_a_404(aiohttp_client: Any, tmp_path: Path) 
         assert body["error"]["code"] == 404 and "unknown network" in body["error"]["message"]
     r = await client.post("/api/v1/networks")
     assert r.status == 405
+
+
+def test_the_dashboard_line_of_a_runtime() -> None:
+    book = RuntimeBook(make_config(Path("/nonexistent")))
+    assert runtime_text(book.get("finney")) is None
+    book.see("finney", 100, Runtime("node-subtensor", 300), T0)
+    assert runtime_text(book.get("finney")) == "runtime node-subtensor 300"
+    book.see("finney", 101, Runtime("node-subtensor", 301), T0 + 60)
+    assert runtime_text(book.get("finney")) == (
+        "runtime node-subtensor 301 · upgraded from 300 at block 101, 2027-01-15 08:01 UTC"
+    )
+    assert runtime_lines(book.config, book) == {"finney": runtime_text(book.get("finney"))}
+    assert runtime_lines(book.config, None) == {}
