@@ -57,10 +57,16 @@ def sparkline(points: Sequence[Point], width: int = SPARK_W, height: int = SPARK
         current.append(f"{_x(i, len(values), width)},{y}")
     if current:
         lines.append(current)
-    # A lone point is drawn as a tiny segment, so it shows.
-    drawn = tuple(" ".join(seg if len(seg) > 1 else [seg[0], seg[0]]) for seg in lines)
+    drawn = tuple(" ".join(seg if len(seg) > 1 else _tick(seg[0])) for seg in lines)
     fails = tuple(_x(i, len(points), width) for i, p in enumerate(points) if p.fails)
     return Spark(drawn, fails, tuple(values), known[-1], peak, width, height)
+
+
+def _tick(point: str) -> list[str]:
+    """A lone point as a short level stroke ending at it, so it shows (a zero-length
+    polyline draws nothing)."""
+    x, y = point.split(",")
+    return [f"{max(0.0, float(x) - 3):.1f},{y}", point]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +133,7 @@ def lag_chart(series: Mapping[str, Sequence[int | None]]) -> LagChart | None:
             if v is not None
         ]
         if len(pts) == 1:
-            pts *= 2  # one minute: a dot-long segment, so it shows
+            pts = _tick(pts[0])
         last = next((v for v in reversed(values) if v is not None), None)
         lines.append(LagLine(label, PALETTE[n % len(PALETTE)], " ".join(pts), tuple(values), last))
     return LagChart(tuple(lines), peak)

@@ -79,7 +79,9 @@ def test_picture_numbers() -> None:
     assert spark is not None and spark.values == (100, None, 50, 25)
     assert len(spark.lines) == 2  # the gap splits the line
     first, second = spark.lines
-    assert first.split()[0] == "0.0,2.0"  # the peak at the top margin, a lone point doubled
+    assert first.split() == ["0.0,2.0", "0.0,2.0"]  # the peak at the top margin, a lone point
+    lone = sparkline([Point(None, 0, 0), Point(None, 0, 0), Point(30.0, 1, 0)])
+    assert lone is not None and lone.lines == ("117.0,2.0 120.0,2.0",)  # a visible stroke
     assert [p.split(",")[1] for p in second.split()] == ["12.0", "17.0"]  # 50 and 25 ms
     assert spark.fails == (80.0,) and (spark.last_ms, spark.peak_ms) == (25, 100)
     assert sparkline([Point(None, 3, 3)]) is None
