@@ -1,11 +1,14 @@
 """``make profile``: where chainproxy's CPU goes under load, sampled by py-spy.
 
-    python bench/profile.py [--path miss|hit] [--seconds 10] [--lean] [--bare]
-                            [--set NAME=VALUE] [--out DIR]
+    python bench/profile.py [--path miss|hit|distinct|blockhash|ws-hit|ws-miss]
+                            [--seconds 10] [--lean] [--bare] [--set NAME=VALUE] [--out DIR]
 
 Starts the trivial upstream, the sidecar and chainproxy (or, with ``--bare``,
 bare ``mitmdump --mode reverse``) on 127.0.0.1, drives the proxy with wrk at 32
-connections and samples it with ``py-spy record`` meanwhile. Writes the
+connections and samples it with ``py-spy record`` meanwhile (``distinct``:
+``state_getStorage`` of a new key every call, ``blockhash``: ``chain_getBlockHash``
+of a new height, both over HTTP; ``ws-hit``/``ws-miss``: the hit or distinct
+calls over 32 WebSockets; these four through ``bench/wsload.py``). Writes the
 collapsed stacks (``bench/out/<name>.txt``; a flame graph beside it when
 ``inferno-flamegraph`` is installed) and prints the
 functions with the most time of their own and the share of each part of the
@@ -28,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.load import run_load
+from bench.load import LoadResult, run_load
 from bench.stack import BIN, REPO, Stack, http_json
 from bench.trivial_upstream import START_HEIGHT
 from chainproxy.commands import add_set_option
@@ -86,9 +89,51 @@ def summarize(collapsed: Path, top: int = 25) -> str:
     return "\n".join(out)
 
 
+WSLOAD_PATHS = {  # path -> (WebSocket?, share of distinct calls, kind of distinct call)
+    "distinct": (False, 1.0, "storage"),
+    "blockhash": (False, 1.0, "blockhash"),
+    "ws-hit": (True, 0.0, "storage"),
+    "ws-miss": (True, 1.0, "storage"),
+}
+
+
+def drive(path: str, target: str, body: bytes, seconds: float) -> LoadResult:
+    """Load at 32 connections for ``seconds``: wrk/pyload for the fixed bodies,
+    ``bench/wsload.py`` for distinct calls and WebSockets."""
+    if path not in WSLOAD_PATHS:
+        return run_load(target, body, connections=32, duration_s=seconds)
+    from bench.load import parse_result
+
+    ws, ratio, kind = WSLOAD_PATHS[path]
+    doc = json.loads(body)
+    argv = [
+        sys.executable,
+        str(REPO / "bench" / "wsload.py"),
+        "--url",
+        ("ws://" + target.split("://", 1)[1]) if ws else target,
+        "--sockets",
+        "32",
+        "--concurrency",
+        "32",
+        "--duration",
+        str(seconds),
+        "--hit",
+        json.dumps([doc["method"], doc["params"]]),
+        "--miss-ratio",
+        str(ratio),
+        "--miss-kind",
+        kind,
+        "--nonce",
+        str(int(time.time() * 1000) & 0x7FFFFFFF),
+        *([] if ws else ["--http"]),
+    ]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
+    return parse_result(out.stdout, f"wsload failed:\n{out.stdout}\n{out.stderr}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--path", choices=("miss", "hit"), default="miss")
+    ap.add_argument("--path", choices=("miss", "hit", *WSLOAD_PATHS), default="miss")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--lean", action="store_true", help="chainproxy in lean mode")
     ap.add_argument("--bare", action="store_true", help="bare mitmdump instead of chainproxy")
@@ -111,7 +156,12 @@ def main() -> int:
             if args.bare:
                 proc, url = st.start_bare_mitmdump("bare", trivial, cpus=proxy_cpus)
             else:
-                config, sidecar = st.write_config("trivial", [trivial], data_dir=Path(tmp) / "d")
+                config, sidecar = st.write_config(
+                    "trivial",
+                    [trivial],
+                    data_dir=Path(tmp) / "d",
+                    proxy={"websocket": {"max_connections_per_client": 1_000}},
+                )
                 st.start_sidecar("sidecar", config, sidecar)
                 sets = (*args.sets, *(("chainproxy_lean=true",) if args.lean else ()))
                 proc, url = st.start_chainproxy(
@@ -119,7 +169,7 @@ def main() -> int:
                 )
                 time.sleep(3)  # the first routing snapshot
             body = b'{"jsonrpc":"2.0","id":0,"method":"chain_getHeader","params":[]}'
-            if args.path == "hit":
+            if args.path in ("hit", "ws-hit"):
                 h = http_json(
                     trivial,
                     {
@@ -133,7 +183,7 @@ def main() -> int:
                     {"jsonrpc": "2.0", "id": 0, "method": "chain_getHeader", "params": [h]}
                 ).encode()
             target = url + "/rpc/v1/finney"
-            run_load(target, body, connections=32, duration_s=2)  # warm up
+            drive(args.path, target, body, 2)  # warm up
             name = "-".join(
                 [
                     "bare" if args.bare else "lean" if args.lean else "chainproxy",
@@ -147,7 +197,7 @@ def main() -> int:
             load = threading.Thread(
                 target=lambda: result.setdefault(
                     "load",
-                    run_load(target, body, connections=32, duration_s=args.seconds + 1),
+                    drive(args.path, target, body, args.seconds + 1),
                 )
             )
             load.start()
@@ -159,7 +209,6 @@ def main() -> int:
                 timeout=args.seconds + 60,
             )
             load.join()
-            run_load(target, body, connections=32, duration_s=2)
             lr = result["load"]
             print(f"{name}: {lr.rps:,.0f} req/s under the profiler, errors {lr.errors}")  # type: ignore[attr-defined]
             print(summarize(raw))

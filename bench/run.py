@@ -14,7 +14,11 @@ processes and async-substrate-interface clients in a process of its own;
 scenario 13 (``bench/heavy_neighbours.py``) light and heavy clients on nodes
 whose answers take time per MiB, the quota in units and in calls; scenario 14
 (``bench/upstream_limits.py``) nodes that rate-limit the proxy (429 beyond a
-budget it is not told), with ``proxy.upstream_limits`` off and on.
+budget it is not told), with ``proxy.upstream_limits`` off and on; scenario 15
+(``bench/websocket.py``) JSON-RPC over WebSocket, hits and misses over 1 and 32
+sockets, against HTTP, bare mitmdump passing it through and a direct
+connection; scenario 16 (``bench/true_miss.py``) distinct calls that really
+miss, beside scenario 1's coalesced identical call.
 Drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a
 machine with two or more cores every proxy under test is pinned to core 1 and
 everything else (load generator, upstreams, sidecar, this runner) to core 0, so
@@ -55,11 +59,31 @@ from bench.redis_scale import RedisScale
 from bench.report import Report
 from bench.stack import nginx_path
 from bench.throughput import Throughput
+from bench.true_miss import TrueMiss
 from bench.upstream_calls import UpstreamCalls
 from bench.upstream_limits import UpstreamLimits
 from bench.upstream_limits import wall_s as upstream_limits_wall_s
+from bench.websocket import WebSocketBench
 
-SCENARIOS = ("1", "2", "3", "7", "4", "5", "11", "13", "14", "12", "10", "6", "8", "9", "addon")
+SCENARIOS = (
+    "1",
+    "2",
+    "3",
+    "15",
+    "16",
+    "7",
+    "4",
+    "5",
+    "11",
+    "13",
+    "14",
+    "12",
+    "10",
+    "6",
+    "8",
+    "9",
+    "addon",
+)
 Step = tuple[str, Callable[[], None]]
 
 
@@ -100,7 +124,7 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
     """The steps of this run, in order: each stack is set up only when one of its
     scenarios runs, and stopped before the scripts that want the cores alone."""
     steps: list[Step] = []
-    if only & {"1", "2", "3", "7"}:
+    if only & {"1", "2", "3", "15", "16", "7"}:
         tp = Throughput(ctx, before)
         steps.append(("setup: trivial upstream, sidecar, proxies", tp.start))
         steps += [
@@ -109,7 +133,9 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
                 ("1", tp.miss_path),
                 ("2", tp.hit_path),
                 ("3", tp.latency),
-                ("7", tp.scale_out),
+                ("15", WebSocketBench(tp).run),  # WebSocket: hits, misses, 1 and 32 sockets
+                ("16", TrueMiss(tp).run),  # distinct calls that really miss, c=32
+                ("7", tp.scale_out),  # last: it adds a process to core 0
             )
             if k in only
         ]
@@ -169,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--only",
         default="",
-        help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,14,addon",
+        help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,addon",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(

@@ -29,7 +29,7 @@ from bench.measure import (
     summary,
 )
 from bench.report import Report, f0, f2, f3, tput
-from bench.stack import NGINX_STREAM_MODULE, http_json, post_raw
+from bench.stack import NGINX_STREAM_MODULE, http_json, post_raw, sidecar_section
 from bench.trivial_upstream import START_HEIGHT
 from chainproxy.supervisor import wait_http, wait_port
 
@@ -65,10 +65,21 @@ class Throughput:
         st, cpus = self.ctx.stack, self.ctx.proxy_cpus
         self.trivial = st.start_trivial(self.ctx.p.wall_limit_s + 60)
         self.targets["direct"] = Target("direct call", self.trivial)
+        # scenario 15 opens 32 sockets per run from one address: room for a late close
         self.config_a, self.sidecar_a = st.write_config(
-            "trivial", [self.trivial], data_dir=self.ctx.tmp / "data-a"
+            "trivial",
+            [self.trivial],
+            data_dir=self.ctx.tmp / "data-a",
+            proxy={"websocket": {"max_connections_per_client": 1_000}},
         )
         st.start_sidecar("sidecar-a", self.config_a, self.sidecar_a)
+        # the other checkout may predate proxy.websocket's socket cap: its own file
+        config_before, _ = st.write_config(
+            "trivial-before",
+            [self.trivial],
+            data_dir=self.ctx.tmp / "data-a",
+            top={"sidecar": sidecar_section(int(self.sidecar_a.rsplit(":", 1)[1]))},
+        )
         variants: list[tuple[str, str, tuple[str, ...], Path | None]] = [
             ("chainproxy", CP, (), None),
             ("lean", LEAN, ("chainproxy_lean=true",), None),
@@ -79,8 +90,9 @@ class Throughput:
             variants.append(("before", BEFORE, (), self.before))
         started = []
         for key, name, sets, tree in variants:
+            config = self.config_a if tree is None else config_before
             proc, url = st.start_chainproxy(
-                key, self.config_a, self.sidecar_a, sets=sets, cpus=cpus, wait=False, tree=tree
+                key, config, self.sidecar_a, sets=sets, cpus=cpus, wait=False, tree=tree
             )
             started.append((key, name, proc, url))
         bare, bare_url = st.start_bare_mitmdump("bare", self.trivial, cpus=cpus, wait=False)

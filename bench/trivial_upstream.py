@@ -2,7 +2,9 @@
 
     python bench/trivial_upstream.py --port 0 [--seconds 900]
 
-Raw asyncio HTTP/1.1 (keep-alive, no framework) in front of the simulator's
+Raw asyncio HTTP/1.1 (keep-alive, no framework) and JSON-RPC over WebSocket
+(a GET with an upgrade on any path: each text message a call or a batch,
+answered in order; ``bench/wsframe.py``) in front of the simulator's
 method table over a *frozen* chain: every answer is computed once through
 ``simnode`` (so the sidecar's probes see a healthy, synced finney
 node and block hashes/headers are real-looking) and then served from a dict
@@ -26,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import wsframe
 from simnode.chain import FINNEY_GENESIS, Chain, ChainConfig
 from simnode.rpc import Dispatcher, RpcError
 
@@ -99,11 +102,15 @@ class HttpRpc(asyncio.Protocol):
         self.answers = answers
         self.buf = b""
         self.transport: asyncio.Transport | None = None
+        self.ws: wsframe.Parser | None = None  # after an upgrade: WebSocket frames
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.ws is not None:
+            self._ws_received(data)
+            return
         self.buf += data
         while True:
             end = self.buf.find(b"\r\n\r\n")
@@ -111,7 +118,7 @@ class HttpRpc(asyncio.Protocol):
                 return
             head = self.buf[:end].decode("latin-1")
             lines = head.split("\r\n")
-            length, close = 0, False
+            length, close, ws_key = 0, False, ""
             for line in lines[1:]:
                 name, _, value = line.partition(":")
                 name = name.strip().lower()
@@ -119,6 +126,11 @@ class HttpRpc(asyncio.Protocol):
                     length = int(value.strip() or 0)
                 elif name == "connection" and value.strip().lower() == "close":
                     close = True
+                elif name == "sec-websocket-key":
+                    ws_key = value.strip()
+            if ws_key and lines[0].startswith("GET "):
+                self._upgrade(ws_key, self.buf[end + 4 :])
+                return
             if len(self.buf) < end + 4 + length:
                 return
             body = self.buf[end + 4 : end + 4 + length]
@@ -141,6 +153,34 @@ class HttpRpc(asyncio.Protocol):
             if close:
                 self.transport.close()
                 return
+
+    def _upgrade(self, key: str, rest: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Accept: "
+            + wsframe.accept_key(key).encode()
+            + b"\r\n\r\n"
+        )
+        self.buf = b""
+        self.ws = wsframe.Parser()
+        if rest:
+            self._ws_received(rest)
+
+    def _ws_received(self, data: bytes) -> None:
+        assert self.ws is not None and self.transport is not None
+        out = []
+        for opcode, payload in self.ws.feed(data):
+            if opcode in (wsframe.TEXT, wsframe.BINARY):
+                out.append(wsframe.frame(self.answers.body(payload)))
+            elif opcode == wsframe.PING:
+                out.append(wsframe.frame(payload, wsframe.PONG))
+            elif opcode == wsframe.CLOSE:
+                self.transport.write(b"".join(out) + wsframe.frame(payload[:2], wsframe.CLOSE))
+                self.transport.close()
+                return
+        if out:
+            self.transport.write(b"".join(out))
 
 
 async def serve(host: str, port: int, seconds: float) -> None:
