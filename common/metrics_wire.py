@@ -119,7 +119,12 @@ BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_b
 GAUGES: Final = ("ws_connections", "spool_batches")
 SUBSCRIPTION_GAUGES: Final = ("client_subscriptions", "upstream_subscriptions")
 # Per-node maps (endpoint id -> n); see the docstring for what each one holds.
-UPSTREAM_GAUGES: Final = ("upstream_sent_last_s", "upstream_learned_rps", "upstream_backoff_s")
+UPSTREAM_GAUGES: Final = (
+    "upstream_sent_last_s",
+    "upstream_learned_rps",
+    "upstream_backoff_s",
+    "upstream_quarantined",  # 1 per node a cross-check quarantined (answer-mismatch)
+)
 
 HEARTBEAT_S: Final = 60.0
 GAUGE_TTL_S: Final = 120.0

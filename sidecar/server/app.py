@@ -23,6 +23,7 @@ from common.config import Config, Endpoint
 from sidecar.db import SIDECAR_DB
 from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.store import HISTORY_DB, HistoryStore
+from sidecar.incidents.quarantine import reconcile_quarantine
 from sidecar.metagraphed.api import metagraphed_errors
 from sidecar.metrics import SidecarCollector, collector_registry
 from sidecar.probing.prober import ProbeFn, Prober
@@ -151,11 +152,25 @@ async def _usage_lifecycle(app: web.Application) -> AsyncIterator[None]:
     except StoreUnavailable:
         pass  # logged; each request retries (503 meanwhile), the rest of the app runs
     task = asyncio.create_task(svc.maintain())
+    quarantine = asyncio.create_task(_quarantine_incidents(app))
     try:
         yield
     finally:
+        await _stop(quarantine)
         await _stop(task)
         svc.close()
+
+
+async def _quarantine_incidents(app: web.Application, every_s: float = 5.0) -> None:
+    """Nodes the proxies' cross-checks quarantined become ``answer-mismatch``
+    incidents, closed when no live proxy reports them (``incidents/quarantine.py``)."""
+    known = {e.id for e in app[CONFIG_KEY].endpoints}
+    while True:
+        await asyncio.sleep(every_s)
+        totals = app[USAGE_KEY].proxy_metrics.gauges()
+        reconcile_quarantine(
+            app[REGISTRY_KEY].incidents, totals.upstream_quarantined, known, app[CLOCK_KEY]()
+        )
 
 
 def _metrics(app: web.Application, config: Config) -> SidecarCollector:

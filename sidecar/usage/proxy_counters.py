@@ -70,6 +70,8 @@ class GaugeTotals:
     # pushes back on one proxy gets no traffic from it until then
     upstream_backoff_until: dict[str, float]
     at: float  # when these totals were taken (the sidecar's clock)
+    # nodes a live proxy's cross-check quarantined (answer-mismatch): the count of proxies
+    upstream_quarantined: dict[str, int] = field(default_factory=dict)
 
     def backoff_left(self) -> dict[str, float]:
         """Seconds left of each node's back-off at ``at`` (all > 0)."""
@@ -199,6 +201,7 @@ class ProxyCounters:
             upstream_sent_last_s=self._summed(g.upstream_sent_last_s for g in gauges),
             upstream_learned_rps=self._summed(g.upstream_learned_rps for g in gauges),
             upstream_backoff_until=self._backoff_until(live.values(), now),
+            upstream_quarantined=self._summed(g.upstream_quarantined for g in gauges),
             at=now,
         )
 

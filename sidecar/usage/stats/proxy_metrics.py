@@ -46,6 +46,7 @@ class Gauges:
     upstream_sent_last_s: tuple[tuple[str, int], ...] = ()
     upstream_learned_rps: tuple[tuple[str, int], ...] = ()
     upstream_backoff_s: tuple[tuple[str, int], ...] = ()
+    upstream_quarantined: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,35 @@
+"""A node a proxy's cross-check quarantined is an answer-mismatch incident
+while any live proxy reports it, closed once none does; a node already in a
+probe incident keeps that one; unknown ids are ignored."""
+
+from __future__ import annotations
+
+from sidecar.incidents.quarantine import MESSAGE, reconcile_quarantine
+from sidecar.incidents.tracker import IncidentTracker
+from tests.fakes import FakeClock
+
+A, B = "endpoint-srf-00000000000000aa", "endpoint-srf-00000000000000bb"
+
+
+def test_quarantine_opens_and_agreement_closes_an_incident() -> None:
+    clock = FakeClock()
+    tracker = IncidentTracker(None, clock=clock)
+    reconcile_quarantine(tracker, {A: 1}, {A, B}, clock.t)
+    inc = tracker.open_incident(A)
+    assert inc is not None and inc.message == MESSAGE and inc.ongoing
+    reconcile_quarantine(tracker, {A: 2}, {A, B}, clock.advance(5))  # still: one incident
+    assert len(tracker.for_endpoint(A)) == 1
+    reconcile_quarantine(tracker, {}, {A, B}, clock.advance(5))
+    assert tracker.open_incident(A) is None
+    assert tracker.for_endpoint(A)[0].ended == clock.t
+
+
+def test_a_probe_incident_is_left_alone_and_unknown_ids_ignored() -> None:
+    clock = FakeClock()
+    tracker = IncidentTracker(None, clock=clock)
+    tracker.open(B, clock.t, "timeout")
+    reconcile_quarantine(tracker, {B: 1, "endpoint-srf-00000000000000cc": 1}, {A, B}, clock.t)
+    reconcile_quarantine(tracker, {}, {A, B}, clock.advance(5))
+    open_b = tracker.open_incident(B)
+    assert open_b is not None and open_b.message == "timeout"  # the probes close it, not us
+    assert len(tracker) == 1
