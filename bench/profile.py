@@ -42,10 +42,10 @@ from chainproxy.commands import add_set_option
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # chainproxy's replacement of mitmproxy's trigger_event is dispatch, not addon work
     (
-        "mitmproxy event dispatch (addonmanager, hooks, addon/mitm/tuning.py)",
-        ("addonmanager.py", "hooks.py", "(addon/mitm/tuning.py", "contextlib.py"),
+        "mitmproxy event dispatch (addonmanager, hooks, addon/mitm/internals.py)",
+        ("addonmanager.py", "hooks.py", "_trigger_event (addon/mitm/", "contextlib.py"),
     ),
-    ("chainproxy addon (addon/*, chainproxy/*)", ("(addon/", "(chainproxy/")),
+    ("chainproxy addon (addon/*, common/*, chainproxy/*)", ("(addon/", "(common/", "(chainproxy/")),
     ("aiohttp client (chainproxy's upstream calls)", ("(aiohttp/",)),
     ("mitmproxy built-in addons", ("mitmproxy/addons/",)),
     ("HTTP/1 parsing and assembly (h11, mitmproxy.net.http)", ("net/http", "/h11/")),
@@ -97,7 +97,7 @@ WSLOAD_PATHS = {  # path -> (WebSocket?, share of distinct calls, kind of distin
 }
 
 
-def drive(path: str, target: str, body: bytes, seconds: float) -> LoadResult:
+def drive(path: str, target: str, body: bytes, seconds: float, sockets: int = 32) -> LoadResult:
     """Load at 32 connections for ``seconds``: wrk/pyload for the fixed bodies,
     ``bench/wsload.py`` for distinct calls and WebSockets."""
     if path not in WSLOAD_PATHS:
@@ -112,7 +112,7 @@ def drive(path: str, target: str, body: bytes, seconds: float) -> LoadResult:
         "--url",
         ("ws://" + target.split("://", 1)[1]) if ws else target,
         "--sockets",
-        "32",
+        str(sockets if ws else 32),
         "--concurrency",
         "32",
         "--duration",
@@ -135,6 +135,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--path", choices=("miss", "hit", *WSLOAD_PATHS), default="miss")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--sockets", type=int, default=32, help="ws-*: the 32 calls over N sockets")
     ap.add_argument("--lean", action="store_true", help="chainproxy in lean mode")
     ap.add_argument("--bare", action="store_true", help="bare mitmdump instead of chainproxy")
     add_set_option(ap, "chainproxy_fast_dispatch=false")
@@ -183,12 +184,13 @@ def main() -> int:
                     {"jsonrpc": "2.0", "id": 0, "method": "chain_getHeader", "params": [h]}
                 ).encode()
             target = url + "/rpc/v1/finney"
-            drive(args.path, target, body, 2)  # warm up
+            drive(args.path, target, body, 2, args.sockets)  # warm up
             name = "-".join(
                 [
                     "bare" if args.bare else "lean" if args.lean else "chainproxy",
                     *(x.replace("=", "-") for x in args.sets),
                     args.path,
+                    *([f"{args.sockets}sockets"] if args.path.startswith("ws-") else []),
                 ]
             )
             raw = args.out / f"{name}.txt"
@@ -197,7 +199,7 @@ def main() -> int:
             load = threading.Thread(
                 target=lambda: result.setdefault(
                     "load",
-                    drive(args.path, target, body, args.seconds + 1),
+                    drive(args.path, target, body, args.seconds + 1, args.sockets),
                 )
             )
             load.start()
