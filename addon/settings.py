@@ -4,11 +4,18 @@ the config file once per change into a new ``Runtime``.
 mitmproxy ignores a misspelled ``--set``, so a missing or bad config is loud:
 at start-up one error line (mitmdump then exits 1); on a later reload the
 change is refused and the last good config keeps serving.
+
+SIGHUP re-reads the file in place (systemd's ``ExecReload``, the launcher's
+reload with one proxy process): no socket closes, and ``Runtime.inherit``
+carries the subscriptions, quota windows, caches and upstream health over.
+Without the handler a SIGHUP would end mitmdump (it handles only INT and TERM).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 
 from mitmproxy import ctx, exceptions
 
@@ -49,9 +56,28 @@ class Settings:
             TRUST_OPTION, str, "", "Comma-separated IPs/CIDRs added to proxy.trusted_proxies."
         )
 
-    def configure(self, updated: set[str]) -> None:
-        if not updated & {OPTION, REDIS_OPTION, TRUST_OPTION}:
+    def running(self) -> None:
+        try:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+            pass
+
+    def reload(self) -> None:
+        """SIGHUP: the config file again, applied if it changed and loads."""
+        path = ctx.options.chainproxy_config
+        try:
+            changed = self._apply()
+        except exceptions.OptionsError as e:
+            log.error("SIGHUP: reload of %s refused, the last good config serves: %s", path, e)
             return
+        log.info("SIGHUP: %s %s", path, "applied" if changed else "unchanged")
+
+    def configure(self, updated: set[str]) -> None:
+        if updated & {OPTION, REDIS_OPTION, TRUST_OPTION}:
+            self._apply()
+
+    def _apply(self) -> bool:
+        """Read the config and install its runtime; whether it changed."""
         path = ctx.options.chainproxy_config
         try:
             if not path:
@@ -65,10 +91,10 @@ class Settings:
             )
         except ConfigError as e:
             self._refuse(str(e))
-            return
+            return False
         old = self.holder.runtime
         if old is not None and old.config == config:
-            return  # unchanged (or a rolled-back bad change): keep limiter and health state
+            return False  # unchanged (or a rolled-back bad change): keep limiter and health state
         runtime = Runtime.build(config)
         if old is not None:
             runtime.inherit(old)  # its HTTP session included
@@ -76,7 +102,7 @@ class Settings:
             runtime.open_storage()
         except OSError as e:
             self._refuse(f"config error: data_dir: cannot use {config.data_dir}: {e.strerror or e}")
-            return
+            return False
         self.holder.runtime = runtime
         p = config.proxy
         limited = self.read_limits.install(
@@ -96,6 +122,7 @@ class Settings:
             sum(len(p) for p in runtime.pools.values()),
             path,
         )
+        return True
 
     def _refuse(self, message: str) -> None:
         if self.holder.runtime is None:

@@ -86,12 +86,16 @@ def _derived(root: str, n: int, what: str) -> str:
 METADATA = metadata(BASE_SPEC)  # the base runtime's, as before upgrades existed
 
 
-def storage_value(key: str) -> str | None:
-    """Deterministic storage value; keys starting with 0x00 model absent keys."""
+def storage_value(key: str, wrong: bool = False) -> str | None:
+    """Deterministic storage value; keys starting with 0x00 model absent keys.
+    ``wrong``: a quarter of the keys (by their hash) get another value."""
     key = key.lower()
     if key.startswith("0x00"):
         return None
-    return "0x" + _sha(key)
+    value = _sha(key)
+    if wrong and value[0] in "0123":
+        return "0x" + _sha("wrong:" + key)
+    return "0x" + value
 
 
 def extrinsic_hash(xt: str) -> str:
@@ -115,6 +119,7 @@ class Chain:
         self._genesis_override: str | None = None
         self._lag = 0
         self._frozen_at: int | None = None
+        self.wrong_storage = False  # the wrong_storage fault (see storage_value)
         self._fork_at: int | None = None
         self._index: dict[str, int] = {}
         self._indexed_hi = 0

@@ -48,6 +48,9 @@ class Faults:
     lag: int = 0
     freeze: bool = False
     fork: bool = False  # blocks from now on get other hashes (a minority fork)
+    # a node that answers some storage keys wrongly (a quarter of them, by key):
+    # what a cross-check of answers at finalized blocks must catch
+    wrong_storage: bool = False
     genesis: str | None = None
     die: bool = False
     # HTTP RPC requests beyond ``limit_rps`` calls (a batch counts its calls) in
@@ -84,7 +87,9 @@ class Faults:
 
 
 FAULT_KEYS = frozenset(f.name for f in dataclasses.fields(Faults))
-_BOOL_KEYS = frozenset({"hang", "close", "truncate", "garbage", "freeze", "fork", "die"})
+_BOOL_KEYS = frozenset(
+    {"hang", "close", "truncate", "garbage", "freeze", "fork", "die", "wrong_storage"}
+)
 
 
 def check_fault(key: str, value: Any) -> Any:
@@ -170,6 +175,7 @@ class FaultState:
         chain.set_lag(faults.lag)
         chain.set_frozen(faults.freeze)
         chain.set_fork(faults.fork)
+        chain.wrong_storage = faults.wrong_storage
         chain.set_genesis_override(faults.genesis)
         chain.set_upgrade(faults.upgrade_at, faults.upgrade_spec)
         if faults.byte_slots != self.faults.byte_slots:

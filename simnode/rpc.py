@@ -333,7 +333,7 @@ class Dispatcher:
         key, h = _args(params, ("key", "at"), required=1)
         key = _hex(key, "key")
         self._state_block(_opt_hash(h))
-        return storage_value(key)
+        return storage_value(key, self.chain.wrong_storage)
 
     def _keys_paged(self, params: Any) -> Any:
         prefix, count, start, h = _args(params, ("prefix", "count", "startKey", "at"), required=2)

@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 from addon.pipeline.jsonrpc import Call, dumps
 
 MAX_SHAPES = 4096  # reads tracked per network (least recently asked dropped first)
+# Metadata is cached per runtime, not per block (``addon/cache/per_runtime.py``),
+# found through the block's runtime version: fetched ahead beside the version,
+# before that is cached, it would be a full download at every block.
+NOT_PREWARMED = frozenset({"state_getMetadata"})
 
 
 @dataclass(slots=True)
@@ -48,7 +52,7 @@ class Demand:
 
     def note(self, network: str, call: Call, block: int, client: str, expected: int = 0) -> None:
         """``client`` asked ``call`` (hash-less) and it was pinned to ``block``."""
-        if not self.enabled:
+        if not self.enabled or call.method in NOT_PREWARMED:
             return
         shapes = self._shapes.setdefault(network, OrderedDict())
         key = dumps([call.method, call.params])

@@ -14,8 +14,10 @@ budget without waiting, or is skipped).
   (``UpstreamPool.quarantine``: no client calls; probes go on), its cached
   answer (if it was the client's) is dropped. All three different, or no
   third node: nobody can be blamed; the entry is dropped all the same.
-* A quarantined node is asked again beside later checks of its network; once
-  it agrees with a verified answer it is admitted again.
+* A quarantined node is asked again, beside later checks of its network, the
+  very call it was outvoted on; once it answers that as the majority did, it
+  is admitted again (a node wrong on some keys agrees on most others: an
+  agreement on any other call would let it straight back in).
 
 Outcomes are counted in ``chainproxy_cross_checks_total{network, outcome}``
 (``agree``, ``mismatch``, ``quarantined``, ``readmitted``, ``unresolved``,
@@ -42,6 +44,7 @@ from common.jsontext import loads
 log = logging.getLogger("chainproxy.cross_check")
 
 _MAX_RUNNING = 8  # checks in flight per process: beyond, a sample is skipped
+READMIT_EVERY_S = 10.0  # a quarantined node is re-asked its convicting call at most this often
 _NOTHING = object()
 
 
@@ -78,6 +81,9 @@ class CrossChecker:
         self.timeout_s = timeout_s
         self._rng = rng or random.Random()
         self._tasks: set[asyncio.Task[None]] = set()
+        # quarantined node -> the call it was outvoted on, and the majority's answer
+        self._convicted: dict[str, tuple[Call, Any]] = {}
+        self._asked_at: dict[str, float] = {}  # quarantined node -> when last re-asked
 
     def wanted(self) -> bool:
         """Whether to check this answer (the sampling coin), cheap enough for every call."""
@@ -133,16 +139,16 @@ class CrossChecker:
             return
         if b == s.result:
             self.count(s.network, "agree")
-            await self._readmit(s, pool, ask)
+            await self._readmit(s, pool, transport, budgets)
             return
         self.count(s.network, "mismatch")
         third = pool.choose({s.endpoint, second.id})
         c = _NOTHING if third is None else await ask(third)
         if c is not _NOTHING and c == s.result:
-            self._outvoted(s, pool, second, "the answer of two other nodes")
-            await self._readmit(s, pool, ask)
+            self._outvoted(s, pool, second, s.result)
+            await self._readmit(s, pool, transport, budgets)
         elif c is not _NOTHING and c == b:
-            self._outvoted(s, pool, first, "the answer of two other nodes")
+            self._outvoted(s, pool, first, b)
             forget(s.keys)  # the client's answer came from it: not kept
         else:
             self.count(s.network, "unresolved")
@@ -153,28 +159,43 @@ class CrossChecker:
             )
             forget(s.keys)
 
-    def _outvoted(self, s: Sample, pool: UpstreamPool, u: Upstream, why: str) -> None:
+    def _outvoted(self, s: Sample, pool: UpstreamPool, u: Upstream, majority: Any) -> None:
         if pool.quarantine(u):
+            self._convicted[u.id] = (s.call, majority)
             log.warning(
-                "%s: upstream %s (%s) quarantined: its %s at a finalized block differs from %s",
+                "%s: upstream %s (%s) quarantined: its %s at a finalized block differs "
+                "from the answer of two other nodes",
                 s.network,
                 u.id,
                 u.provider,
                 s.call.method,
-                why,
             )
             self.count(s.network, "quarantined")
 
-    async def _readmit(self, s: Sample, pool: UpstreamPool, ask: Callable[[Upstream], Any]) -> None:
-        """A verified answer: a quarantined node of the network that agrees with
-        it is admitted again (one per check)."""
+    async def _readmit(
+        self, s: Sample, pool: UpstreamPool, transport: Transport, budgets: BudgetBook | None
+    ) -> None:
+        """Beside a check that agreed: a quarantined node of the network is asked
+        again the call it was outvoted on (one node per check), and admitted
+        once it answers it as the majority did."""
         for u in pool.upstreams.values():
-            if u.quarantined and u.id != s.endpoint:
-                if await ask(u) == s.result:
-                    pool.readmit(u)
-                    log.warning("%s: upstream %s agrees again: admitted", s.network, u.id)
-                    self.count(s.network, "readmitted")
+            if not u.quarantined or u.id == s.endpoint:
+                continue
+            convicted = self._convicted.get(u.id)
+            if convicted is None:  # quarantined before a reload: nothing to re-ask
+                pool.readmit(u)
                 return
+            now = asyncio.get_running_loop().time()
+            if now - self._asked_at.get(u.id, -READMIT_EVERY_S) < READMIT_EVERY_S:
+                return  # a quarantined node is not asked at every check
+            self._asked_at[u.id] = now
+            call, majority = convicted
+            if await self._ask(u, call, transport, budgets) == majority:
+                pool.readmit(u)
+                del self._convicted[u.id]
+                log.warning("%s: upstream %s agrees again: admitted", s.network, u.id)
+                self.count(s.network, "readmitted")
+            return
 
     async def _ask(
         self, u: Upstream, call: Call, transport: Transport, budgets: BudgetBook | None

@@ -79,3 +79,11 @@ def test_used_and_wasted_are_counted_once() -> None:
     assert d.touch("finney", ("k1",)) == 0  # used once is enough
     assert d.rotate("finney") == 1  # k2: no client came
     assert d.rotate("finney") == 0
+
+
+def test_metadata_is_never_prewarmed() -> None:
+    d = Demand(max_reads=16)
+    meta = Call(9, "state_getMetadata", [])
+    for block in (100, 101):
+        _ask(d, meta, block, 5, expected=500_000)
+    assert d.candidates("finney", 102) == []  # its per-runtime entry answers it

@@ -104,6 +104,7 @@ async def test_a_quarantined_node_is_admitted_once_it_agrees_again() -> None:
     await run.check("b", "0x2a")  # still wrong: stays out
     assert run.pool.upstreams["a"].quarantined
     nodes.values["a"] = "0x2a"  # fixed
+    run.checker._asked_at.clear()  # (re-asked at most every READMIT_EVERY_S)
     await run.check("b", "0x2a")
     assert not run.pool.upstreams["a"].quarantined and run.outcomes["readmitted"] == 1
 
