@@ -23,6 +23,8 @@ _REQUEST_HEADERS = (
     "content-type",
     "if-none-match",
     "if-modified-since",
+    "access-control-request-method",
+    "access-control-request-headers",
     "user-agent",
     "authorization",
 )
@@ -36,6 +38,13 @@ _RESPONSE_HEADERS = (
     "retry-after",
     "allow",
     "vary",
+    # Metagraphed's API shapes (docs/METAGRAPHED.md): what its clients read
+    "link",
+    "x-metagraph-contract-version",
+    "x-metagraph-error-code",
+    "access-control-allow-methods",
+    "access-control-allow-headers",
+    "access-control-max-age",
 )
 
 
