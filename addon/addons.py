@@ -9,6 +9,7 @@ from typing import Any
 from mitmproxy import http
 
 from addon.drain import Drain
+from addon.mitm.idle import IdleConnections
 from addon.mitm.limits import ReadLimits
 from addon.mitm.tuning import ProxyTuning
 from addon.passthrough import SidecarPassthrough
@@ -49,6 +50,7 @@ def build_addons() -> list[Any]:
     return [
         Settings(holder, limits),  # the config → the runtime every part reads
         limits,  # mitmproxy's missing read limits: patched in on load, out on done
+        IdleConnections(holder),  # a connection with no request for read_timeout_s: closed
         ProxyTuning(),  # mitmproxy options, fast dispatch / lean mode
         HttpSession(holder),  # the pooled HTTP session (upstreams and sidecar)
         SnapshotRefresher(holder),  # background: routing snapshot from the sidecar

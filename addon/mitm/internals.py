@@ -304,3 +304,25 @@ def text_frame(payload: bytes) -> bytes:
     if n < 65536:
         return b"\x81\x7e" + n.to_bytes(2, "big")
     return b"\x81\x7f" + n.to_bytes(8, "big")
+
+
+# --- 5. Idle connections -----------------------------------------------------------
+
+
+def close_client(master: Any, conn_id: str) -> bool:
+    """Close a client connection by id (one that sent nothing for too long):
+    its writer is closed and mitmproxy's handler ends as on a client's close.
+    False where that is not possible (another mitmproxy, already gone)."""
+    if not KNOWN:
+        return False
+    try:
+        handler = master.addons.get("proxyserver").connections.get(conn_id)
+        if handler is None:
+            return False
+        writer = handler.transports[handler.client].writer
+    except (AttributeError, KeyError, TypeError):
+        return False
+    if writer.is_closing():
+        return False
+    writer.close()
+    return True
