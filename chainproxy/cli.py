@@ -4,6 +4,9 @@
     chainproxy demo    [--workers N] ...   offline, simulated nodes (configs/demo.yaml)
     chainproxy inspect [--config F] ...    under mitmweb: every flow in a browser UI
     chainproxy check-config FILE           exit 0 and a summary, or 2 and "key: problem"
+    chainproxy reload  [--config F] [--pid PID] [--timeout S]
+                                           the running launcher re-reads F (validated
+                                           first); workers replaced one at a time
     chainproxy version
 
 ``run``/``demo``/``inspect`` are ``python -m chainproxy.launch`` with the right
@@ -17,6 +20,7 @@ import sys
 from importlib import metadata
 
 from chainproxy import launch
+from chainproxy.reload_command import DEFAULT_TIMEOUT_S, reload_command
 from chainproxy.summary import describe
 from common.config import ConfigError, load_config
 
@@ -44,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     _stack_options(sub.add_parser("inspect", help="like run, under mitmweb"), "configs/finney.yaml")
     check = sub.add_parser("check-config", help="validate a config file, like nginx -t")
     check.add_argument("file")
+    reload = sub.add_parser(
+        "reload", help="the running stack re-reads its config (like SIGHUP to `chainproxy run`)"
+    )
+    reload.add_argument("--config", default="configs/finney.yaml", help="the running one's")
+    reload.add_argument("--pid", type=int, default=None, help="the launcher's (default: pid file)")
+    reload.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S")
     sub.add_parser("version", help="chainproxy, mitmproxy and Python versions")
     return ap
 
@@ -93,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "check-config":
         return check_config(args.file)
+    if args.command == "reload":
+        return reload_command(args.config, args.pid, args.timeout)
     return launch.main(_launch_argv(args))
 
 

@@ -4,7 +4,9 @@ Starts (for ``--simulate``) a simulated node for every loopback ``node-rpc``
 endpoint of the config, then the sidecar, then mitmdump (or mitmweb) with the
 addon; prints the proxy URL and a curl that works; and on Ctrl-C / SIGTERM, or
 when any child dies, stops every child (no orphans: each child also gets
-SIGTERM from the kernel if this process is killed outright).
+SIGTERM from the kernel if this process is killed outright). SIGHUP or
+``chainproxy reload`` reloads the config, workers one at a time
+(``chainproxy/reload.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from chainproxy.commands import add_set_option, proxy_argv, sidecar_argv
+from chainproxy.reload import Reloader, ReloadRequest
 from chainproxy.supervisor import StartError, StopRequest, Supervisor, wait_http
 from chainproxy.worker_stack import start_workers, worker_tools
 from common.config import Config, ConfigError, load_config
@@ -71,7 +74,7 @@ def _banner(base: str, network: str, web_ui: str | None) -> str:
         '-d \'{"jsonrpc":"2.0","id":1,"method":"chain_getHeader","params":[]}\'\n'
         f"  live heads over WebSocket: ws://{base.split('://', 1)[1]}/rpc/v1/{network} "
         '(send {"jsonrpc":"2.0","id":1,"method":"chain_subscribeNewHeads","params":[]})\n'
-        "Ctrl-C stops everything.\n"
+        "Ctrl-C stops everything; `chainproxy reload` (or SIGHUP) re-reads the config.\n"
     )
 
 
@@ -123,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chainproxy: {tool} not found (run `make` to install)", file=sys.stderr)
         return 2
 
-    # The children share our terminal; the whole stack stops within 5 s.
-    stack = Supervisor(grace_s=5.0)
+    # The children share our terminal; the whole stack stops within drain_s.
+    stack = Supervisor(grace_s=config.proxy.drain_s + 2.0)
     stop = StopRequest()
+    hup = ReloadRequest()  # before the children start: a SIGHUP never ends the launcher
+    reloader: Reloader | None = None
     try:
         if args.simulate:
             for node in _simulated_nodes(config):
@@ -141,19 +146,29 @@ def main(argv: list[str] | None = None) -> int:
             sets=args.sets,
         )
         web_ui = None
+        pool = single = None
         if args.workers > 1:
             assert isinstance(tools, dict)
-            proc = start_workers(stack, args, config, mitm, tools)
+            pool = start_workers(stack, args, config, mitm, tools)
+            assert pool.balancer_child is not None
+            proc = pool.balancer_child
         else:
             if args.inspect:
                 web_ui, extra = _inspect_options(args.web_port)
                 proxy += extra
-            proc = stack.start(tool, proxy)
+            proc = single = stack.start(tool, proxy)
         host = "127.0.0.1" if args.listen_host in ("0.0.0.0", "::") else args.listen_host
         base = f"http://{host}:{args.listen_port}"
         wait_http(f"{base}/healthz", proc, also=stack.children)
+        reloader = Reloader(args.config, config, sidecar, single, pool, stop)
         print(_banner(base, config.proxy.networks[0], web_ui), flush=True)
-        if (dead := stack.run_until_stopped(stop)) is not None:
+
+        def tick() -> None:
+            if hup.requested and reloader is not None:
+                hup.requested = False  # one more SIGHUP meanwhile: one more reload after
+                reloader.run()
+
+        if (dead := stack.run_until_stopped(stop, tick)) is not None:
             print(f"chainproxy: {dead.exit_reason()}; stopping", file=sys.stderr)
             return 1
         return 0
@@ -162,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         stack.stop_all()
+        if reloader is not None:
+            reloader.close()
 
 
 if __name__ == "__main__":

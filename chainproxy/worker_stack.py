@@ -1,16 +1,20 @@
 """Starting ``--workers N`` (see ``chainproxy/workers.py`` for the why): a
 local redis-server when the config has no ``redis:``, N mitmdumps on loopback
-ports, HAProxy on the public address. All children of the launcher's
-``Supervisor``: Ctrl-C stops every one, and none outlives it."""
+ports, HAProxy on the public address with one spare server slot and its
+runtime API (the rolling restart's, ``chainproxy/rolling.py``). All children
+of the launcher's ``Supervisor``: Ctrl-C stops every one, and none outlives it."""
 
 from __future__ import annotations
 
 import argparse
 import resource
+import tempfile
 from pathlib import Path
 
+from chainproxy.balancer import Balancer
 from chainproxy.commands import proxy_argv
-from chainproxy.supervisor import Child, Supervisor, free_port, wait_http, wait_port
+from chainproxy.rolling import Slot, WorkerPool
+from chainproxy.supervisor import Supervisor, free_port, wait_http, wait_port, wait_until
 from chainproxy.workers import (
     BALANCER_SOURCE,
     find_tool,
@@ -19,6 +23,17 @@ from chainproxy.workers import (
     redis_argv,
 )
 from common.config import Config
+
+SOCKET_PATH_MAX = 100  # a Unix socket's path is at most 107 bytes
+
+
+def admin_socket_path(run_dir: Path) -> Path:
+    """``run_dir/haproxy.sock``, or one in a private temporary directory when
+    that path is too long for a Unix socket."""
+    path = run_dir / "haproxy.sock"
+    if len(str(path).encode()) <= SOCKET_PATH_MAX:
+        return path
+    return Path(tempfile.mkdtemp(prefix="chainproxy-")) / "haproxy.sock"
 
 
 def worker_tools(config: Config) -> dict[str, str] | str:
@@ -45,8 +60,9 @@ def start_workers(
     config: Config,
     mitm: str,
     tools: dict[str, str],
-) -> Child:
-    """Start everything behind ``--listen-host:--listen-port``; the balancer's child."""
+) -> WorkerPool:
+    """Start everything behind ``--listen-host:--listen-port``; the workers as
+    HAProxy slots (``pool.balancer_child`` is HAProxy's process)."""
     run_dir = (config.data_dir / "run").resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [*args.sets, f"chainproxy_trusted_proxies={BALANCER_SOURCE}/32"]
@@ -56,15 +72,14 @@ def start_workers(
         wait_port(port, redis)
         sets.append(f"chainproxy_redis_url=redis://127.0.0.1:{port}/0")
         print(f"chainproxy: shared quota in a local redis-server on 127.0.0.1:{port}", flush=True)
+
+    def worker_argv(port: int) -> list[str]:
+        # the config file is read by each worker as it starts: a replacement
+        # started by a reload reads the new one
+        return proxy_argv(mitm, args.config, config.sidecar.url, port=port, sets=sets)
+
     ports = [free_port() for _ in range(args.workers)]
-    workers = [
-        stack.start(
-            f"mitmdump-{i}", proxy_argv(mitm, args.config, config.sidecar.url, port=p, sets=sets)
-        )
-        for i, p in enumerate(ports, 1)
-    ]
-    for child, port in zip(workers, ports, strict=True):
-        wait_http(f"http://127.0.0.1:{port}/healthz", child, also=stack.children)
+    admin = admin_socket_path(run_dir)
     cfg = Path(run_dir / "haproxy.cfg")
     cfg.write_text(
         haproxy_config(
@@ -73,12 +88,23 @@ def start_workers(
             ports,
             server_timeout_s=config.proxy.failover.deadline_s,
             max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            spares=1,
+            admin_socket=admin,
         )
     )
+    pool = WorkerPool(stack, Balancer(admin), worker_argv)
+    children = [pool.start_worker(p) for p in ports]
+    for i, (child, port) in enumerate(zip(children, ports, strict=True), 1):
+        wait_http(f"http://127.0.0.1:{port}/healthz", child, also=stack.children)
+        pool.slots.append(Slot(f"w{i}", port, child))
+    pool.slots.append(Slot(f"w{args.workers + 1}"))
+    admin.unlink(missing_ok=True)  # a previous run's: we wait for this run's to appear
     balancer = stack.start("haproxy", haproxy_argv(tools["haproxy"], cfg))
+    wait_until(admin.exists, balancer, f"no runtime API socket at {admin}", 30.0)
+    pool.balancer_child = balancer
     print(
         f"chainproxy: {args.workers} proxy processes (127.0.0.1:{', '.join(map(str, ports))}) "
         f"behind HAProxy on {args.listen_host}:{args.listen_port}",
         flush=True,
     )
-    return balancer
+    return pool

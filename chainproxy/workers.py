@@ -11,6 +11,12 @@ N quotas would break the rate-limit contract, so with N > 1 the quota is
 shared in Redis: the config's ``redis:`` if it has one, else a local
 ``redis-server`` (Debian package) the launcher starts on a free loopback port
 with no persistence; without either the launcher refuses with one line.
+
+A rolling restart (``chainproxy reload``, ``chainproxy/rolling.py``) swaps
+workers through HAProxy's runtime API on an admin socket in ``data_dir/run``,
+so the balancer needs no reload of its own: the config has one spare server
+slot (in maintenance) beside the N live ones, and a replacement takes the
+spare while the worker it replaces drains and becomes the next spare.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ import shutil
 from pathlib import Path
 
 BALANCER_SOURCE = "127.0.0.1"  # where the balancer's connections to the workers come from
+BACKEND = "workers"  # the backend's name, in the config and in runtime API commands
+SERVER_OPTIONS = "check inter 2s fall 2 rise 1"
+SPARE_PORT = 1  # a spare slot's placeholder address: it is in maintenance until used
 
 
 def find_tool(name: str) -> str | None:
@@ -28,21 +37,34 @@ def find_tool(name: str) -> str | None:
 
 
 def haproxy_config(
-    host: str, port: int, workers: list[int], *, server_timeout_s: float, max_fds: int
+    host: str,
+    port: int,
+    workers: list[int],
+    *,
+    server_timeout_s: float,
+    max_fds: int,
+    spares: int = 0,
+    admin_socket: Path | None = None,
 ) -> str:
-    """HAProxy in HTTP mode on ``host:port`` over the workers' loopback ports."""
+    """HAProxy in HTTP mode on ``host:port`` over the workers' loopback ports;
+    ``spares``: server slots in maintenance for replacements; ``admin_socket``:
+    the runtime API socket that moves workers in and out of the rotation."""
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    servers = "\n".join(
-        f"    server w{i} 127.0.0.1:{p} check inter 2s fall 2 rise 1"
-        for i, p in enumerate(workers, 1)
-    )
+    servers = [f"    server w{i} 127.0.0.1:{p} {SERVER_OPTIONS}" for i, p in enumerate(workers, 1)]
+    servers += [
+        f"    server w{i} 127.0.0.1:{SPARE_PORT} {SERVER_OPTIONS} disabled"
+        for i in range(len(workers) + 1, len(workers) + spares + 1)
+    ]
     timeout = max(30, round(server_timeout_s) + 15)  # beyond the proxy's failover deadline
     # each client connection costs two descriptors (client and worker side)
     maxconn = max(256, min(20_000, (max_fds - 64) // 2))
+    # mode 600: only the launcher's user may take workers out of the rotation
+    admin = f"\n    stats socket {admin_socket} mode 600 level admin" if admin_socket else ""
+    server_lines = "\n".join(servers)
     return f"""# written by chainproxy --workers {len(workers)}; regenerated on every start
 global
     maxconn {maxconn}
-    log stderr format short local0 warning
+    log stderr format short local0 warning{admin}
 
 defaults
     mode http
@@ -57,14 +79,17 @@ defaults
 
 frontend chainproxy
     bind {bind}
-    default_backend workers
+    default_backend {BACKEND}
 
-backend workers
+backend {BACKEND}
     balance leastconn
+    # A worker that stopped listening (draining, or gone) refuses the connection,
+    # or closes it unanswered: the call is sent again, at once to another worker
+    # (redispatch on every retry, not only the last; the calls are read-only).
     retry-on conn-failure empty-response
     retries 2
-    option redispatch
-{servers}
+    option redispatch 1
+{server_lines}
 """
 
 

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from common.config import ConfigError, load_config
 from sidecar.server.app import create_app
+from sidecar.server.reload import on_sighup
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,9 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     url = f"http://{sidecar.host}:{sidecar.port}"
+    app = create_app(config)
+    app.cleanup_ctx.append(on_sighup(args.config))  # SIGHUP: the registry again, in place
     try:
         web.run_app(
-            create_app(config),
+            app,
             host=sidecar.host,
             port=sidecar.port,
             # Printed once the socket is bound, so the line can be waited for.

@@ -63,3 +63,34 @@ def test_reloading_the_config_keeps_routing_and_quota_state(tmp_path: Any) -> No
         assert (up2.tier, up2.best, up2.ewma_ms) == (1, 123, 42.0)
         assert new.chain.tips["finney"] == 130 and new.chain.finalized["finney"] == 128
         assert new.quotas.decide("1.2.3.4", 1).remaining == 100 - 8  # type: ignore[union-attr]
+
+
+def test_sighup_rereads_the_same_file_in_place(tmp_path: Any, caplog: Any) -> None:
+    """``Settings.reload`` (the SIGHUP handler): the file changed on disk is
+    applied with the live state carried over; a bad one is logged and refused."""
+    from mitmproxy.addons.proxyserver import Proxyserver
+
+    body_ = (
+        "registry:\n  endpoints:\n"
+        "    - {url: 'http://127.0.0.1:1', provider: p, kind: node-rpc, network: finney}\n"
+    )
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(body_)
+    addons = build_addons()
+    settings = addons[0]
+    with taddons.context(Proxyserver(), *addons) as tctx:
+        tctx.configure(settings, chainproxy_config=str(cfg))
+        rt = settings.holder.runtime
+        rt.quotas.decide("1.2.3.4", 7)
+        settings.reload()  # nothing changed: the same runtime
+        assert settings.holder.runtime is rt
+        cfg.write_text(body_ + "proxy: {max_batch: 50}\n")
+        settings.reload()
+        new = settings.holder.runtime
+        assert new is not rt and new.config.proxy.max_batch == 50
+        assert new.quotas.decide("1.2.3.4", 1, take=False).remaining == 100 - 7  # goes on
+        assert new.subs is rt.subs  # one hub: the sockets' subscriptions live on
+        cfg.write_text("proxy: {max_batch: 0}\n")
+        settings.reload()  # refused: logged, the last good config serves
+        assert settings.holder.runtime is new
+        assert "proxy.max_batch" in caplog.text and "refused" in caplog.text

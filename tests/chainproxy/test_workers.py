@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,10 +23,10 @@ needs_haproxy = pytest.mark.skipif(
 PORTS = [41001, 41002, 41003]
 
 
-def _config(host: str = "127.0.0.1", port: int = 8080, **kw: float) -> str:
+def _config(host: str = "127.0.0.1", port: int = 8080, **kw: Any) -> str:
     kw.setdefault("server_timeout_s", 15)
     kw.setdefault("max_fds", 1024)
-    return haproxy_config(host, port, PORTS, **kw)  # type: ignore[arg-type]
+    return haproxy_config(host, port, PORTS, **kw)
 
 
 def _lines(text: str) -> list[str]:
@@ -216,3 +217,40 @@ def test_find_tool_looks_in_sbin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
     assert find_tool("mytool") == str(tool)
+
+
+# --- the rolling restart's parts of the config ---------------------------------------
+
+
+def test_spare_slots_wait_in_maintenance() -> None:
+    servers = [line for line in _lines(_config(spares=1)) if line.startswith("server ")]
+    assert len(servers) == len(PORTS) + 1
+    assert [line.split()[1] for line in servers] == ["w1", "w2", "w3", "w4"]
+    assert servers[-1].endswith(" disabled") and not any(
+        s.endswith(" disabled") for s in servers[:-1]
+    )
+
+
+def test_the_runtime_api_socket_is_the_launchers_alone(tmp_path: Path) -> None:
+    assert "stats socket" not in _config()
+    sock = tmp_path / "haproxy.sock"
+    line = _value(_config(admin_socket=sock), "stats socket")
+    assert line == f"{sock} mode 600 level admin"
+
+
+def test_a_refused_call_is_sent_to_another_worker_at_once() -> None:
+    lines = _lines(_config())
+    assert "retry-on conn-failure empty-response" in lines
+    assert "option redispatch 1" in lines  # on every retry, not only the last
+    assert int(_value(_config(), "retries")) >= 1
+
+
+@needs_haproxy
+def test_real_haproxy_accepts_spares_and_the_socket(tmp_path: Path) -> None:
+    assert HAPROXY is not None
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(_config(spares=1, admin_socket=tmp_path / "h.sock"))
+    done = subprocess.run(
+        [HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and "ALERT" not in done.stdout + done.stderr, done.stderr

@@ -2,7 +2,8 @@
 source a variable, every query PromQL), the alert rules pass ``promtool check
 rules`` and their unit tests, the systemd units pass ``systemd-analyze
 verify``. The tools come from Debian (``make deploy-deps``); without them the
-test is skipped and says why. That every metric these files use exists is
+test is skipped and says why. The units reload with SIGHUP and give the
+proxy's drain the time it needs. That every metric these files use exists is
 tested against a running sidecar (``test_metrics_sidecar_process.py``)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from common.config.model import ProxyConfig
 from tests.sidecar.deploy_files import (
     ALERT_TESTS,
     ALERTS,
@@ -129,3 +131,27 @@ def test_the_units_run_the_documented_commands_hardened() -> None:
                        "EnvironmentFile=-/etc/chainproxy/chainproxy.env",
                        "StateDirectory=chainproxy", "CapabilityBoundingSet=\n"):  # fmt: skip
             assert option in text
+
+
+def _directive(text: str, name: str) -> str:
+    found = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(f"{name}=")]
+    assert len(found) == 1, (name, found)
+    return found[0]
+
+
+def _seconds(value: str) -> float:
+    assert value.endswith("s") and value[:-1].isdigit(), value  # the units write plain seconds
+    return float(value[:-1])
+
+
+def test_the_units_reload_in_place_and_stop_after_the_drain() -> None:
+    by_name = {u.name: u.read_text() for u in UNITS}
+    drain_s = ProxyConfig().drain_s
+    for name, text in by_name.items():
+        # systemctl reload: SIGHUP to the one process, which re-reads the config
+        assert _directive(text, "ExecReload") == "/bin/kill -HUP $MAINPID", name
+        # SIGTERM to the main process alone; SIGKILL only to what is left at the end
+        assert _directive(text, "KillMode") == "mixed", name
+    proxy = by_name["chainproxy-proxy.service"]
+    # systemd waits for the drain (calls in flight, WebSocket 1001) before it kills
+    assert _seconds(_directive(proxy, "TimeoutStopSec")) >= drain_s + 5

@@ -1,0 +1,172 @@
+"""Reload: ``chainproxy reload`` or SIGHUP to the launcher (``chainproxy run``).
+
+The launcher re-reads its config file and validates it first: a file that
+does not load, or that changes what only a restart can change (where the
+sidecar listens, ``data_dir``), is refused with the one line ``key: problem``
+and nothing changes. Then:
+
+* the sidecar gets SIGHUP: it reloads its registry in place (new and removed
+  endpoints, probe settings; ``sidecar/server/reload.py``);
+* with ``--workers N`` every proxy process is replaced, one at a time, each
+  taken out of HAProxy's rotation and drained first (``chainproxy/rolling.py``):
+  the replacements run the code and the config on disk now, so this is also
+  how a code change is deployed (``git pull``, then ``chainproxy reload``);
+* with one proxy process it gets SIGHUP and applies the new config in place
+  (``addon/settings.py``): no socket closes, and the subscriptions, quota
+  windows whose settings held, caches and upstream health carry over
+  (``Runtime.inherit``). Code is not reloaded that way.
+
+The launcher writes its pid to ``data_dir/run/chainproxy.pid`` and each
+reload's outcome to ``data_dir/run/reload.json`` (``chainproxy reload`` waits
+for it: ``chainproxy/reload_command.py``). SIGHUP only sets a flag: the work
+runs on the launcher's main thread, the one its children must be started from
+(``chainproxy/supervisor.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chainproxy.rolling import RollError, WorkerPool
+from chainproxy.supervisor import Child, StopRequest
+from common.config import Config, ConfigError, load_config
+
+PID_FILE = "chainproxy.pid"
+STATUS_FILE = "reload.json"
+FINAL = ("done", "refused", "failed")
+
+
+def run_dir(config: Config) -> Path:
+    return (config.data_dir / "run").resolve()
+
+
+def restart_only(running: Config, new: Config) -> str | None:
+    """What ``new`` changes that a reload cannot apply, as ``key: problem``."""
+    fixed: list[tuple[str, Any, Any]] = [
+        ("sidecar.host", running.sidecar.host, new.sidecar.host),
+        ("sidecar.port", running.sidecar.port, new.sidecar.port),
+        ("sidecar.url", running.sidecar.url, new.sidecar.url),
+        ("data_dir", running.data_dir.resolve(), new.data_dir.resolve()),
+    ]
+    for key, was, now in fixed:
+        if was != now:
+            return f"{key}: a reload cannot change it ({was} -> {now}); restart the stack"
+    return None
+
+
+def validate(path: str, running: Config) -> Config:
+    """The config at ``path`` if a reload can apply it; ``ConfigError`` if not."""
+    new = load_config(path)
+    if (problem := restart_only(running, new)) is not None:
+        key, _, why = problem.partition(": ")
+        raise ConfigError(key, why)
+    return new
+
+
+class ReloadRequest:
+    """SIGHUP sets ``requested``; the launcher's loop does the work."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGHUP, self._on_signal)
+
+    def _on_signal(self, _signum: int, _frame: object) -> None:
+        self.requested = True
+
+
+@dataclass
+class StatusFile:
+    """``reload.json``: ``{pid, seq, state, message, at}``; ``seq`` counts reloads."""
+
+    path: Path
+    seq: int = 0
+
+    def write(self, state: str, message: str) -> None:
+        doc = {
+            "pid": os.getpid(),
+            "seq": self.seq,
+            "state": state,
+            "message": message,
+            "at": time.time(),
+        }
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self.path)  # a reader never sees half a file
+
+
+def read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+@dataclass
+class Reloader:
+    """The launcher's side: what a SIGHUP does to the stack it runs."""
+
+    config_path: str
+    config: Config  # the one running now
+    sidecar: Child
+    proxy: Child | None  # the one proxy process (no --workers)
+    pool: WorkerPool | None  # --workers N
+    stop: StopRequest
+
+    def __post_init__(self) -> None:
+        directory = run_dir(self.config)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.pid_file = directory / PID_FILE
+        self.pid_file.write_text(f"{os.getpid()}\n")
+        self.status = StatusFile(directory / STATUS_FILE)
+        with contextlib.suppress(OSError):
+            self.status.path.unlink()  # a previous launcher's outcome is not ours
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.pid_file.read_text().strip() == str(os.getpid()):
+                self.pid_file.unlink()
+
+    def run(self) -> str:
+        """One reload; its outcome (also in the status file and on stderr)."""
+        self.status.seq += 1
+        self.status.write("running", f"reloading {self.config_path}")
+        print(f"chainproxy: reload: re-reading {self.config_path}", file=sys.stderr, flush=True)
+        try:
+            new = validate(self.config_path, self.config)
+        except ConfigError as e:
+            return self._end("refused", f"{self.config_path}: {e}; nothing changed")
+        self.sidecar.signal_group(signal.SIGHUP)  # its registry, in place
+        if self.pool is None:
+            assert self.proxy is not None
+            self.proxy.signal_group(signal.SIGHUP)
+            self.config = new
+            return self._end("done", "config applied in place (sidecar and proxy)")
+        before = self.pool.pids()
+        drain_s = max(self.config.proxy.drain_s, new.proxy.drain_s)
+        try:
+            self.pool.replace_all(drain_s, stopping=lambda: self.stop.requested)
+        except RollError as e:
+            return self._end("failed", f"{e}; workers now: {_pids(self.pool.pids())}")
+        finally:
+            self.config = new  # what the workers started from here on read
+        return self._end(
+            "done", f"workers replaced one at a time: {_pids(before)} -> {_pids(self.pool.pids())}"
+        )
+
+    def _end(self, state: str, message: str) -> str:
+        self.status.write(state, message)
+        print(f"chainproxy: reload {state}: {message}", file=sys.stderr, flush=True)
+        return state
+
+
+def _pids(pids: list[int]) -> str:
+    return "pids " + ", ".join(map(str, pids))

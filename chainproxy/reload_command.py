@@ -1,0 +1,80 @@
+"""``chainproxy reload [--config F] [--pid PID] [--timeout S]``: ask the
+running launcher of ``F`` to reload (``chainproxy/reload.py``) and wait for
+the outcome, like ``systemctl reload``.
+
+The file is validated here first, so a bad one is refused with its one line
+before anything is signalled (exit 2). The launcher is found by the pid file
+in the config's ``data_dir/run`` (or ``--pid``), and must be a chainproxy
+process: a stale pid file never gets another program a SIGHUP. Exit 0 when
+the reload is done, 2 when the launcher refused the file, 1 otherwise."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from chainproxy.reload import FINAL, PID_FILE, STATUS_FILE, read_status, run_dir
+from common.config import ConfigError, load_config
+
+
+def _is_launcher(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"chainproxy" in cmdline
+
+
+def _launcher_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _say(message: str) -> None:
+    print(f"chainproxy: {message}", file=sys.stderr, flush=True)
+
+
+DEFAULT_TIMEOUT_S = 600.0  # workers are replaced one at a time: each starts, then drains
+
+
+def reload_command(
+    config_path: str, pid: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> int:
+    try:
+        config = load_config(config_path)
+    except ConfigError as e:
+        _say(f"{config_path}: {e}; nothing changed")
+        return 2
+    directory = run_dir(config)
+    if pid is None:
+        pid = _launcher_pid(directory / PID_FILE)
+        if pid is None:
+            _say(
+                f"no launcher of {config_path} is running (no {directory / PID_FILE}); "
+                "start it with `chainproxy run`"
+            )
+            return 1
+    if not _is_launcher(pid):
+        _say(f"process {pid} is not a running chainproxy launcher (a stale pid file?)")
+        return 1
+    status_path = directory / STATUS_FILE
+    before = (read_status(status_path) or {}).get("seq", 0)
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        doc = read_status(status_path)
+        if doc and doc.get("pid") == pid and doc.get("seq", 0) > before:
+            if doc.get("state") in FINAL:
+                _say(f"reload {doc['state']}: {doc.get('message', '')}")
+                return {"done": 0, "refused": 2}.get(str(doc["state"]), 1)
+        if not _is_launcher(pid):
+            _say(f"the launcher (pid {pid}) exited during the reload")
+            return 1
+        time.sleep(0.1)
+    _say(f"no outcome within {timeout_s:.0f} s; see the launcher's output")
+    return 1

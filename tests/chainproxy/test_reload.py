@@ -1,0 +1,149 @@
+"""``chainproxy reload`` (``chainproxy/reload_command.py``) and what the
+launcher checks before it reloads (``chainproxy/reload.py``): a bad file or a
+change only a restart can make is refused with one line naming the key; the
+command finds the launcher by its pid file, never signals a process that is
+not one, and waits for the outcome the launcher writes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from chainproxy import cli
+from chainproxy.reload import PID_FILE, STATUS_FILE, StatusFile, read_status, validate
+from common.config import ConfigError, load_config
+
+
+def _write(tmp: Path, name: str = "c.yaml", **top: Any) -> Path:
+    doc = {"data_dir": str(tmp / "data"), **top}
+    path = tmp / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _reload(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = cli.main(["reload", *argv])
+    return code, capsys.readouterr().err
+
+
+# --- what a reload may change --------------------------------------------------------
+
+
+def test_a_valid_change_passes(tmp_path: Path) -> None:
+    running = load_config(_write(tmp_path))
+    path = _write(tmp_path, proxy={"rate_limit": {"requests": 5}})
+    assert validate(str(path), running).proxy.rate_limit.requests == 5
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"proxy": {"rate_limit": {"requests": 0}}}, "proxy.rate_limit.requests"),
+        ({"sidecar": {"port": 9999}}, "sidecar.port"),
+        ({"sidecar": {"host": "0.0.0.0"}}, "sidecar.host"),
+        ({"data_dir": "/somewhere/else"}, "data_dir"),
+    ],
+)
+def test_what_cannot_be_reloaded_is_one_line_naming_the_key(
+    tmp_path: Path, change: dict[str, Any], key: str
+) -> None:
+    running = load_config(_write(tmp_path))
+    path = _write(tmp_path, "new.yaml", **change)
+    with pytest.raises(ConfigError) as e:
+        validate(str(path), running)
+    assert e.value.key == key and "\n" not in str(e.value)
+
+
+def test_the_status_file_is_replaced_whole(tmp_path: Path) -> None:
+    status = StatusFile(tmp_path / STATUS_FILE)
+    assert read_status(status.path) is None
+    status.seq = 3
+    status.write("done", "workers replaced")
+    doc = read_status(status.path)
+    assert doc is not None and doc["seq"] == 3 and doc["state"] == "done"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# --- the command ---------------------------------------------------------------------
+
+
+def test_a_bad_file_is_refused_before_anything_is_signalled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, proxy={"max_batch": -3})
+    code, err = _reload(capsys, "--config", str(path))
+    assert code == 2 and err.count("\n") == 1
+    assert "proxy.max_batch" in err and "nothing changed" in err
+
+
+def test_no_launcher_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _reload(capsys, "--config", str(_write(tmp_path)))
+    assert code == 1 and "no launcher" in err and "chainproxy run" in err
+
+
+def test_a_stale_pid_file_never_signals_another_program(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path)
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        run = tmp_path / "data" / "run"
+        run.mkdir(parents=True)
+        (run / PID_FILE).write_text(f"{other.pid}\n")
+        code, err = _reload(capsys, "--config", str(path))
+        assert code == 1 and "not a running chainproxy launcher" in err
+        assert other.poll() is None  # no SIGHUP reached it
+    finally:
+        other.kill()
+        other.wait()
+
+
+# A stand-in launcher: "chainproxy" on its command line, and on SIGHUP it
+# writes the outcome named by its argument, as chainproxy/reload.py does.
+FAKE = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    status, outcome = sys.argv[1], sys.argv[2]
+    def hup(*_):
+        doc = {"pid": os.getpid(), "seq": 1, "state": outcome, "message": "as told"}
+        open(status, "w").write(json.dumps(doc))
+    signal.signal(signal.SIGHUP, hup)
+    print("ready", flush=True)
+    time.sleep(30)
+    """
+)
+
+
+@pytest.fixture
+def fake_launcher(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    path = _write(tmp_path)
+    run = tmp_path / "data" / "run"
+    run.mkdir(parents=True)
+    argv = [sys.executable, "-c", FAKE, str(run / STATUS_FILE), request.param, "chainproxy"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        (run / PID_FILE).write_text(f"{proc.pid}\n")
+        yield path
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("fake_launcher", "code"),
+    [("done", 0), ("refused", 2), ("failed", 1)],
+    indirect=["fake_launcher"],
+)
+def test_the_command_waits_for_the_launchers_outcome(
+    fake_launcher: Path, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got, err = _reload(capsys, "--config", str(fake_launcher), "--timeout", "10")
+    assert got == code and "as told" in err

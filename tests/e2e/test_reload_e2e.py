@@ -1,0 +1,357 @@
+"""Reloads through the real launcher (``python -m chainproxy.launch``), its
+simulated nodes, sidecar, HAProxy and Redis (issue 26.2's evidence):
+
+* ``chainproxy reload`` with ``--workers 2`` under steady load (about 100
+  HTTP calls a second from six clients on kept-alive connections, ten
+  WebSocket subscribers): not one failed HTTP call, both worker processes
+  replaced, the new rate limit in force; every WebSocket client closed with
+  1001 and subscribed again;
+* a bad file (reload command, or SIGHUP to the launcher): refused with the
+  one line, the workers untouched;
+* with one proxy process, the reload is in place: the same process, the
+  subscription goes on without a gap, the quota count goes on, the new config
+  (a smaller batch limit) in force, and the sidecar's registry follows the
+  file (an endpoint added, one removed)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from chainproxy.workers import find_tool
+from tests.e2e.harness import REPO, free_port
+from tests.e2e.helpers import call, demo_config, next_client_ip, post
+
+pytestmark = pytest.mark.e2e
+
+LOAD_TIER = "127.0.77.0/24"  # the load's clients: a quota of their own that the reload keeps
+WS_CLIENTS = 10
+
+
+@dataclass
+class Launcher:
+    config: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/rpc/v1/finney"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def edit(self, change: dict[str, Any]) -> None:
+        doc = yaml.safe_load(self.config.read_text())
+        doc["proxy"].update(change)
+        self.config.write_text(yaml.safe_dump(doc))
+
+    def reload(self) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "chainproxy.cli", "reload", "--config", str(self.config)]
+        return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=90)
+
+    def proxies(self) -> set[int]:
+        """The mitmdump processes below the launcher now."""
+        return {p for p in _descendants(self.proc.pid) if b"mitmdump" in _cmdline(p)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - out
+        out |= frontier
+    return out
+
+
+@contextlib.contextmanager
+def _launch(tmp: Path, workers: int, proxy: dict[str, Any]) -> Iterator[Launcher]:
+    config = demo_config(tmp)
+    doc = yaml.safe_load(config.read_text())
+    doc["proxy"].update({"drain_s": 5, **proxy})
+    config.write_text(yaml.safe_dump(doc))
+    port = free_port()
+    log = tmp / "launcher.log"
+    argv = [sys.executable, "-m", "chainproxy.launch", "--config", str(config), "--simulate"]
+    argv += ["--workers", str(workers), "--listen-port", str(port)]
+    with log.open("wb") as out:  # a file, not a pipe: the workers log a line per call
+        proc = subprocess.Popen(
+            argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    launcher = Launcher(config, port, proc, log)
+    try:
+        deadline = time.monotonic() + 60
+        while "Ctrl-C stops everything" not in launcher.output():
+            assert proc.poll() is None and time.monotonic() < deadline, launcher.output()[-3000:]
+            time.sleep(0.1)
+        yield launcher
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(30) == 0, launcher.output()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launcher]:
+    if find_tool("haproxy") is None or find_tool("redis-server") is None:
+        pytest.skip("haproxy and redis-server are installed by `make test` (Debian packages)")
+    tier = {"name": "load", "cidrs": [LOAD_TIER], "rate_limit": {"requests": 1_000_000}}
+    proxy = {"rate_limit": {"requests": 100_000, "window_s": 60}, "tiers": [tier]}
+    with _launch(tmp_path_factory.mktemp("reload-workers"), 2, proxy) as launcher:
+        yield launcher
+
+
+# --- the load ------------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    url: str
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    ok: int = 0
+    failed: list[str] = field(default_factory=list)
+    ws_failed: list[str] = field(default_factory=list)  # a subscriber that could not reconnect
+    closes: dict[int, list[int | None]] = field(default_factory=dict)  # ws client -> codes
+    heads_after: dict[int, int] = field(default_factory=dict)  # heads since its last reconnect
+
+    async def http_client(self, n: int, pause_s: float) -> None:
+        """Calls on one kept-alive connection (another after a ``Connection: close``)."""
+        connector = aiohttp.TCPConnector(local_addr=(f"127.0.77.{n + 2}", 0))
+        async with aiohttp.ClientSession(connector=connector) as s:
+            i = 0
+            while not self.stopping.is_set():
+                i += 1
+                method = ("system_health", "chain_getHeader", "chain_getFinalizedHead")[i % 3]
+                try:
+                    async with s.post(
+                        self.url, json=call(method, id_=i), timeout=aiohttp.ClientTimeout(10)
+                    ) as r:
+                        body = await r.json(content_type=None)
+                        if r.status == 200 and "result" in body:
+                            self.ok += 1
+                        else:
+                            self.failed.append(f"{r.status} {str(body)[:200]}")
+                except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+                    self.failed.append(repr(e))
+                await asyncio.sleep(pause_s)
+
+    async def subscriber(self, n: int) -> None:
+        """Subscribes to new heads; subscribes again after each close."""
+        self.closes[n] = []
+        while not self.stopping.is_set():
+            try:
+                await self._subscribe(n)
+            except (aiohttp.ClientError, TimeoutError) as e:
+                self.ws_failed.append(repr(e))
+                await asyncio.sleep(0.2)
+
+    async def _subscribe(self, n: int) -> None:
+        connector = aiohttp.TCPConnector(local_addr=(f"127.0.77.{100 + n}", 0))
+        async with (
+            aiohttp.ClientSession(connector=connector) as s,
+            s.ws_connect(self.url.replace("http://", "ws://")) as ws,
+        ):
+            await ws.send_str(json.dumps(call("chain_subscribeNewHeads", id_=1)))
+            self.heads_after[n] = 0
+            stop = asyncio.ensure_future(self.stopping.wait())
+            while True:
+                recv = asyncio.ensure_future(ws.receive())
+                await asyncio.wait({recv, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if stop.done():
+                    recv.cancel()
+                    return
+                msg = recv.result()
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    self.closes[n].append(ws.close_code)
+                    stop.cancel()
+                    return
+                if json.loads(msg.data).get("method") == "chain_newHead":
+                    self.heads_after[n] += 1
+
+
+async def _under_load(launcher: Launcher, during: Any) -> tuple[Load, Any]:
+    load = Load(launcher.url)
+    tasks = [asyncio.create_task(load.http_client(n, pause_s=0.04)) for n in range(6)]
+    tasks += [asyncio.create_task(load.subscriber(n)) for n in range(WS_CLIENTS)]
+    await asyncio.sleep(2)
+    outcome = await asyncio.to_thread(during)
+    # every subscriber is back and hears the chain again
+    async with asyncio.timeout(20):
+        while sum(1 for n in range(WS_CLIENTS) if load.heads_after.get(n, 0)) < WS_CLIENTS:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+    load.stopping.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 15)
+    return load, outcome
+
+
+# --- the tests -----------------------------------------------------------------------------
+
+
+async def test_a_reload_replaces_both_workers_under_load_without_a_failed_call(
+    workers: Launcher,
+) -> None:
+    before = workers.proxies()
+    assert len(before) == 2
+    workers.edit({"rate_limit": {"requests": 5, "window_s": 60}})
+    started = time.monotonic()
+    load, done = await _under_load(workers, workers.reload)
+    took = time.monotonic() - started
+
+    print(  # the evidence, with -s
+        f"\nreload under load: {load.ok} HTTP calls answered in {took:.1f} s "
+        f"({load.ok / took:.0f}/s), {len(load.failed)} failed; WebSocket closes {load.closes}; "
+        f"{done.stderr.strip()}"
+    )
+    assert done.returncode == 0, done.stderr + workers.output()[-3000:]
+    assert "reload done: workers replaced one at a time" in done.stderr
+    assert load.failed == [], load.failed[:5]
+    assert load.ok >= 25 * took, (load.ok, took)  # the load really ran throughout
+    after = workers.proxies()
+    assert len(after) == 2 and not after & before  # both processes replaced
+    # each subscriber was on a worker that went: going away (1001), never 1006
+    assert all(codes and set(codes) == {1001} for codes in load.closes.values()), load.closes
+    assert load.ws_failed == []  # and subscribed again at once, through HAProxy
+
+    # the new default quota is in force on both workers: 5, then 429
+    ip = next_client_ip()
+    replies = [await post(workers.url, call("system_health"), client_ip=ip) for _ in range(6)]
+    assert [r.status for r in replies] == [200] * 5 + [429]
+    assert {r.headers["X-RateLimit-Limit"] for r in replies} == {"5"}
+
+
+def test_a_bad_file_is_refused_and_nothing_changes(workers: Launcher) -> None:
+    pids = workers.proxies()
+    good = workers.config.read_text()
+    try:
+        workers.edit({"rate_limit": {"requests": -1}})
+        done = workers.reload()
+        assert done.returncode == 2
+        line = done.stderr.strip()
+        assert "\n" not in line and "proxy.rate_limit.requests" in line, line
+        # straight to the launcher: it checks the file too
+        status = Path(yaml.safe_load(good)["data_dir"]) / "run" / "reload.json"
+        seq = json.loads(status.read_text())["seq"]
+        os.kill(workers.proc.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while (doc := json.loads(status.read_text()))["seq"] == seq:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        while doc["state"] == "running":
+            time.sleep(0.05)
+            doc = json.loads(status.read_text())
+        assert doc["state"] == "refused" and "proxy.rate_limit.requests" in doc["message"]
+    finally:
+        workers.config.write_text(good)
+    assert workers.proc.poll() is None  # the launcher keeps running ...
+    assert workers.proxies() == pids  # ... with the same workers
+    reply = asyncio.run(post(workers.url, call("system_health")))
+    assert reply.status == 200 and reply.headers["X-RateLimit-Limit"] == "5"
+
+
+async def test_a_single_process_reloads_in_place(tmp_path: Path) -> None:
+    with _launch(tmp_path, 1, {"rate_limit": {"requests": 100, "window_s": 60}}) as launcher:
+        await _in_place(launcher)
+
+
+async def _in_place(launcher: Launcher) -> None:
+    sidecar = yaml.safe_load(launcher.config.read_text())["sidecar"]["url"]
+    pid = launcher.proxies()
+    ip = next_client_ip()
+    ws_url = launcher.url.replace("http://", "ws://")
+    async with aiohttp.ClientSession() as s, s.ws_connect(ws_url) as ws:
+        await ws.send_str(json.dumps(call("chain_subscribeNewHeads", id_=1)))
+        heads: list[int] = []
+        sub_ids: set[str] = set()
+
+        async def read() -> None:
+            async for msg in ws:
+                doc = json.loads(msg.data)
+                if doc.get("method") == "chain_newHead":
+                    sub_ids.add(doc["params"]["subscription"])
+                    heads.append(int(doc["params"]["result"]["number"], 16))
+
+        reader = asyncio.create_task(read())
+        async with asyncio.timeout(15):
+            while not heads:  # noqa: ASYNC110 - the reader fills it
+                await asyncio.sleep(0.05)
+        ids_before = await _callable_ids(sidecar)
+        first = [await post(launcher.url, call("system_health"), client_ip=ip) for _ in range(3)]
+        assert [r.headers["X-RateLimit-Remaining"] for r in first] == ["99", "98", "97"]
+        batch = [call("system_health", id_=i) for i in range(3)]
+        assert (await post(launcher.url, batch, client_ip=next_client_ip())).status == 200
+
+        doc = yaml.safe_load(launcher.config.read_text())
+        nodes = [e for e in doc["registry"]["endpoints"] if e["kind"] == "node-rpc"]
+        removed = doc["registry"]["endpoints"].pop()  # a node-wss endpoint
+        added = {**nodes[0], "url": nodes[0]["url"].replace("127.0.0.1", "localhost")}
+        doc["registry"]["endpoints"].append(added)
+        doc["proxy"]["max_batch"] = 2
+        launcher.config.write_text(yaml.safe_dump(doc))
+        done = await asyncio.to_thread(launcher.reload)
+        assert done.returncode == 0, done.stderr
+        assert "applied in place" in done.stderr
+
+        # the same process; the new batch limit; the quota count goes on
+        assert launcher.proxies() == pid
+        assert (await post(launcher.url, batch, client_ip=next_client_ip())).status == 413
+        later = await post(launcher.url, call("system_health"), client_ip=ip)
+        assert later.headers["X-RateLimit-Remaining"] == "96"
+        # the subscription goes on: same id, no gap, no duplicate, not closed
+        seen = len(heads)
+        async with asyncio.timeout(15):
+            while len(heads) < seen + 2:  # noqa: ASYNC110 - the reader fills it
+                await asyncio.sleep(0.05)
+        assert not ws.closed and len(sub_ids) == 1
+        assert heads == list(range(heads[0], heads[0] + len(heads)))
+        reader.cancel()
+
+    # the sidecar's registry follows the file, without a restart: the removed
+    # endpoint is gone, the added one is there and probed at once
+    rows = await _callable_rows(sidecar)
+    assert removed["url"] not in {row["url"] for row in rows.values()}
+    new = set(rows) - ids_before
+    assert len(new) == 1 and len(ids_before - set(rows)) == 1
+    (added_id,) = new
+    async with asyncio.timeout(10):
+        while not (await _callable_rows(sidecar))[added_id]["probed"]:  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
+
+
+async def _callable_rows(sidecar: str) -> dict[str, dict[str, Any]]:
+    async with aiohttp.ClientSession() as s, s.get(f"{sidecar}/api/v1/endpoints/callable") as r:
+        return {row["id"]: row for row in (await r.json())["rows"]}
+
+
+async def _callable_ids(sidecar: str) -> set[str]:
+    return set(await _callable_rows(sidecar))
