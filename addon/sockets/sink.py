@@ -40,7 +40,10 @@ class Sink:
         return self.port
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
+        # compress=False: permessage-deflate is never agreed, so a client cannot
+        # send a 1 KiB message that inflates to 64 MiB inside mitmproxy before
+        # any size check sees it (JSON-RPC clients work the same without it)
+        ws = web.WebSocketResponse(autoping=True, max_msg_size=0, compress=False)
         await ws.prepare(request)
         self._open.add(ws)
         flow_id = request.headers.get(FLOW_HEADER, "")
