@@ -148,6 +148,12 @@ class ProxyTuning:
         # the client if it is down; the addon answers every request itself.
         if "connection_strategy" in ctx.options and ctx.options.connection_strategy != "lazy":
             ctx.options.update(connection_strategy="lazy")
+        # HTTP/2 from clients is not spoken: mitmproxy's HTTP/2 layer has none of
+        # the bounds ReadLimits adds to HTTP/1 (head size, read deadline), and RPC
+        # clients (and a TLS terminator in front) speak HTTP/1.1 and WebSocket. A
+        # client's h2c preface is then an HTTP/1 request mitmproxy refuses (400).
+        if "http2" in ctx.options and ctx.options.http2:
+            ctx.options.update(http2=False)
         if self._running and updated & {OPTION, FAST_DISPATCH_OPTION}:
             self._apply_dispatch()
 

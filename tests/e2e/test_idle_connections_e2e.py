@@ -69,3 +69,16 @@ async def test_idle_connections_are_closed_and_quiet_sockets_are_not(idle_stack:
         await ws.send_str(json.dumps(call("system_health", id_=5)))
         msg = await ws.receive(timeout=5)
         assert json.loads(msg.data)["id"] == 5
+
+
+async def test_http2_is_not_spoken_and_its_connection_does_not_linger(idle_stack: Stack) -> None:
+    host, port = idle_stack.proxy_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # h2c with prior knowledge
+    await writer.drain()
+    answer = b""
+    async with asyncio.timeout(2 * TIMEOUT_S + 2):  # refused, then closed
+        while chunk := await reader.read(65536):
+            answer += chunk
+    assert not answer or answer.startswith(b"HTTP/1.1 4")  # no HTTP/2 frames
+    writer.close()
