@@ -14,7 +14,19 @@ from typing import Any
 
 from bench.context import Context
 from bench.load import run_load
-from bench.measure import CP, RPC_PATH, RR, Run, Target, errors, measure, p99, ratio, summary
+from bench.measure import (
+    CP,
+    RPC_PATH,
+    RR,
+    Run,
+    Target,
+    errors,
+    measure,
+    p99,
+    ratio,
+    schedstat,
+    summary,
+)
 from bench.report import f2
 from bench.stack import Node
 from chainproxy.supervisor import wait_http
@@ -24,11 +36,18 @@ SLOW_RATE = 200  # req/s in the slow-upstream scenario: ~40% of one chainproxy p
 # which node served the benchmark's calls
 FAULT_METHOD = "state_getRuntimeVersion"
 FAULT_BODY = json.dumps({"jsonrpc": "2.0", "id": 0, "method": FAULT_METHOD, "params": []}).encode()
+# Scenario 4 sends every call a state_getStorage of a key of its own (bench/pyload.py
+# --distinct): each call then chooses a node. One repeated call (FAULT_BODY) is shared
+# by the calls in flight with it (coalescing: ~40 % of them never chose a node) and,
+# since head probes read the runtime version too, the nodes' state_getRuntimeVersion
+# counters also count the sidecar's probes (~1/s/node, 0.5 % of a 4 s run).
+SLOW_METHOD = "state_getStorage"
 
 
 class FaultBench:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, proxy: dict[str, Any] | None = None) -> None:
         self.ctx = ctx
+        self.proxy_extra = proxy or {}  # more of chainproxy's ``proxy:`` section
         self.nodes: list[Node] = []
         self.config_b: Path | None = None
         self.sidecar_b = ""
@@ -47,7 +66,7 @@ class FaultBench:
             "sim",
             [n.url for n in self.nodes],
             data_dir=self.ctx.tmp / "data-b",
-            proxy={"failover": {"eject_cooldown_s": 2}},
+            proxy={"failover": {"eject_cooldown_s": 2}, **self.proxy_extra},
             top={
                 "probe": {
                     "interval_s": 2,
@@ -81,12 +100,12 @@ class FaultBench:
             self.rr = Target(RR, f"http://127.0.0.1:{port}", [proc.pid])
         self.ctx.wait_routes(self.sidecar_b, 3)
 
-    def node_calls(self) -> list[int]:
-        """Per node: the benchmark's calls it has served (the probes' are not counted)."""
+    def node_calls(self, method: str = FAULT_METHOD) -> list[int]:
+        """Per node: the benchmark's calls of ``method`` it has served."""
         out = []
         for n in self.nodes:
             try:
-                out.append(n.state()["calls"].get(FAULT_METHOD, 0))
+                out.append(n.state()["calls"].get(method, 0))
             except (OSError, ValueError):
                 out.append(0)
         return out
@@ -101,9 +120,30 @@ class FaultBench:
         # its own slots (bench/pyload.py), so both runs offer the same arrivals.
         systems = [t for t in (self.cp_sim, self.rr) if t is not None]
         for t in systems:
-            run_load(t.url + RPC_PATH, FAULT_BODY, connections=8, duration_s=max(1.0, p.warm_s))
+            run_load(
+                t.url + RPC_PATH,
+                FAULT_BODY,
+                connections=8,
+                duration_s=max(1.0, p.warm_s),
+                tool="pyload",
+                distinct=True,
+            )
         res = {t.name: {"healthy": [], "slow": []} for t in systems}
         share: dict[str, list[float]] = {t.name: [] for t in systems}
+        # the share of each chainproxy phase its process spent ready but not running
+        waited: dict[str, list[float]] = {"healthy": [], "slow": []}
+        assert self.cp_sim is not None
+
+        def run_phase(t: Target, phase: str) -> Run:
+            s0 = schedstat(t.pids[0]) if t is self.cp_sim else None
+            t0 = time.monotonic()
+            run = measure(t, FAULT_BODY, 8, p.slow_s, "pyload", SLOW_RATE, distinct=True)
+            if s0 is not None:
+                waited[phase].append(
+                    100 * (schedstat(t.pids[0])[1] - s0[1]) / (time.monotonic() - t0)
+                )
+            return run
+
         for rep in range(p.fault_reps):
             # a different node each time: one a balancer has learnt to avoid says little
             slow = self.nodes[rep % len(self.nodes)]
@@ -113,15 +153,13 @@ class FaultBench:
                 # so a drift of the machine's speed weighs on both alike
                 for phase in ("healthy", "slow") if rep % 2 == 0 else ("slow", "healthy"):
                     if phase == "healthy":
-                        res[t.name]["healthy"].append(
-                            measure(t, FAULT_BODY, 8, p.slow_s, "pyload", SLOW_RATE)
-                        )
+                        res[t.name]["healthy"].append(run_phase(t, phase))
                         continue
                     slow.control(latency_ms=300)
-                    before = self.node_calls()
-                    run = measure(t, FAULT_BODY, 8, p.slow_s, "pyload", SLOW_RATE)
+                    before = self.node_calls(SLOW_METHOD)
+                    run = run_phase(t, phase)
                     i = rep % len(self.nodes)
-                    served = self.node_calls()[i] - before[i]
+                    served = self.node_calls(SLOW_METHOD)[i] - before[i]
                     slow.control(latency_ms=0)
                     res[t.name]["slow"].append(run)
                 share[t.name].append(100 * served / max(1, run.load.requests))
@@ -173,13 +211,17 @@ class FaultBench:
             f" per-repetition ratios {f2(statistics.median(pairs) if pairs else None)});"
             " the slow node got"
             f" {', '.join(f'{x:.2f}' for x in share[CP])}% of calls;"
-            f" errors {sum(errors(v) for v in cp.values())}]"
+            f" errors {sum(errors(v) for v in cp.values())}; the proxy waited for its core"
+            f" {f2(statistics.median(waited['healthy']))}% of the healthy runs' time and"
+            f" {f2(statistics.median(waited['slow']))}% of the slow runs' (medians; other"
+            " processes on its core: what no routing decides)]"
         )
         r.data["slow"] = {
             k: {s: summary({"x": v})["x"] for s, v in d.items()} for k, d in res.items()
         }
         r.data["slow_pooled_p99_ms"] = {"chainproxy": [hp, sp]}
         r.data["slow_share_pct"] = share
+        r.data["slow_runqueue_wait_pct"] = waited
 
     def killed_upstream(self) -> None:
         p, r = self.ctx.p, self.ctx.report

@@ -62,6 +62,7 @@ def run_load(
     timeout_s: float = 10.0,
     tool: str | None = None,
     rate: float = 0.0,
+    distinct: bool = False,
 ) -> LoadResult:
     """Closed-loop load against ``url`` for ``duration_s``; returns the summary.
 
@@ -70,9 +71,10 @@ def run_load(
     took L on a connection whose usual pace is I adds samples L-I, L-2I, … (the
     requests that connection did not send meanwhile), so one 300 ms call on one
     connection becomes ~L/I slow samples. ``rate`` (requests/s, pyload only):
-    paced instead of closed-loop."""
+    paced instead of closed-loop. ``distinct`` (pyload only): every call a
+    ``state_getStorage`` of a new key instead of ``body``."""
     samples: tuple[float, ...] = ()
-    if (tool or generator()) == "wrk" and not rate:
+    if (tool or generator()) == "wrk" and not rate and not distinct:
         with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
             lua = _LUA.replace("{{", "{").replace("}}", "}")
             f.write(lua.replace("{body}", body.decode()))
@@ -116,6 +118,7 @@ def run_load(
             str(rate),
             "--samples",
             samples_file,
+            *(["--distinct"] if distinct else []),
         ]
         try:
             out = subprocess.run(

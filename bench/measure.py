@@ -36,6 +36,20 @@ def _cpu_seconds(pid: int) -> float:
     return total
 
 
+def schedstat(pid: int) -> tuple[float, float]:
+    """Seconds ``pid``'s threads have run on a CPU, and waited in a run queue for
+    one (ready to run while other processes had the core: on a shared machine,
+    the part of a proxy's latency that is nobody's code)."""
+    run = wait = 0.0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            on, delay, _ = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        run, wait = run + int(on) / 1e9, wait + int(delay) / 1e9
+    return run, wait
+
+
 @dataclass
 class Target:
     name: str
@@ -53,11 +67,23 @@ class Run:
 
 
 def measure(
-    t: Target, body: bytes, conns: int, seconds: float, tool: str | None = None, rate: float = 0
+    t: Target,
+    body: bytes,
+    conns: int,
+    seconds: float,
+    tool: str | None = None,
+    rate: float = 0,
+    distinct: bool = False,
 ) -> Run:
     c0 = t.cpu() if t.pids else None
     load = run_load(
-        t.url + RPC_PATH, body, connections=conns, duration_s=seconds, tool=tool, rate=rate
+        t.url + RPC_PATH,
+        body,
+        connections=conns,
+        duration_s=seconds,
+        tool=tool,
+        rate=rate,
+        distinct=distinct,
     )
     cpu = None
     if c0 is not None and load.requests:

@@ -1,7 +1,9 @@
 """Closed-loop (or, with ``--rate``, paced) HTTP/1.1 POST load generator (asyncio
 streams, keep-alive): the fallback for machines without ``wrk``, and the
-generator of the latency-under-a-slow-upstream scenario. Prints one ``BENCHJSON {...}`` line in
-the same shape as the wrk script of ``bench/load.py``.
+generator of the latency-under-a-slow-upstream scenario. ``--distinct``: every
+call a new ``state_getStorage`` key instead of the body (never cached, never
+shared with another call). Prints one ``BENCHJSON {...}`` line in the same
+shape as the wrk script of ``bench/load.py``.
 
     python bench/pyload.py --url http://127.0.0.1:8080/rpc/v1/finney \
         --body-file body.json --connections 32 --duration 5
@@ -12,15 +14,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.wsload import miss_key
 
 
 async def _worker(
     host: str,
     port: int,
-    request: bytes,
+    request: Callable[[], bytes],
     stop_at: float,
     timeout: float,
     lat: list[float],
@@ -54,7 +63,7 @@ async def _worker(
                 )
             assert reader is not None
             t0 = time.perf_counter()
-            writer.write(request)
+            writer.write(request())
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
             length, close = 0, False
             status = int(head.split(b" ", 2)[1])
@@ -98,10 +107,29 @@ async def main_async(
 ) -> tuple[dict[str, float | int], list[float]]:
     parts = urlsplit(args.url)
     path = parts.path or "/"
-    request = (
-        f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
+
+    def post(b: bytes) -> bytes:
+        return (
+            f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(b)}\r\n\r\n"
+        ).encode() + b
+
+    fixed = post(body)
+    nonce = int.from_bytes(os.urandom(4), "big")
+    counter = iter(range(1 << 62))
+
+    def request() -> bytes:
+        if not args.distinct:
+            return fixed
+        i = next(counter)
+        doc = {
+            "jsonrpc": "2.0",
+            "id": i,
+            "method": "state_getStorage",
+            "params": [miss_key(nonce, i)],
+        }
+        return post(json.dumps(doc).encode())
+
     lat: list[float] = []
     errs = {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0}
     start = time.monotonic()
@@ -148,6 +176,11 @@ def main() -> None:
         "--rate", type=float, default=0.0, help="requests/s over all connections (0: closed loop)"
     )
     ap.add_argument("--samples", help="also write every latency (ms, sorted) to this JSON file")
+    ap.add_argument(
+        "--distinct",
+        action="store_true",
+        help="instead of the body: state_getStorage of a key no call asked before, every call",
+    )
     args = ap.parse_args()
     with open(args.body_file, "rb") as f:
         body = f.read()
