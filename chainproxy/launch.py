@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         host = "127.0.0.1" if args.listen_host in ("0.0.0.0", "::") else args.listen_host
         base = f"http://{host}:{args.listen_port}"
         wait_http(f"{base}/healthz", proc, also=stack.children)
-        reloader = Reloader(args.config, config, sidecar, single, pool, stop)
+        reloader = Reloader(args.config, config, sidecar, single, pool, lambda: stop.requested)
         print(_banner(base, config.proxy.networks[0], web_ui), flush=True)
 
         def tick() -> None:

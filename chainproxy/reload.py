@@ -31,12 +31,13 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chainproxy.rolling import RollError, WorkerPool
-from chainproxy.supervisor import Child, StopRequest
+from chainproxy.supervisor import Child
 from common.config import Config, ConfigError, load_config
 
 PID_FILE = "chainproxy.pid"
@@ -119,7 +120,7 @@ class Reloader:
     sidecar: Child
     proxy: Child | None  # the one proxy process (no --workers)
     pool: WorkerPool | None  # --workers N
-    stop: StopRequest
+    stopping: Callable[[], bool] = lambda: False  # a stop was asked for: replace no more
 
     def __post_init__(self) -> None:
         directory = run_dir(self.config)
@@ -153,7 +154,7 @@ class Reloader:
         before = self.pool.pids()
         drain_s = max(self.config.proxy.drain_s, new.proxy.drain_s)
         try:
-            self.pool.replace_all(drain_s, stopping=lambda: self.stop.requested)
+            self.pool.replace_all(drain_s, stopping=self.stopping)
         except RollError as e:
             return self._end("failed", f"{e}; workers now: {_pids(self.pool.pids())}")
         finally:

@@ -65,7 +65,7 @@ async def soak(stack: SoakStack, seconds: float, seed: int) -> Result:
     for i in range(WS_CLIENTS):
         ws = WsClient(clients, f"127.0.0.{30 + i}", f"ws{i + 1}", subscriptions_for(i))
         tasks.append(asyncio.create_task(ws.run(pause_s=0.5)))
-    chaos = Chaos(stack, started)
+    chaos = Chaos(stack, started, tally)
     chaos_task = asyncio.create_task(chaos.run(actions))
     warm_s = min(60.0, seconds * 0.2)
     await asyncio.sleep(warm_s)

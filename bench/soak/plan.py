@@ -2,7 +2,13 @@
 
 One rule keeps the figure meaningful: at any moment at least one node is
 untouched, so every client-visible error counts against the proxy ("errors
-while a healthy upstream existed", goal 0)."""
+while a healthy upstream existed", goal 0).
+
+The reloads (``RELOAD_ACTIONS``: a rolling restart of both proxies, and a
+reload with a changed rate limit, what ``chainproxy reload`` does) are
+planned in a second pass with a random stream of their own, so a seed's other
+actions stay what they were; they never overlap a proxy restart, each other,
+or (a reload signals the sidecar) a sidecar restart."""
 
 from __future__ import annotations
 
@@ -27,12 +33,18 @@ NODE_FAULTS: dict[str, dict[str, Any]] = {
 LIMIT_FAULTS = frozenset(k for k, v in NODE_FAULTS.items() if "limit_rps" in v)
 NODE_ACTIONS = ("kill", *NODE_FAULTS)
 STACK_ACTIONS = ("sidecar", "proxy", "redis")  # restarts
+# chainproxy reload, as the launcher does it: every proxy replaced one at a
+# time ("rolling": the config unchanged, as after a `git pull`), or the same
+# after the rate limit in the config was changed ("reload")
+RELOAD_ACTIONS = ("rolling", "reload")
+RELOAD_S = 20.0  # the time a reload is given: two proxies started and drained in turn
+RELOAD_GAP_S = (25.0, 50.0)  # between one reload and the next
 
 
 @dataclass(frozen=True, slots=True)
 class Action:
     at: float  # seconds after the traffic started
-    kind: str  # a NODE_ACTIONS or STACK_ACTIONS name
+    kind: str  # a NODE_ACTIONS, STACK_ACTIONS or RELOAD_ACTIONS name
     target: str  # node name, or the stack part
     duration: float  # how long the fault (or the outage) lasts
 
@@ -79,6 +91,24 @@ def schedule(
                 continue
         busy[target] = t + duration + 2.0  # and a moment to recover
         out.append(Action(round(t, 3), kind, target, round(duration, 3)))
+    reloads = _reloads(out, warmup_s, end, random.Random(f"{seed}/reloads"))
+    return sorted(out + reloads, key=lambda a: a.at)
+
+
+def _reloads(planned: list[Action], start: float, end: float, rng: random.Random) -> list[Action]:
+    """Rolling restarts and reloads in turn, each where no proxy or sidecar
+    restart is planned within it (2 s either side)."""
+    blocking = [a for a in planned if a.kind in ("proxy", "sidecar")]
+    out: list[Action] = []
+    t = start + rng.uniform(*RELOAD_GAP_S) / 2
+    while t + RELOAD_S <= end:
+        clash = [a for a in blocking if a.at - 2 < t + RELOAD_S and t < a.until + 2]
+        if clash:
+            t = max(a.until for a in clash) + 2.5  # just after it (and its 2 s)
+            continue
+        kind = RELOAD_ACTIONS[len(out) % len(RELOAD_ACTIONS)]
+        out.append(Action(round(t, 3), kind, "proxies", RELOAD_S))
+        t += RELOAD_S + rng.uniform(*RELOAD_GAP_S)
     return out
 
 

@@ -38,9 +38,12 @@ def during(actions: list[Action], t: float) -> str:
     return "+".join(kinds) or "no fault"
 
 
+PROXY_STOPS = ("proxy", "rolling", "reload")  # actions that stop a proxy (it closes its sockets)
+
+
 def in_proxy_restart(actions: list[Action], t: float) -> bool:
     # + 2 s: a socket's close reaches its client a moment after the SIGTERM
-    return any(a.kind == "proxy" and a.at - 1 <= t < a.until + 2 for a in actions)
+    return any(a.kind in PROXY_STOPS and a.at - 1 <= t < a.until + 2 for a in actions)
 
 
 def cut_by_restart(r: Result) -> list[Any]:
@@ -63,9 +66,11 @@ def figures(r: Result) -> dict[str, Any]:
     minutes = r.tally.minute_p99()
     worst = max(minutes, key=lambda m: m[1], default=(0, 0.0, 0))
     growth = {}
+    replaced = any(r.restarts.get(k) for k in ("rolling", "reload"))  # every proxy is new
     for part, (rss, _fds) in r.resources_end.items():
         warm = r.resources_warm.get(part)
-        if warm and warm[0] and not r.restarts.get(part):
+        new = r.restarts.get(part) or (replaced and part.startswith("proxy"))
+        if warm and warm[0] and not new:
             growth[part] = round(100 * (rss - warm[0]) / warm[0], 1)
     return {
         "counts": counts,
@@ -126,6 +131,8 @@ def render(r: Result) -> str:
             f"{f['rss_growth_pct'][part]:+.1f} %"
             if part in f["rss_growth_pct"]
             else f"restarted {r.restarts.get(part, 0)}x"
+            if r.restarts.get(part)
+            else "replaced by a reload"
         )
         lines.append(
             f"| {part}: RSS after {r.warm_s:.0f} s warm-up → end; open fds | "

@@ -1,12 +1,16 @@
 """The soak's processes, all on 127.0.0.1, and what chaos does to them:
 simulated nodes (HTTP and WebSocket on one port, so each is a node-rpc and a
 node-wss endpoint), the sidecar, a redis-server, two proxies behind HAProxy
-(what ``chainproxy run --workers 2`` starts). Every restart keeps the port
-and the data directory, as an operator's restart does."""
+(what ``chainproxy run --workers 2`` starts: the proxies are its
+``WorkerPool``, HAProxy has its spare slot and runtime API). Every restart
+keeps the port and the data directory, as an operator's restart does; a
+reload is the launcher's own (``chainproxy.reload.Reloader``): the sidecar
+gets SIGHUP and the proxies are replaced one at a time."""
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import time
 from dataclasses import dataclass, field
@@ -15,14 +19,19 @@ from typing import Any
 
 import yaml
 
-from bench.redis_stack import start_haproxy
-from bench.stack import Node, Stack, sidecar_section
-from chainproxy.supervisor import Child, free_port, wait_http, wait_port
-from chainproxy.workers import BALANCER_SOURCE, find_tool, redis_argv
-from common.config import FINNEY_GENESIS
+from bench.stack import BIN, Node, Stack, sidecar_section
+from chainproxy.balancer import Balancer
+from chainproxy.commands import proxy_argv
+from chainproxy.reload import Reloader
+from chainproxy.rolling import Slot, WorkerPool
+from chainproxy.supervisor import Child, free_port, wait_http, wait_port, wait_until
+from chainproxy.worker_stack import admin_socket_path
+from chainproxy.workers import BALANCER_SOURCE, find_tool, haproxy_argv, haproxy_config, redis_argv
+from common.config import FINNEY_GENESIS, load_config
 
 BLOCK_S = 3.0
 QUOTA = 1200  # calls per client per 60 s: the normal clients stay under it, one does not
+RELOAD_QUOTA = 1500  # what a "reload" action changes it to (and the next one back)
 
 
 def soak_config(
@@ -60,9 +69,9 @@ class SoakStack:
     nodes: dict[str, Node] = field(default_factory=dict)
     sidecar: Child | None = None
     redis: Child | None = None
-    proxies: list[Child] = field(default_factory=list)
-    proxy_ports: list[int] = field(default_factory=list)
-    balancer: Child | None = None
+    pool: WorkerPool | None = None  # the two proxies, as HAProxy's server slots
+    reloader: Reloader | None = None
+    quota: int = QUOTA  # proxy.rate_limit.requests in the config now
     url: str = ""  # HAProxy: where the clients go
     sidecar_url: str = ""
     restarts: dict[str, int] = field(default_factory=dict)
@@ -91,11 +100,46 @@ class SoakStack:
         self.config_path = self.tmp / "soak.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.start_sidecar()
-        self.proxy_ports = [free_port(), free_port()]
-        self.proxies = [self._spawn_proxy(i) for i in range(2)]
-        for child, port in zip(self.proxies, self.proxy_ports, strict=True):
+        self.pool = WorkerPool(
+            self.base.sup, Balancer(admin_socket_path(self.tmp)), self._proxy_argv
+        )
+        ports = [free_port(), free_port()]
+        children = [self.pool.start_worker(p) for p in ports]
+        for i, (child, port) in enumerate(zip(children, ports, strict=True), 1):
             wait_http(f"http://127.0.0.1:{port}/healthz", child)
-        self.balancer, self.url = start_haproxy(self.base, "haproxy", self.proxy_ports)
+            self.pool.slots.append(Slot(f"w{i}", port, child))
+        self.pool.slots.append(Slot("w3"))  # the spare
+        self._start_haproxy(ports)
+        assert self.sidecar is not None
+        self.reloader = Reloader(
+            str(self.config_path), load_config(self.config_path), self.sidecar, None, self.pool
+        )
+
+    def _start_haproxy(self, ports: list[int]) -> None:
+        """HAProxy with the config ``--workers`` writes (a spare slot, the runtime API)."""
+        assert self.pool is not None
+        tool = find_tool("haproxy")
+        assert tool is not None, "haproxy is not installed (make scale-deps)"
+        front = free_port()
+        admin = self.pool.balancer.socket_path
+        cfg = self.tmp / "haproxy.cfg"
+        cfg.write_text(
+            haproxy_config(
+                "127.0.0.1",
+                front,
+                ports,
+                server_timeout_s=15,
+                max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                spares=1,
+                admin_socket=admin,
+            )
+        )
+        admin.unlink(missing_ok=True)
+        balancer = self.base.spawn("haproxy", haproxy_argv(tool, cfg))
+        wait_port(front, balancer)
+        wait_until(admin.exists, balancer, f"no runtime API socket at {admin}", 20)
+        self.pool.balancer_child = balancer
+        self.url = f"http://127.0.0.1:{front}"
 
     def stop(self) -> None:
         self.base.stop()
@@ -115,16 +159,17 @@ class SoakStack:
             "sidecar", self.config_path, self.sidecar_url, timeout_s=60
         )
 
-    def _spawn_proxy(self, i: int) -> Child:
-        child, _url = self.base.start_chainproxy(
-            f"proxy-{i + 1}",
-            self.config_path,
-            self.sidecar_url,
-            port=self.proxy_ports[i],
-            sets=(f"chainproxy_trusted_proxies={BALANCER_SOURCE}/32",),
-            wait=False,
+    def _proxy_argv(self, port: int) -> list[str]:
+        sets = (f"chainproxy_trusted_proxies={BALANCER_SOURCE}/32",)
+        return proxy_argv(
+            BIN / "mitmdump", self.config_path, self.sidecar_url, port=port, sets=sets, quiet=True
         )
-        return child
+
+    @property
+    def proxies(self) -> list[Child]:
+        """The two proxies in their slots' order (a stopped one included)."""
+        assert self.pool is not None
+        return [s.child for s in self.pool.live() if s.child is not None]
 
     # --- chaos -------------------------------------------------------------------------
 
@@ -164,15 +209,34 @@ class SoakStack:
         self._count("redis")
 
     def stop_proxy(self, i: int) -> int | None:
-        """SIGTERM (mitmproxy's graceful stop), SIGKILL after 10 s; its exit code."""
-        code = self.proxies[i].stop(signal.SIGTERM, grace_s=10.0)
-        self.base.sup.forget(self.proxies[i])
-        return code
+        """SIGTERM (the proxy drains), SIGKILL after 15 s; its exit code. It
+        keeps its slot in HAProxy (whose checks find it down meanwhile)."""
+        child = self.proxies[i]
+        self.base.sup.forget(child)
+        return child.stop(signal.SIGTERM, grace_s=15.0)
 
     def start_proxy(self, i: int) -> None:
-        self.proxies[i] = self._spawn_proxy(i)
-        wait_http(f"http://127.0.0.1:{self.proxy_ports[i]}/healthz", self.proxies[i])
+        """A new process in the stopped one's slot, on its port."""
+        assert self.pool is not None
+        slot = self.pool.live()[i]
+        assert slot.port is not None
+        slot.child = self.pool.start_worker(slot.port)
+        wait_http(f"http://127.0.0.1:{slot.port}/healthz", slot.child)
         self._count(f"proxy-{i + 1}")
+
+    def reload(self, quota: int | None = None) -> str:
+        """``chainproxy reload``: with ``quota``, the config's rate limit changed
+        first. Both proxies are replaced one at a time; the outcome's state."""
+        assert self.reloader is not None and self.sidecar is not None
+        if quota is not None:
+            doc = yaml.safe_load(self.config_path.read_text())
+            doc["proxy"]["rate_limit"]["requests"] = quota
+            self.config_path.write_text(yaml.safe_dump(doc))
+            self.quota = quota
+        self.reloader.sidecar = self.sidecar  # the one running now (it may have restarted)
+        state = self.reloader.run()
+        self._count("reload" if quota is not None else "rolling")
+        return state
 
     def _count(self, part: str) -> None:
         self.restarts[part] = self.restarts.get(part, 0) + 1
@@ -181,7 +245,7 @@ class SoakStack:
 
     def resources(self) -> dict[str, tuple[int, int]]:
         """(RSS in KiB, open descriptors) of each long-lived process now."""
-        parts = {"proxy-1": self.proxies[0], "proxy-2": self.proxies[1]}
+        parts = {f"proxy-{i}": child for i, child in enumerate(self.proxies, 1)}
         if self.sidecar is not None:
             parts["sidecar"] = self.sidecar
         out = {}
