@@ -10,6 +10,7 @@ part (proxies, HAProxy, Redis) per request of a load run, sides run alternately.
 from __future__ import annotations
 
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -24,6 +25,7 @@ from bench.load import _LUA, LoadResult, parse_result
 from bench.measure import RPC_PATH
 from bench.stack import Stack
 from bench.throughput import MISS_BODY
+from bench.wsload import KEY_PREFIX
 from chainproxy.supervisor import Child, free_port, wait_port
 from chainproxy.workers import find_tool, haproxy_argv, haproxy_config, redis_argv
 
@@ -120,6 +122,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+_DISTINCT_BODY = """
+local nonce = string.format("%08x", {nonce})
+local base_request = request
+request = function()
+  wrk.body = string.format(
+    '{"jsonrpc":"2.0","id":%d,"method":"state_getStorage","params":["{prefix}%s%016x"]}',
+    n, nonce, n)
+  return base_request()
+end
+"""
+
+
 def xff_load(
     url: str,
     body: bytes,
@@ -128,11 +142,17 @@ def xff_load(
     duration_s: float,
     identities: int = IDENTITIES,
     timeout_s: float = 10.0,
+    distinct: bool = False,
 ) -> LoadResult:
     """Closed-loop wrk load on ``url`` + the RPC path, each request from the next
-    of ``identities`` client addresses (``X-Forwarded-For``)."""
+    of ``identities`` client addresses (``X-Forwarded-For``); ``distinct``: every
+    request a ``state_getStorage`` of a key no request asked before, not ``body``."""
     lua = _LUA.replace("{{", "{").replace("}}", "}").replace("{body}", body.decode())
     lua += _XFF_REQUEST.replace("{identities}", str(identities))
+    if distinct:
+        lua += _DISTINCT_BODY.replace("{nonce}", str(random.getrandbits(31))).replace(
+            "{prefix}", KEY_PREFIX
+        )
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(lua)
         script = f.name
@@ -171,9 +191,9 @@ class XRun:
     cpu_us: dict[str, float] = field(default_factory=dict)  # part -> µs per request
 
 
-def measure(side: Side, conns: int, seconds: float) -> XRun:
+def measure(side: Side, conns: int, seconds: float, distinct: bool = False) -> XRun:
     before = {k: sum(cpu_seconds(p) for p in pids) for k, pids in side.parts.items()}
-    load = xff_load(side.url, MISS_BODY, connections=conns, duration_s=seconds)
+    load = xff_load(side.url, MISS_BODY, connections=conns, duration_s=seconds, distinct=distinct)
     n = max(1, load.requests)
     cpu = {
         k: (sum(cpu_seconds(p) for p in pids) - before[k]) / n * 1e6
