@@ -10,9 +10,11 @@ with one call in flight each (HTTP: 32 connections), one socket with 32 calls
 in flight (HTTP cannot), one socket with one call (HTTP: one connection).
 Workloads: **hit** (``chain_getHeader`` at a block hash, cached), **miss**
 (``state_getStorage`` of a key nobody asked before: pinned to the head, sent
-upstream, stored) and **mix** (half of each). Every (target, workload) of a
-shape runs once per repetition, the order rotated each repetition; medians;
-the proxy's CPU per call from ``/proc`` (utime+stime ÷ calls answered)."""
+upstream, stored; read at the head's hash, as head pinning sends it, so every
+run caches alike whatever the proxy knows of the head) and **mix** (half of
+each). Every (target, workload) of a shape runs once per repetition, the
+order rotated each repetition; medians; the proxy's CPU per call from
+``/proc`` (utime+stime ÷ calls answered)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from bench.context import Context
 from bench.load import LoadResult, parse_result
 from bench.measure import RPC_PATH, Run, Target, cpu_req, errors, p50, ratio, rps
 from bench.report import f0, f2, f3
-from bench.stack import REPO
+from bench.stack import REPO, http_json
 from bench.throughput import Throughput
 
 WORKLOADS = {"hit": 0.0, "miss": 1.0, "mix": 0.5}  # share of distinct calls
@@ -59,6 +61,12 @@ class Subject:
     proxy: bool  # chainproxy (the mix and the goals are its)
 
 
+def head_hash(upstream: str) -> str:
+    """The upstream's best block hash (the trivial upstream's chain is frozen)."""
+    doc = {"jsonrpc": "2.0", "id": 1, "method": "chain_getBlockHash", "params": []}
+    return http_json(upstream, doc)["result"]
+
+
 def ws_url(target: Target) -> str:
     return "ws://" + target.url.split("://", 1)[1] + RPC_PATH
 
@@ -81,7 +89,13 @@ def rotated(items: list, rep: int) -> list:
 
 
 def run_wsload(
-    subject: Subject, shape: Shape, workload: str, seconds: float, hit: list, kind: str
+    subject: Subject,
+    shape: Shape,
+    workload: str,
+    seconds: float,
+    hit: list,
+    kind: str,
+    at: str | None,
 ) -> LoadResult:
     t = subject.target
     url = ws_url(t) if subject.ws else t.url + RPC_PATH
@@ -102,6 +116,7 @@ def run_wsload(
         str(WORKLOADS[workload]),
         "--miss-kind",
         kind,
+        *(["--at", at] if at else []),
         "--nonce",
         str(random.getrandbits(31)),
         *([] if subject.ws else ["--http"]),
@@ -117,10 +132,11 @@ def measure_one(
     seconds: float,
     hit: list,
     kind: str = "storage",
+    at: str | None = None,
 ) -> Run:
     t = subject.target
     c0 = t.cpu() if t.pids else None
-    load = run_wsload(subject, shape, workload, seconds, hit, kind)
+    load = run_wsload(subject, shape, workload, seconds, hit, kind, at)
     cpu = None
     if c0 is not None and load.requests:
         cpu = (t.cpu() - c0) / load.requests * 1e6
@@ -151,17 +167,18 @@ class WebSocketBench:
         p = self.ctx.p
         print("\n[15] JSON-RPC over WebSocket: hits and misses, 1 and 32 sockets", flush=True)
         hit = ["chain_getHeader", [self.tp.pinned_hash]]
+        at = head_hash(self.tp.trivial)  # misses read at the head: stored, as pinned reads are
         reps = 3 if p.extras else 1  # full / quick
-        seconds = max(1.0, p.tput_s / 2)
+        seconds = 1.25 if p.extras else 1.0
         subjects = self.subjects()
         results: dict[tuple[str, str, str], list[Run]] = {}
         for s in subjects:  # warm: sockets, upstream connections, the hit in the cache
-            measure_one(s, SHAPES[0] if s.ws else SHAPES[2], "hit", 0.5, hit)
+            measure_one(s, SHAPES[0] if s.ws else SHAPES[2], "hit", 0.5, hit, at=at)
         for shape in SHAPES:
             pairs = plan_runs(subjects, shape)
             for rep in range(reps):
                 for s, w in rotated(pairs, rep):
-                    run = measure_one(s, shape, w, seconds, hit)
+                    run = measure_one(s, shape, w, seconds, hit, at=at)
                     results.setdefault((shape.name, s.name, w), []).append(run)
         self.report(results)
 

@@ -202,7 +202,7 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
     async def lane(conn: _Conn) -> None:
         while time.monotonic() < stop_at:
             i = next(counter)
-            payload = body(i, args.miss_ratio, args.nonce, hit, args.miss_kind)  # type: ignore[arg-type]
+            payload = body(i, args.miss_ratio, args.nonce, hit, args.miss_kind, args.at)  # type: ignore[arg-type]
             t0 = time.perf_counter()
             try:
                 err = await asyncio.wait_for(conn.call(i, payload, host, path), args.timeout)
@@ -246,6 +246,7 @@ def main() -> None:
     ap.add_argument("--hit", required=True, help='the repeated call: JSON ["method", [params]]')
     ap.add_argument("--miss-ratio", type=float, default=0.0, help="share of distinct calls")
     ap.add_argument("--miss-kind", choices=("storage", "blockhash"), default="storage")
+    ap.add_argument("--at", help="storage misses read at this block hash (cacheable)")
     ap.add_argument("--nonce", type=int, default=0, help="makes this run's distinct calls new")
     out = asyncio.run(run(ap.parse_args()))
     print("BENCHJSON " + json.dumps(out), flush=True)
