@@ -59,13 +59,22 @@ def miss_height(nonce: int, i: int, below: int = 3_900_000) -> int:
     return (nonce * 7_919 + i) % below + 1
 
 
-def body(i: int, ratio: float, nonce: int, hit: tuple[str, Any], kind: str = "storage") -> bytes:
-    """Call ``i``'s JSON-RPC request, with ``i`` as its id."""
+def body(
+    i: int,
+    ratio: float,
+    nonce: int,
+    hit: tuple[str, Any],
+    kind: str = "storage",
+    at: str | None = None,
+) -> bytes:
+    """Call ``i``'s JSON-RPC request, with ``i`` as its id; ``at``: the block hash
+    a storage miss reads at (the head's, as head pinning would send it)."""
     if is_miss(i, ratio):
         if kind == "blockhash":
             method, params = "chain_getBlockHash", [miss_height(nonce, i)]
         else:
-            method, params = "state_getStorage", [miss_key(nonce, i)]
+            method = "state_getStorage"
+            params = [miss_key(nonce, i), *([at] if at else [])]
     else:
         method, params = hit
     return orjson.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params})

@@ -58,3 +58,8 @@ def test_http_never_runs_the_one_socket_many_calls_shape_and_baselines_skip_the_
 def test_rotation_and_urls() -> None:
     assert rotated([1, 2, 3], 1) == [2, 3, 1] and rotated([], 4) == []
     assert ws_url(Target("x", "http://127.0.0.1:9")) == "ws://127.0.0.1:9/rpc/v1/finney"
+
+
+def test_a_storage_miss_reads_at_the_block_asked() -> None:
+    doc = json.loads(body(2, 1.0, 9, ("x", []), "storage", "0x" + "cd" * 32))
+    assert doc["params"] == [miss_key(9, 2), "0x" + "cd" * 32]
