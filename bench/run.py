@@ -18,7 +18,10 @@ budget it is not told), with ``proxy.upstream_limits`` off and on; scenario 15
 (``bench/websocket.py``) JSON-RPC over WebSocket, hits and misses over 1 and 32
 sockets, against HTTP, bare mitmdump passing it through and a direct
 connection; scenario 16 (``bench/true_miss.py``) distinct calls that really
-miss, beside scenario 1's coalesced identical call.
+miss, beside scenario 1's coalesced identical call; scenario 17
+(``bench/validator_fleet.py``) a validator fleet syncing at every block, pre-warm
+on and off; scenario 18 (``bench/cross_check_cost.py``) the cross-check's extra
+upstream calls.
 Drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a
 machine with two or more cores every proxy under test is pinned to core 1 and
 everything else (load generator, upstreams, sidecar, this runner) to core 0, so
@@ -51,6 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import scripts
 from bench.context import CPUS, FULL, QUICK, Context
+from bench.cross_check_cost import WALL_S as CROSS_CHECK_WALL_S
+from bench.cross_check_cost import CrossCheckCost
 from bench.faults import FaultBench
 from bench.heavy_neighbours import HeavyNeighbours
 from bench.load import generator
@@ -63,6 +68,8 @@ from bench.true_miss import TrueMiss
 from bench.upstream_calls import UpstreamCalls
 from bench.upstream_limits import UpstreamLimits
 from bench.upstream_limits import wall_s as upstream_limits_wall_s
+from bench.validator_fleet import WALL_S as FLEET_WALL_S
+from bench.validator_fleet import ValidatorFleet
 from bench.websocket import WebSocketBench
 
 SCENARIOS = (
@@ -77,6 +84,8 @@ SCENARIOS = (
     "11",
     "13",
     "14",
+    "17",
+    "18",
     "12",
     "10",
     "6",
@@ -167,6 +176,11 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
             ("14", ul.run),
             ("stop the upstream-limits stack", ctx.stack.stop),
         ]
+    # issue 25: a validator fleet with pre-warm on/off; the cross-check's cost
+    for k, scenario in (("17", ValidatorFleet), ("18", CrossCheckCost)):
+        if k in only:
+            sc = scenario(ctx)
+            steps += [(f"setup: {k}", sc.start), (k, sc.run), (f"stop {k}", ctx.stack.stop)]
     if "12" in only:  # chopsticks, real clients and two proxies, in a process of its own
         steps.append(("12", partial(real_client_sync, ctx)))
     if "10" in only:  # a stack of its own, alone on the machine
@@ -195,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--only",
         default="",
-        help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,addon",
+        help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,addon",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(
@@ -214,6 +228,8 @@ def main() -> int:
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("wall limit")))
     # scenario 14 brings its own time: its runs are open-loop and fixed in length
     extra = upstream_limits_wall_s(args.quick) if "14" in only else 0.0
+    for k, wall in (("17", FLEET_WALL_S), ("18", CROSS_CHECK_WALL_S)):
+        extra += wall[not args.quick] if k in only else 0.0
     signal.alarm(int(p.wall_limit_s + extra))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if len(CPUS) >= 2:

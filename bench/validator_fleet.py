@@ -1,0 +1,400 @@
+"""Scenario 17 (validator fleet, issue 25): with pre-warm on and off, the first
+client's sync latency after each block, and the upstream calls per block.
+
+Three simulated nodes, a block every ``BLOCK_S``, each call costing
+``NODE_LATENCY_MS`` plus ``PER_MIB_MS`` per MiB answered (``BYTE_SLOTS`` per
+node), also registered as ``node-wss`` (head subscriptions go upstream). One
+sidecar; two chainproxy processes on core 1, caches of their own: ``on``
+(``proxy.prewarm`` defaults) and ``off`` (``max_reads: 0``). ``CLIENTS``
+validators on their own 127.0.x.y addresses sync at each new block: ``SYNC``
+(``get_all_dynamic_info``, ``get_neurons_lite`` of three subnets, three
+storage reads, a keys page), hash-less, at once, over HTTP keep-alive. Two
+triggers: ``subscription`` (each holds ``chain_subscribeNewHeads`` on a
+WebSocket through the proxy, as the SDK does) and ``polling``
+(``chain_getHeader`` every ``POLL_S``, phases spread; one more socket holds a
+head subscription, as some client does on any shared gateway).
+
+A controller socket counts blocks: each variant runs ``WARM`` unmeasured
+blocks (pre-warm needs 2 clients at each of the last 2 blocks), then n
+measured. A block's *first client* is the one that learned it first; its
+latency runs from then to its last answer. Upstream calls: the nodes' counters
+of the sync's methods, read mid-block before the first measured block and
+after the last (the probes' rare archive-check ``state_getStorage`` included).
+Variants alternate, order rotated each round; ``chainproxy_prewarm_total``
+comes from the sidecar's ``/metrics``, before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from bench.context import Context
+from bench.cross_check_cost import pct, sidecar_metric
+from bench.report import f0, f2
+from bench.stack import Node
+from chainproxy.supervisor import wait_http
+
+CLIENTS = 20
+BLOCK_S = 3.0
+NODE_LATENCY_MS, PER_MIB_MS, BYTE_SLOTS = 40.0, 500.0, 4
+POLL_S = 1.0
+WARM = 2  # blocks of each variant that build the demand, not measured
+TRIGGERS = ("subscription", "polling")
+PREWARM = ("on", "off")
+SUBTENSOR = "0x658faa385070e074c85bf6b568cf0555"  # twox128("SubtensorModule")
+NETUIDS = (1, 2, 3)
+DYNAMIC_INFO = "SubnetInfoRuntimeApi_get_all_dynamic_info"
+READ_METHODS = ("state_call", "state_getStorage", "state_getKeysPaged")
+OUTCOMES = ("fetched", "used", "wasted", "skipped")
+WALL_S = (120.0, 360.0)  # what this adds to the runner's time limit: quick, full
+
+
+def neurons_lite_params(netuid: int) -> str:
+    """``get_neurons_lite(netuid: u16)``'s SCALE argument, as hex."""
+    return "0x" + netuid.to_bytes(2, "little").hex()
+
+
+def sync_calls() -> list[tuple[str, list[Any]]]:
+    """One metagraph-style sync: every read without a block hash."""
+    calls: list[tuple[str, list[Any]]] = [("state_call", [DYNAMIC_INFO, "0x"])]
+    calls += [
+        ("state_call", ["NeuronInfoRuntimeApi_get_neurons_lite", neurons_lite_params(n)])
+        for n in NETUIDS
+    ]
+    calls += [("state_getStorage", [f"{SUBTENSOR}{i:032x}"]) for i in (1, 2, 3)]
+    calls.append(("state_getKeysPaged", [SUBTENSOR + "aa", 100]))
+    return calls
+
+
+SYNC = sync_calls()
+
+
+def cache_kind(headers: Any) -> str:
+    """What the proxy did with a read: ``hit`` (cache), ``joined`` (a call
+    already in flight), or ``miss``."""
+    if str(headers.get("X-Cache", "")).upper() == "HIT":
+        return "hit"
+    return "joined" if headers.get("X-Chainproxy-Coalesced") else "miss"
+
+
+def block_number(header: Any) -> int | None:
+    try:
+        return int(header["number"], 16)
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """One client's sync at one block."""
+
+    block: int
+    client: int
+    start: float  # when the client learned the block (monotonic seconds)
+    latency_s: float
+    errors: int
+    first_read: str  # cache_kind of its get_all_dynamic_info
+
+
+@dataclass
+class Phase:
+    """One variant's run: its syncs, measured blocks and upstream reads."""
+
+    syncs: list[Sync] = field(default_factory=list)
+    measured: list[int] = field(default_factory=list)  # block numbers
+    upstream: dict[str, int] = field(default_factory=dict)  # method -> calls, measured blocks
+    proxy_cpu_s: float = 0.0  # the proxy's CPU over the measured blocks
+
+
+def firsts(syncs: list[Sync], blocks: list[int]) -> list[Sync]:
+    """Per measured block, the sync of the client that learned it first."""
+    best: dict[int, Sync] = {}
+    wanted = set(blocks)
+    for s in syncs:
+        if s.block in wanted and (s.block not in best or s.start < best[s.block].start):
+            best[s.block] = s
+    return [best[b] for b in sorted(best)]
+
+
+def summarise(phases: list[Phase]) -> dict[str, Any]:
+    """One variant's figures over its phases."""
+    first = [s for p in phases for s in firsts(p.syncs, p.measured)]
+    every = [s for p in phases for s in p.syncs if s.block in set(p.measured)]
+    blocks = sum(len(p.measured) for p in phases)
+    upstream = {m: sum(p.upstream.get(m, 0) for p in phases) for m in READ_METHODS}
+    kinds = {k: sum(1 for s in first if s.first_read == k) for k in ("hit", "joined", "miss")}
+    cpu = sum(p.proxy_cpu_s for p in phases)
+    return {
+        "blocks": blocks,
+        "first_p50_ms": pct([s.latency_s for s in first], 0.5) * 1000,
+        "first_p99_ms": pct([s.latency_s for s in first], 0.99) * 1000,
+        "all_p50_ms": pct([s.latency_s for s in every], 0.5) * 1000,
+        "all_p99_ms": pct([s.latency_s for s in every], 0.99) * 1000,
+        "first_read": kinds,
+        "syncs": len(every),
+        "errors": sum(s.errors for s in every),
+        "upstream_per_block": sum(upstream.values()) / blocks if blocks else float("nan"),
+        "upstream_by_method": {m: n / blocks for m, n in upstream.items()} if blocks else {},
+        "proxy_cpu_ms_per_block": cpu * 1000 / blocks if blocks else float("nan"),
+    }
+
+
+def verdict(runs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    """Per trigger: the first client's p50 on ÷ off, and the issue's goal with
+    pre-warm on: the first client's heavy read warm (a hit or joined in flight)
+    at every measured block, at most one upstream call per read per block."""
+    out: dict[str, Any] = {}
+    for trig in TRIGGERS:
+        on, off = runs[trig, "on"], runs[trig, "off"]
+        warm = on["first_read"]["hit"] + on["first_read"]["joined"]
+        out[trig] = {
+            "first_p50_ratio": on["first_p50_ms"] / off["first_p50_ms"],
+            "warm_share": warm / on["blocks"] if on["blocks"] else float("nan"),
+            "goal_met": warm == on["blocks"]
+            and on["upstream_per_block"] <= len(SYNC) + 0.5
+            and on["errors"] == 0,
+        }
+    return out
+
+
+def _session(ip: str | None, limit: int = 100) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(local_addr=(ip, 0) if ip else None, limit=limit),
+        timeout=aiohttp.ClientTimeout(total=30),
+    )
+
+
+async def _read(s: aiohttp.ClientSession, url: str, i: int, method: str, params: Any) -> str:
+    doc = {"jsonrpc": "2.0", "id": i, "method": method, "params": params}
+    async with s.post(url, json=doc) as r:
+        raw = await r.read()
+    if r.status != 200 or b'"result"' not in raw[:200]:
+        raise ValueError(f"{method}: HTTP {r.status} {raw[:120]!r}")
+    return cache_kind(r.headers)
+
+
+async def _sync(s: aiohttp.ClientSession, url: str, client: int, block: int, t0: float) -> Sync:
+    got = await asyncio.gather(
+        *(_read(s, url, i, m, p) for i, (m, p) in enumerate(SYNC)), return_exceptions=True
+    )
+    errors = sum(1 for g in got if isinstance(g, BaseException))
+    first = got[0] if isinstance(got[0], str) else "error"
+    return Sync(block, client, t0, time.monotonic() - t0, errors, first)
+
+
+async def _heads(ws: aiohttp.ClientWebSocketResponse) -> Any:
+    """Subscribe on ``ws``; yields each new head's number."""
+    await ws.send_json({"jsonrpc": "2.0", "id": 1, "method": "chain_subscribeNewHeads"})
+    async for msg in ws:
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            break
+        doc = msg.json()
+        if doc.get("method") == "chain_newHead":
+            n = block_number(doc["params"]["result"])
+            if n is not None:
+                yield n
+
+
+async def _subscriber(http: str, ws_url: str, ip: str, idx: int, out: list[Sync]) -> None:
+    async with _session(ip) as s, s.ws_connect(ws_url) as ws:
+        last = -1
+        async for n in _heads(ws):  # a sync ends well within a block: one at a time
+            if n > last:
+                last = n
+                out.append(await _sync(s, http, idx, n, time.monotonic()))
+
+
+async def _poller(http: str, ip: str, idx: int, out: list[Sync]) -> None:
+    async with _session(ip) as s:
+        await asyncio.sleep(idx * POLL_S / CLIENTS)  # phases spread over the period
+        last, slot = -1, time.monotonic()
+        while True:
+            doc = {"jsonrpc": "2.0", "id": 0, "method": "chain_getHeader", "params": []}
+            try:
+                async with s.post(http, json=doc) as r:
+                    n = block_number((await r.json(content_type=None)).get("result"))
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                n = None
+            if n is not None and n > last:
+                last = n
+                out.append(await _sync(s, http, idx, n, time.monotonic()))
+            slot += POLL_S
+            await asyncio.sleep(max(0.0, slot - time.monotonic()))
+
+
+async def _node_reads(nodes: list[str]) -> dict[str, int]:
+    async with _session(None) as s:
+        out = dict.fromkeys(READ_METHODS, 0)
+        for url in nodes:
+            async with s.get(f"{url}/_sim/state") as r:
+                calls = (await r.json())["calls"]
+            for m in READ_METHODS:
+                out[m] += calls.get(m, 0)
+        return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of process ``pid``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def run_phase(
+    proxy: str, pid: int, nodes: list[str], trigger: str, blocks: int, net: int
+) -> Phase:
+    """``WARM + blocks`` blocks of the fleet on ``proxy`` (process ``pid``;
+    ``net``: the third byte of the clients' addresses)."""
+    http, ws_url = f"{proxy}/rpc/v1/finney", f"{proxy.replace('http', 'ws', 1)}/rpc/v1/finney"
+    phase = Phase()
+    ips = [f"127.0.{net}.{i + 2}" for i in range(CLIENTS)]
+    tasks = [
+        asyncio.ensure_future(
+            _subscriber(http, ws_url, ip, i, phase.syncs)
+            if trigger == "subscription"
+            else _poller(http, ip, i, phase.syncs)
+        )
+        for i, ip in enumerate(ips)
+    ]
+    try:
+        async with _session(f"127.0.{net}.1") as s, s.ws_connect(ws_url) as ws:
+            seen, before, cpu = [], {}, 0.0
+            async for n in _heads(ws):
+                if seen and n <= seen[-1]:
+                    continue
+                seen.append(n)
+                if len(seen) == WARM:  # mid-block, before the first measured one
+                    await asyncio.sleep(BLOCK_S / 2)
+                    before, cpu = await _node_reads(nodes), cpu_seconds(pid)
+                elif len(seen) == WARM + blocks:
+                    await asyncio.sleep(BLOCK_S / 2)
+                    after, phase.proxy_cpu_s = await _node_reads(nodes), cpu_seconds(pid) - cpu
+                    phase.upstream = {m: after[m] - before[m] for m in READ_METHODS}
+                    phase.measured = seen[WARM:]
+                    break
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return phase
+
+
+class ValidatorFleet:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.nodes: list[Node] = []
+        self.targets: dict[str, str] = {}
+        self.pids: dict[str, int] = {}
+        self.sidecar = ""
+
+    def start(self) -> None:
+        st, ctx = self.ctx.stack, self.ctx
+        epoch = time.time() - 3600
+        self.nodes = [
+            st.start_node(f"vf-{c}", epoch=epoch, block_time=BLOCK_S, wait=False) for c in "abc"
+        ]
+        for n in self.nodes:
+            wait_http(f"{n.url}/_sim/state", n.proc)
+            n.control(
+                latency_ms=NODE_LATENCY_MS, latency_per_mib_ms=PER_MIB_MS, byte_slots=BYTE_SLOTS
+            )
+        base, self.sidecar = st.write_config(
+            "vf-on", [n.url for n in self.nodes], data_dir=ctx.tmp / "vf-on"
+        )
+        self._edit(base, base, wss=True)
+        off = self._edit(base, base.with_name("vf-off.yaml"), prewarm={"max_reads": 0})
+        st.start_sidecar("sidecar-vf", base, self.sidecar)
+        for name, cfg in (("on", base), ("off", off)):
+            proc, self.targets[name] = st.start_chainproxy(
+                f"vf-{name}", cfg, self.sidecar, cpus=ctx.proxy_cpus
+            )
+            self.pids[name] = proc.pid
+        ctx.wait_routes(self.sidecar, 3)
+
+    def _edit(self, src: Path, dst: Path, *, wss: bool = False, **proxy: Any) -> Path:
+        doc = yaml.safe_load(src.read_text())
+        if wss:  # each node also as a node-wss endpoint (same port, ws://)
+            eps = doc["registry"]["endpoints"]
+            eps += [{**e, "url": "ws" + e["url"][4:], "kind": "node-wss"} for e in eps]
+        doc["proxy"].update(proxy)
+        doc["data_dir"] = str(self.ctx.tmp / dst.stem)
+        dst.write_text(yaml.safe_dump(doc))
+        return dst
+
+    def run(self) -> None:
+        quick = self.ctx.p.stats_quick
+        rounds, blocks = (1, 4) if quick else (2, 6)
+        variants = [(t, w) for t in TRIGGERS for w in PREWARM]
+        print(
+            f"\n[17] validator fleet: {CLIENTS} clients, a block every {BLOCK_S:.0f} s,"
+            f" {rounds} x {WARM}+{blocks} blocks per variant",
+            flush=True,
+        )
+        before = sidecar_metric(self.sidecar, "chainproxy_prewarm_total")
+        phases: dict[tuple[str, str], list[Phase]] = {v: [] for v in variants}
+        urls = [n.url for n in self.nodes]
+        net = 90
+        for r in range(rounds):
+            k = r % len(variants)
+            for trig, warm in [*variants[k:], *variants[:k]]:
+                net += 1
+                p = asyncio.run(
+                    run_phase(self.targets[warm], self.pids[warm], urls, trig, blocks, net)
+                )
+                phases[trig, warm].append(p)
+                print(f"  17. {trig}, pre-warm {warm}: {summarise([p])}", flush=True)
+        time.sleep(3)  # the proxy's next usage batch carries its counters
+        after = sidecar_metric(self.sidecar, "chainproxy_prewarm_total")
+        prewarm = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in OUTCOMES}
+        runs = {v: summarise(ps) for v, ps in phases.items()}
+        v = verdict(runs)
+        self._report(runs, v, prewarm)
+        self.ctx.report.data["validator_fleet"] = {
+            "runs": {f"{t}/{w}": x for (t, w), x in runs.items()},
+            "prewarm_total": prewarm,
+            "verdict": v,
+        }
+
+    def _report(
+        self, runs: dict[tuple[str, str], Any], v: dict[str, Any], prewarm: dict[str, float]
+    ) -> None:
+        r = self.ctx.report
+
+        def line(x: dict[str, Any]) -> str:
+            k = x["first_read"]
+            return (
+                f"first client p50 {f0(x['first_p50_ms'])} ms, p99 {f0(x['first_p99_ms'])} ms"
+                f" (heavy read: {k['hit']} hit, {k['joined']} joined, {k['miss']} miss);"
+                f" all clients p50 {f0(x['all_p50_ms'])} / p99 {f0(x['all_p99_ms'])} ms;"
+                f" {f2(x['upstream_per_block'])} upstream reads per block;"
+                f" proxy CPU {f0(x['proxy_cpu_ms_per_block'])} ms per block;"
+                f" {x['errors']} errors of {x['syncs']} syncs; {x['blocks']} blocks"
+            )
+
+        for trig in TRIGGERS:
+            r.row(
+                f"17. {CLIENTS} validators ({trig}): first client's sync, pre-warm on vs off",
+                "off: " + line(runs[trig, "off"]),
+                "on: " + line(runs[trig, "on"]),
+                f2(v[trig]["first_p50_ratio"]),
+            )
+        outcomes = ", ".join(f"{k} {prewarm[k]:.0f}" for k in OUTCOMES)
+        r.row("17. chainproxy_prewarm_total (sidecar /metrics)", "", outcomes, "")
+        r.goal(
+            "Validator fleet, pre-warm on: the first client's heavy read warm at "
+            + "; ".join(
+                f"{t} {v[t]['warm_share']:.0%} of blocks, {f2(runs[t, 'on']['upstream_per_block'])}"
+                f" upstream reads per block for {len(SYNC)} reads"
+                f" ({'met' if v[t]['goal_met'] else 'NOT met'})"
+                for t in TRIGGERS
+            )
+            + " (goal: every block, <= 1 upstream call per read); first client p50 on/off "
+            + ", ".join(f"{t} {f2(v[t]['first_p50_ratio'])}" for t in TRIGGERS)
+        )
