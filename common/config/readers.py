@@ -40,12 +40,15 @@ def get_int(section: Mapping[str, Any], name: str, default: int, key: str, *, mi
     return value
 
 
-def get_num(section: Mapping[str, Any], name: str, default: float, key: str) -> float:
+def get_num(
+    section: Mapping[str, Any], name: str, default: float, key: str, *, zero_ok: bool = False
+) -> float:
+    """A finite number > 0 (``zero_ok``: >= 0, where 0 means off or never)."""
     value = section.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(key, f"must be a number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(key, f"must be > 0, got {value}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(key, f"must be {'>=' if zero_ok else '>'} 0, got {value}")
     return float(value)
 
 

@@ -73,7 +73,7 @@ class CrossCheckConfig:
 def parse_cross_check(raw: Any) -> CrossCheckConfig:
     c = mapping(raw, "proxy.cross_check")
     check_keys(c, ("sample_rate",), "proxy.cross_check")
-    rate = get_num(c, "sample_rate", 0.01, "proxy.cross_check.sample_rate")
+    rate = get_num(c, "sample_rate", 0.01, "proxy.cross_check.sample_rate", zero_ok=True)
     if rate > 1:
         raise ConfigError("proxy.cross_check.sample_rate", f"must be in [0, 1], got {rate:g}")
     return CrossCheckConfig(sample_rate=rate)
@@ -120,7 +120,7 @@ def parse_upstream_limits(raw: Any) -> UpstreamLimitsConfig:
         "proxy.upstream_limits",
     )
     d = UpstreamLimitsConfig()
-    wait = get_num(u, "max_wait_s", d.max_wait_s, key + "max_wait_s")
+    wait = get_num(u, "max_wait_s", d.max_wait_s, key + "max_wait_s", zero_ok=True)
     if wait > 30:
         raise ConfigError(key + "max_wait_s", f"must be <= 30 (a short wait), got {wait:g}")
     backoff = get_num(u, "max_backoff_s", d.max_backoff_s, key + "max_backoff_s")

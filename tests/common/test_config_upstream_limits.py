@@ -71,3 +71,12 @@ def test_mistakes_are_named_by_their_key(raw: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(raw)
     assert key in str(e.value)
+
+
+def test_zero_means_off_or_never_where_documented() -> None:
+    c = parse_config(
+        {"proxy": {"cross_check": {"sample_rate": 0}, "upstream_limits": {"max_wait_s": 0}}}
+    )
+    assert c.proxy.cross_check.sample_rate == 0 and c.proxy.upstream_limits.max_wait_s == 0
+    with pytest.raises(ConfigError, match="sample_rate"):
+        parse_config({"proxy": {"cross_check": {"sample_rate": -0.1}}})
