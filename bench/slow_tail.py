@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.context import FULL, Context
-from bench.faults import FAULT_BODY, FaultBench
+from bench.faults import FAULT_BODY, FAULT_METHOD, SLOW_METHOD, FaultBench
 from bench.measure import RPC_PATH, schedstat
 from bench.report import Report
 from bench.wsload import miss_key
@@ -212,13 +212,15 @@ def main() -> int:
             slow_id = next(u["id"] for u in routes if u["url"].rstrip("/") == slow.url)
             for phase in ("healthy", "slow"):
                 slow.control(latency_ms=300 if phase == "slow" else 0)
-                before = fb.node_calls() if args.body == "runtime" else []
+                # the method only the benchmark sends (the probes read the runtime too)
+                method = SLOW_METHOD if args.body == "distinct" else FAULT_METHOD
+                before = fb.node_calls(method)
                 s0 = schedstat(fb.cp_sim.pids[0])
                 samples, canary = asyncio.run(
                     both(url, fb.nodes[1].url + RPC_PATH, args.rate, args.seconds, args.body)
                 )
                 s1 = schedstat(fb.cp_sim.pids[0])
-                got = fb.node_calls()[0] - before[0] if before else "n/a"
+                got = fb.node_calls(method)[0] - before[0]
                 doc = {"sent_to_slow_node": got, **explain(samples, slow_id)}
                 # CPU the proxy used, and time it was ready to run but another
                 # process had its core (other sessions' work on a shared machine)
