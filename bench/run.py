@@ -64,12 +64,14 @@ from bench.redis_scale import RedisScale
 from bench.report import Report
 from bench.stack import nginx_path
 from bench.throughput import Throughput
+from bench.true_miss import WALL_S as TRUE_MISS_WALL_S
 from bench.true_miss import TrueMiss
 from bench.upstream_calls import UpstreamCalls
 from bench.upstream_limits import UpstreamLimits
 from bench.upstream_limits import wall_s as upstream_limits_wall_s
 from bench.validator_fleet import WALL_S as FLEET_WALL_S
 from bench.validator_fleet import ValidatorFleet
+from bench.websocket import WALL_S as WS_WALL_S
 from bench.websocket import WebSocketBench
 
 SCENARIOS = (
@@ -216,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
         "--before",
         type=Path,
         help="another checkout of the project (e.g. `git archive <commit> | tar -x -C DIR`):"
-        " its addon is measured too, as 'chainproxy before', in scenarios 1-3",
+        " its addon is measured too, as 'chainproxy before', in scenarios 1-3 and 15",
     )
     return ap
 
@@ -228,8 +230,14 @@ def main() -> int:
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("wall limit")))
     # scenario 14 brings its own time: its runs are open-loop and fixed in length
     extra = upstream_limits_wall_s(args.quick) if "14" in only else 0.0
-    for k, wall in (("17", FLEET_WALL_S), ("18", CROSS_CHECK_WALL_S)):
-        extra += wall[not args.quick] if k in only else 0.0
+    for k, wall in (
+        ("15", WS_WALL_S),
+        ("16", TRUE_MISS_WALL_S),
+        ("17", FLEET_WALL_S),
+        ("18", CROSS_CHECK_WALL_S),
+    ):
+        # with --before scenario 15 runs half as many targets again
+        extra += wall[not args.quick] * (1.5 if args.before else 1) if k in only else 0.0
     signal.alarm(int(p.wall_limit_s + extra))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if len(CPUS) >= 2:

@@ -33,6 +33,7 @@ BODIES = {
     "distinct chain_getBlockHash": (1.0, "blockhash"),
 }
 IDENTICAL = ["chain_getHeader", []]
+WALL_S = (30.0, 90.0)  # what the scenario adds to a run: quick, full (the runner's alarm)
 
 
 def probe(url: str, kind: str, at: str) -> dict[str, str]:

@@ -33,6 +33,7 @@ from bench.stack import REPO, http_json
 from bench.throughput import Throughput
 
 WORKLOADS = {"hit": 0.0, "miss": 1.0, "mix": 0.5}  # share of distinct calls
+WALL_S = (60.0, 180.0)  # what the scenario adds to a run: quick, full (the runner's alarm)
 
 
 @dataclass(frozen=True, slots=True)
