@@ -102,10 +102,14 @@ async def _send(rpc: RpcContext, rt: Runtime, pending: list[int], budget: Budget
     for admission in admissions:  # the call that sent it (not a coalesced follower)
         if admission.waited:
             rt.metrics.count_extra("chainproxy_upstream_waits_total", network=rpc.network)
+        pool = rt.pools[rpc.network]
+        now = rt.clock()
         for a in result.attempts:
-            if a.reason in TOO_MANY:  # the node now pauses (pool.throttled)
+            u = pool.upstreams.get(a.endpoint) if a.reason in TOO_MANY else None
+            if u is not None and u.backoff_until > now:  # it pauses (pool.throttled)
+                reason = "rate-limited" if a.reason == "rate-limited" else "overloaded"
                 rt.metrics.count_extra(
-                    "chainproxy_upstream_backoffs_total", endpoint=a.endpoint, reason=a.reason
+                    "chainproxy_upstream_backoffs_total", endpoint=a.endpoint, reason=reason
                 )
     if result.kind == "capacity":
         rt.metrics.count_refusal("upstream_capacity")

@@ -38,8 +38,9 @@ LEARN_CUT_EVERY_S = 1.0
 LEARN_CEILING = 100_000.0  # a learned rate grown past this is dropped: unlimited again
 # The window is a little longer than a second: between the proxy taking budget
 # and the node reading the request lie the event loop, a connection and the
-# network, so two calls sent exactly a second apart may arrive a few ms closer.
-WINDOW_S = 1.05
+# network, so two calls sent a second apart may arrive closer (tens of ms on a
+# busy machine: measured at the node, 1.05 s let a 21st call in at 20/s).
+WINDOW_S = 1.1
 _MAX_KEPT = 100_000  # send times kept per node (bounded however high a rate)
 
 

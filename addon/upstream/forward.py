@@ -27,7 +27,7 @@ from addon.upstream.failover import assess
 from addon.upstream.hedge import Hedger
 from addon.upstream.pool import Upstream, UpstreamPool
 
-TOO_MANY = frozenset({"rate-limited", "overloaded"})  # 429, 503 with Retry-After
+TOO_MANY = frozenset({"rate-limited", "http-503"})  # 429; 503 (a pause if Retry-After)
 
 # What a node answers for a block it does not have (reorged away, not imported
 # yet, pruned, or another fork's): for a read the proxy pinned, a miss of the pin.
@@ -273,9 +273,10 @@ async def forward(
     # was split between racers and attempts
     if by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
         return ForwardResult("deadline", None, tuple(attempts), None, hedged)
-    if admission is not None and attempts and all(a.reason in TOO_MANY for a in attempts):
-        # every node tried said "too many requests": the nodes' capacity is
-        # spent, as when their budgets are; a time to retry, not a 502
+    if admission is not None and attempts and all(a.reason == "rate-limited" for a in attempts):
+        # every node tried said 429 "too many requests": the nodes' capacity is
+        # spent, as when their budgets are; a time to retry, not a 502. (A 503
+        # is a node failing, with or without Retry-After: the contract's 502.)
         left = pool.backoff_left(set())
         return ForwardResult(
             "capacity", None, tuple(attempts), None, hedged, retry_after_s=left or 1.0
@@ -350,7 +351,7 @@ class AiohttpTransport:
                 retry = parse_retry_after(resp.headers.get("Retry-After"), time.time())
                 if resp.status == 429 or retry is not None:  # "too many requests"
                     raise TransportError(
-                        "rate-limited" if resp.status == 429 else "overloaded", retry
+                        "rate-limited" if resp.status == 429 else "http-503", retry
                     )
             if (resp.content_length or 0) > self._max:
                 raise TransportError("response-too-large")

@@ -25,7 +25,7 @@ from collections.abc import Awaitable
 from addon.redislink.link import RedisLink, RedisUnavailable
 from addon.upstream.budgets import CONCURRENCY_POLL_S, Budgets, Ticket
 
-# The window is ``budgets.WINDOW_S`` (1.05 s: arrival jitter). KEYS: the node's
+# The window is ``budgets.WINDOW_S`` (1.1 s: arrival jitter). KEYS: the node's
 # send times, its leases. ARGV: max_rps (0: none), calls, max_concurrency (0:
 # none), lease member, lease ms. Returns 0 (taken) or the ms until they fit.
 _SCRIPT = """
@@ -40,13 +40,13 @@ local n = math.min(calls, math.max(rps, 1))
 if rps > 0 then
   while true do
     local last = redis.call('LINDEX', KEYS[1], -1)
-    if not last or tonumber(last) > now - 1050 then break end
+    if not last or tonumber(last) > now - 1100 then break end
     redis.call('RPOP', KEYS[1])
   end
   local used = redis.call('LLEN', KEYS[1])
   local over = used + n - rps
   if over > 0 then
-    wait = math.max(1, tonumber(redis.call('LINDEX', KEYS[1], used - over)) + 1050 - now)
+    wait = math.max(1, tonumber(redis.call('LINDEX', KEYS[1], used - over)) + 1100 - now)
   end
 end
 if conc > 0 then
@@ -57,7 +57,7 @@ if wait > 0 then return wait end
 if rps > 0 then
   for i = 1, n do redis.call('LPUSH', KEYS[1], now) end
   redis.call('LTRIM', KEYS[1], 0, rps - 1)
-  redis.call('PEXPIRE', KEYS[1], 1050)
+  redis.call('PEXPIRE', KEYS[1], 1100)
 end
 if conc > 0 then
   redis.call('ZADD', KEYS[2], now + lease, ARGV[4])

@@ -67,13 +67,13 @@ async def test_a_rate_limit_error_in_the_body_counts_as_429() -> None:
 async def test_retry_after_sets_the_pause() -> None:
     a, b = up("a", ewma=1.0), up("b", ewma=50.0)
     script = {
-        "a": [(0.01, TransportError("overloaded", retry_after=42.0))],
+        "a": [(0.01, TransportError("http-503", retry_after=42.0))],
         "b": [(0.02, ok("0x1"))],
     }
     pool, t, clock = setup(a, b, script=script)
     r = await _run(pool, t, clock, _admission(pool, clock))
     assert r.kind == "ok"
-    assert a.backoff_until - clock.t > 41.0 and a.backoff_reason == "overloaded"
+    assert a.backoff_until - clock.t > 41.0 and a.backoff_reason == "http-503"
 
 
 async def test_without_admission_a_429_is_a_plain_failure_as_before() -> None:
@@ -122,13 +122,25 @@ async def test_every_node_saying_too_many_is_capacity_not_a_failure() -> None:
     a, b = up("a", ewma=1.0), up("b", ewma=50.0)
     script = {
         "a": [(0.01, http(429, b""))],
-        "b": [(0.01, TransportError("overloaded", retry_after=7.0))],
+        "b": [(0.01, TransportError("rate-limited", retry_after=7.0))],
     }
     pool, t, clock = setup(a, b, script=script)
     r = await _run(pool, t, clock, _admission(pool, clock))
     assert r.kind == "capacity" and 1 <= r.retry_after <= 7  # when the first is back
-    assert [x.reason for x in r.attempts] == ["rate-limited", "overloaded"]
+    assert [x.reason for x in r.attempts] == ["rate-limited", "rate-limited"]
     # without the limits: a failure, as before
     pool, t, clock = setup(up("a", ewma=1.0), up("b", ewma=50.0), script=script)
     r = await forward(CALL, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock)
     assert r.kind == "failed"
+
+
+async def test_every_node_answering_503_is_still_the_contracts_502() -> None:
+    """A 503 with Retry-After pauses the node, but a node failing is a failure."""
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    script = {
+        "a": [(0.01, TransportError("http-503", retry_after=1.0))],
+        "b": [(0.01, TransportError("http-503", retry_after=1.0))],
+    }
+    pool, t, clock = setup(a, b, script=script)
+    r = await _run(pool, t, clock, _admission(pool, clock))
+    assert r.kind == "failed" and a.backoff_until > clock.t and b.backoff_until > clock.t

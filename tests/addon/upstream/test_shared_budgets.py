@@ -45,7 +45,7 @@ async def test_two_processes_share_one_rate(redis_server: RedisServer) -> None:
     granted = [r for r in results if isinstance(r, Ticket)]
     assert len(granted) == 20  # one budget for the two, not 20 each
     waits = [r for r in results if not isinstance(r, Ticket)]
-    assert all(0 < w <= 1.06 for w in waits)  # when the window lets the next in
+    assert all(0 < w <= 1.11 for w in waits)  # when the window lets the next in
     await a.close()
     await b.close()
 
