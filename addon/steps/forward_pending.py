@@ -19,12 +19,18 @@ from addon.upstream.routing_hints import hints
 log = logging.getLogger("chainproxy")
 
 
-async def forward_pending(rpc: RpcContext, rt: Runtime) -> None:
+def forward_pending(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
+    """Synchronous when everything came from the cache: a hit creates no
+    coroutine and the runner goes on without awaiting (as the other steps)."""
     assert rpc.parsed is not None
     pending = rpc.pending()
     rpc.forwarded = pending
     if not pending:
-        return  # all from the cache
+        return None  # all from the cache
+    return _forward(rpc, rt, pending)
+
+
+async def _forward(rpc: RpcContext, rt: Runtime, pending: list[int]) -> None:
     assert rt.transport is not None  # attached by HttpSession.running, before any call
     started = rt.clock()
     result = await _send(rpc, rt, pending, rt.budget)
