@@ -35,6 +35,10 @@ LEARN_CUT = 0.8  # after a 429: this share of what the node was sent in the last
 LEARN_GROWTH_PER_S = 0.02  # then this much more per second without another 429
 LEARN_FORGET_S = 20.0  # this long without a 429: the learned rate is dropped (a limit lifted)
 LEARN_CUT_EVERY_S = 1.0
+# A 429 while the node was sent fewer calls than this in the last second says
+# little about a rate (a daily quota, a hiccup): the back-off answers it alone,
+# instead of pacing the node at one call a second for the next 20 s.
+LEARN_MIN_SEEN = 5
 LEARN_CEILING = 100_000.0  # a learned rate grown past this is dropped: unlimited again
 # The window is a little longer than a second: between the proxy taking budget
 # and the node reading the request lie the event loop, a connection and the
@@ -131,6 +135,8 @@ class NodeBudget:
             return  # the other 429s of the same burst: one cut per burst, as TCP per RTT
         current = self.rps(now)
         seen = self.recent(now)
+        if current is None and seen < LEARN_MIN_SEEN:
+            return
         base = seen if current is None else min(current, seen or current)
         self.learned_rps = max(1.0, base * LEARN_CUT)
         self.learned_at = now

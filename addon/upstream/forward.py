@@ -301,7 +301,8 @@ def _throttle(
     """Too many requests: the node pauses (``Retry-After`` or a doubling
     back-off) and, if it has no configured budget, learns one."""
     pool.throttled(upstream, latency_ms, retry_after, reason)
-    admission.budgets.rate_limited(upstream.id)
+    if reason == "rate-limited":  # a 429 teaches a rate; a 503 only pauses the node
+        admission.budgets.rate_limited(upstream.id)
 
 
 # built once: aiohttp would otherwise turn a dict into a CIMultiDict on every call

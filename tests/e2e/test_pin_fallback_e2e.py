@@ -8,6 +8,7 @@ a node that has not imported the head yet."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from simnode.remote import http_json
 from tests.e2e.harness import Stack, base_config
 from tests.e2e.helpers import PROXY_DEFAULTS, Reply, call, next_client_ip, post
 
@@ -104,16 +106,30 @@ async def test_a_head_from_a_node_that_dies_while_the_other_lags(pinning: Stack)
     assert int(r.headers["X-Chainproxy-Attempts"]) <= 3
 
 
+async def _probed_level(stack: Stack) -> None:
+    """Until the sidecar's first probes have seen both nodes at one height."""
+    url = f"{stack.sidecar_url}/api/v1/internal/routes/finney"
+    for _ in range(100):
+        with contextlib.suppress(OSError, ValueError):
+            ups = http_json(url, timeout=2)["upstreams"]
+            bests = {u.get("best") for u in ups}
+            if len(ups) == 2 and None not in bests and len(bests) == 1:
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the probes never saw both nodes level")
+
+
 async def test_a_node_that_has_not_imported_the_head_yet(pinning: Stack) -> None:
     alpha, beta = pinning.nodes
     ip = next_client_ip()
+    await _probed_level(pinning)
     beta.control(lag=1)  # set after the last probe: the proxy thinks beta is level
     alpha.control(latency_ms=150)  # and prefers beta, the faster
     n = await _next_block(alpha, _best(alpha))
     head = alpha.rpc("chain_getBlockHash", [n])["result"]
     await _learn(pinning, head, ip)
     missed = 0
-    for _ in range(4):  # a read that reaches beta first meets the unknown head
+    for _ in range(12):  # a read that reaches beta first meets the unknown head
         r = await _read(pinning, ip)
         assert r.status == 200 and "result" in r.body, r.body
         if r.headers.get("X-Chainproxy-Pinned") == "missed":

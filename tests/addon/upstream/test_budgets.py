@@ -164,8 +164,17 @@ def test_a_learned_rate_paces_single_calls_but_never_a_failover_or_a_batch() -> 
 def test_a_learned_rate_is_forgotten_after_a_quiet_while() -> None:
     clock = FakeClock(100.0)
     book = Budgets([_endpoint("a")], clock=clock)
-    book.try_take("a", 1)
+    for _ in range(10):
+        book.try_take("a", 1)
     book.rate_limited("a")
     assert book.node("a").rps(clock.t) is not None
     clock.advance(LEARN_FORGET_S + 1)
+    assert book.node("a").rps(clock.t) is None
+
+
+def test_a_429_at_a_trickle_teaches_no_rate() -> None:
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a")], clock=clock)
+    book.try_take("a", 1)
+    book.rate_limited("a")  # one call in the last second: the back-off answers it
     assert book.node("a").rps(clock.t) is None
