@@ -117,16 +117,25 @@ class RpcPipeline:
     async def message(self, content: bytes, sock: Socket, origin: Origin) -> RpcContext:
         """One WebSocket message: its call through the same steps; the caller
         sends ``rpc.reply`` (``addon/pipeline/reply.message_body``)."""
-        rt = self.holder.runtime
-        if rt is None:
-            return RpcContext(sock.network, 0.0, origin, reply=Reply(503, _NOT_CONFIGURED, "error"))
-        if rt.on_new_head is None:
-            self.prewarm.install(rt)
-        rpc = open_message(content, sock, origin, rt)
-        pending = self._run(rpc, rt, 0)
+        rpc, pending = self.start_message(content, sock, origin)
         if pending is not None:
             await pending
         return rpc
+
+    def start_message(
+        self, content: bytes, sock: Socket, origin: Origin
+    ) -> tuple[RpcContext, Awaitable[None] | None]:
+        """``message`` without a coroutine where none is needed: the run, and
+        what is left to await (None: ``rpc.reply`` is there already, e.g. a
+        cache hit). The direct WebSocket reads answer most calls this way."""
+        rt = self.holder.runtime
+        if rt is None:
+            reply = Reply(503, _NOT_CONFIGURED, "error")
+            return RpcContext(sock.network, 0.0, origin, reply=reply), None
+        if rt.on_new_head is None:
+            self.prewarm.install(rt)
+        rpc = open_message(content, sock, origin, rt)
+        return rpc, self._run(rpc, rt, 0)
 
     def _run(self, rpc: RpcContext, rt: Runtime, start: int) -> Awaitable[None] | None:
         steps = self.steps
