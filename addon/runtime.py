@@ -36,6 +36,7 @@ from addon.upstream.cross_check import CrossChecker
 from addon.upstream.fair_wait import FairWait
 from addon.upstream.forward import AiohttpTransport, Budget, Transport
 from addon.upstream.hedge import Hedger
+from addon.upstream.http_client import LeanTransport
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.shared_budgets import SharedBudgets
 from common.config import Config, Endpoint
@@ -58,6 +59,8 @@ class Runtime:
     ws_connections: int = 0  # client WebSockets open (a gauge)
     transport: Transport | None = None  # set when the event loop runs
     session: aiohttp.ClientSession | None = None
+    # proxy.upstream_client "lean": its pooled connections, handed on like the session
+    lean: LeanTransport | None = None
     chain: ChainState = field(default_factory=ChainState)  # heights, hashes, best heads
     cache: CacheStore | None = None  # None: caching off (or storage not opened yet)
     usage: UsageAggregator = field(default_factory=UsageAggregator)
@@ -209,7 +212,8 @@ class Runtime:
         elif self.redis is not None:
             self.slots.use_redis(self.redis)
         if old.session is not None:
-            self.attach_session(old.session)  # one HTTP session per process
+            # one HTTP session (and one pool of upstream connections) per process
+            self.attach_session(old.session, old.lean)
 
     def gauges(self) -> dict[str, Any]:
         """The current values the next usage batch reports (``metrics_wire``)."""
@@ -278,15 +282,32 @@ class Runtime:
         self.metrics.count_extra("chainproxy_subscription_moves_total", network=network)
 
     def detach_session(self) -> aiohttp.ClientSession | None:
+        """The session, for its owner to close; the lean client's idle
+        connections are closed here (those in use close as their calls end)."""
         session, self.session, self.transport = self.session, None, None
         self.sidecar.session = None
+        if self.lean is not None:
+            self.lean.close()
+            self.lean = None
         return session
 
-    def attach_session(self, session: aiohttp.ClientSession) -> None:
+    def attach_session(
+        self, session: aiohttp.ClientSession, lean: LeanTransport | None = None
+    ) -> None:
+        """``lean``: the previous runtime's client, kept (its connections are
+        warm) unless this config asks for aiohttp's."""
         self.session = self.sidecar.session = session
-        self.transport = AiohttpTransport(
-            session, max_response_bytes=self.config.proxy.max_response_bytes
-        )
+        p = self.config.proxy
+        if p.upstream_client == "aiohttp":
+            if lean is not None:
+                lean.close()  # the old runtime's calls in flight still finish on it
+            self.lean = None
+            self.transport = AiohttpTransport(session, max_response_bytes=p.max_response_bytes)
+            return
+        if lean is None:
+            lean = LeanTransport(max_response_bytes=p.max_response_bytes)
+        lean.max_response_bytes = p.max_response_bytes
+        self.lean = self.transport = lean
 
 
 class RuntimeHolder:

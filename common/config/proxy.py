@@ -37,6 +37,9 @@ from common.config.upstream_calls import (
     parse_upstream_limits,
 )
 
+# proxy.upstream_client: the lean client, or aiohttp's (an operator's way back)
+UPSTREAM_CLIENTS = ("lean", "aiohttp")
+
 
 def parse_proxy(
     raw: Any, networks: Mapping[str, NetworkConfig], env: Mapping[str, str] | None = None
@@ -57,6 +60,7 @@ def parse_proxy(
             "max_body_bytes",
             "max_batch",
             "max_response_bytes",
+            "upstream_client",
             "sidecar_timeout_s",
             "read_timeout_s",
             "drain_s",
@@ -146,6 +150,7 @@ def parse_proxy(
         max_response_bytes=get_int(
             p, "max_response_bytes", 64 * 1_048_576, "proxy.max_response_bytes", minimum=1024
         ),
+        upstream_client=_choice(p, "upstream_client", "lean", UPSTREAM_CLIENTS),
         sidecar_timeout_s=get_num(p, "sidecar_timeout_s", 10.0, "proxy.sidecar_timeout_s"),
         read_timeout_s=get_num(p, "read_timeout_s", 30.0, "proxy.read_timeout_s"),
         drain_s=get_num(p, "drain_s", 10.0, "proxy.drain_s"),

@@ -1,4 +1,5 @@
-"""The real upstream transport against tiny aiohttp servers that misbehave."""
+"""The real upstream transports (lean and aiohttp, see conftest) against tiny
+servers that misbehave."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import asyncio
 import time
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
-from addon.upstream.forward import AiohttpTransport, TransportError, new_session
+from addon.upstream.forward import TransportError
+from tests.addon.upstream.conftest import MakeTransport
 
 
 async def _server(aiohttp_server: Any, handler: Any) -> str:
@@ -20,7 +21,9 @@ async def _server(aiohttp_server: Any, handler: Any) -> str:
     return str(server.make_url("/"))
 
 
-async def test_an_answer_larger_than_the_limit_is_refused(aiohttp_server: Any) -> None:
+async def test_an_answer_larger_than_the_limit_is_refused(
+    aiohttp_server: Any, make_transport: MakeTransport
+) -> None:
     async def big(_: web.Request) -> web.Response:
         return web.Response(body=b"x" * 200_000, content_type="application/json")
 
@@ -31,16 +34,17 @@ async def test_an_answer_larger_than_the_limit_is_refused(aiohttp_server: Any) -
             await resp.write(b"y" * 10_000)
         return resp
 
-    async with new_session() as session:
-        t = AiohttpTransport(session, max_response_bytes=100_000)
-        for handler in (big, big_chunked):
-            url = await _server(aiohttp_server, handler)
-            with pytest.raises(TransportError) as e:
-                await t.post(url, b"{}", 5)
-            assert e.value.reason == "response-too-large"
+    t = make_transport(100_000)
+    for handler in (big, big_chunked):
+        url = await _server(aiohttp_server, handler)
+        with pytest.raises(TransportError) as e:
+            await t.post(url, b"{}", 5)
+        assert e.value.reason == "response-too-large"
 
 
-async def test_hang_after_headers_is_cut_at_the_attempt_timeout(aiohttp_server: Any) -> None:
+async def test_hang_after_headers_is_cut_at_the_attempt_timeout(
+    aiohttp_server: Any, make_transport: MakeTransport
+) -> None:
     async def stall(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         await resp.prepare(request)
@@ -49,23 +53,23 @@ async def test_hang_after_headers_is_cut_at_the_attempt_timeout(aiohttp_server: 
         return resp
 
     url = await _server(aiohttp_server, stall)
-    async with new_session() as session:
-        t = AiohttpTransport(session, max_response_bytes=1_000_000)
-        start = time.monotonic()
-        with pytest.raises(TransportError) as e:
-            await t.post(url, b"{}", 0.5)
-        assert e.value.reason == "timeout" and time.monotonic() - start < 2
+    t = make_transport(1_000_000)
+    start = time.monotonic()
+    with pytest.raises(TransportError) as e:
+        await t.post(url, b"{}", 0.5)
+    assert e.value.reason == "timeout" and time.monotonic() - start < 2
 
 
-async def test_refused_connection_is_a_connect_error() -> None:
-    async with aiohttp.ClientSession() as session:
-        t = AiohttpTransport(session, max_response_bytes=1000)
-        with pytest.raises(TransportError) as e:
-            await t.post("http://127.0.0.1:9/", b"{}", 2)
-        assert e.value.reason == "connect-error"
+async def test_refused_connection_is_a_connect_error(make_transport: MakeTransport) -> None:
+    t = make_transport(1000)
+    with pytest.raises(TransportError) as e:
+        await t.post("http://127.0.0.1:9/", b"{}", 2)
+    assert e.value.reason == "connect-error"
 
 
-async def test_upstream_cookies_are_not_kept_or_sent_back(aiohttp_server: Any) -> None:
+async def test_upstream_cookies_are_not_kept_or_sent_back(
+    aiohttp_server: Any, make_transport: MakeTransport
+) -> None:
     """Calls are stateless: one client's call must not carry state an upstream (or
     its load balancer) handed out on another's."""
     seen: list[str | None] = []
@@ -78,11 +82,10 @@ async def test_upstream_cookies_are_not_kept_or_sent_back(aiohttp_server: Any) -
 
     # by name: aiohttp's default jar ignores cookies set by an IP address
     url = (await _server(aiohttp_server, sticky)).replace("127.0.0.1", "localhost")
-    async with new_session() as session:
-        t = AiohttpTransport(session, max_response_bytes=1_000_000)
-        for _ in range(3):
-            status, _ = await t.post(url, b"{}", 5)
-            assert status == 200
+    t = make_transport(1_000_000)
+    for _ in range(3):
+        status, _ = await t.post(url, b"{}", 5)
+        assert status == 200
     assert seen == [None, None, None]
 
 
@@ -121,27 +124,33 @@ async def _keepalive_server(close_on_reuse: bool) -> tuple[asyncio.Server, list[
     return server, per_conn
 
 
-async def test_a_pooled_connection_closed_by_the_node_is_retried_on_a_new_one() -> None:
+async def test_a_pooled_connection_closed_by_the_node_is_retried_on_a_new_one(
+    make_transport: MakeTransport,
+) -> None:
     server, per_conn = await _keepalive_server(close_on_reuse=True)
     port = server.sockets[0].getsockname()[1]
-    async with server, new_session() as session:
-        t = AiohttpTransport(session, max_response_bytes=1_000_000)
+    async with server:
+        t = make_transport(1_000_000)
         for _ in range(3):
             status, raw = await t.post(f"http://127.0.0.1:{port}/", b"{}", 5)
             assert status == 200 and b'"result":1' in raw
+        await make_transport.aclose()
     # every reuse was cut and the call went on over a fresh connection
     assert len(per_conn) == 3 and per_conn[:2] == [2, 2]
 
 
-async def test_a_node_that_always_cuts_is_still_a_failure_not_a_loop() -> None:
+async def test_a_node_that_always_cuts_is_still_a_failure_not_a_loop(
+    make_transport: MakeTransport,
+) -> None:
     async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(100)
         writer.transport.abort()
 
     server = await asyncio.start_server(cut, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    async with server, new_session() as session:
-        t = AiohttpTransport(session, max_response_bytes=1_000_000)
+    async with server:
+        t = make_transport(1_000_000)
         with pytest.raises(TransportError) as e:
             await t.post(f"http://127.0.0.1:{port}/", b"{}", 5)
         assert e.value.reason == "disconnected"
+        await make_transport.aclose()
