@@ -22,7 +22,8 @@ batch that mixes them with plain calls is taken or refused whole.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any
 
 from mitmproxy import http
 
@@ -31,6 +32,7 @@ from addon.pipeline.gate import open_message, open_rpc
 from addon.pipeline.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.pipeline.prewarm import Prewarmer
 from addon.pipeline.reply import deliver, json_response
+from addon.redislink.later import Later
 from addon.runtime import Runtime, RuntimeHolder
 from addon.steps.allowlist import allowlist
 from addon.steps.cache_lookup import cache_lookup
@@ -48,7 +50,7 @@ from addon.steps.subscription_limits import subscription_limits
 
 log = logging.getLogger("chainproxy")
 
-Step = Callable[[RpcContext, Runtime], Awaitable[None] | None]
+Step = Callable[[RpcContext, Runtime], Awaitable[Any] | None]
 
 STEPS: tuple[Step, ...] = (
     allowlist,
@@ -75,7 +77,8 @@ class RpcPipeline:
 
     A run stays synchronous until a step returns an awaitable (only the
     forward and a shared store do), so a call answered from the cache or
-    refused costs no coroutine."""
+    refused costs no coroutine. A step that waits on Redis returns a
+    ``Later``: the run goes on from its callback (``_park``), no coroutine."""
 
     def __init__(self, holder: RuntimeHolder, steps: Sequence[Step] = STEPS) -> None:
         self.holder = holder
@@ -138,16 +141,48 @@ class RpcPipeline:
         return rpc, self._run(rpc, rt, 0)
 
     def _run(self, rpc: RpcContext, rt: Runtime, start: int) -> Awaitable[None] | None:
+        """The steps from ``start`` on, synchronously until one must wait: then
+        what to await for the rest of the run."""
         steps = self.steps
         origin = rpc.origin
         for i in range(start, len(steps)):
             if rpc.reply is not None or not origin.live:
                 break
             pending = steps[i](rpc, rt)
-            if pending is not None:
-                return self._resume(pending, rpc, rt, i + 1)
+            if pending is None:
+                continue
+            if isinstance(pending, Later):
+                if not pending.done:
+                    return self._park(pending, rpc, rt, i + 1)
+                try:
+                    pending.result()  # resolved at once (e.g. the link refused): go on
+                except Exception:
+                    _failed(rpc)
+                    return None
+                continue
+            return self._resume(pending, rpc, rt, i + 1)
         self._finished(rpc, rt)
         return None
+
+    def _park(self, pending: Later[Any], rpc: RpcContext, rt: Runtime, nxt: int) -> _Rest:
+        """A step waits on a reply read by callback (the shared quota): the run
+        goes on from that callback, inside the connection's ``data_received``,
+        with no coroutine of its own."""
+        rest = _Rest()
+
+        def wake(done: Later[Any]) -> None:
+            if rest.abandoned:
+                return  # the call's task was cancelled: nobody delivers this call
+            try:
+                done.result()  # the step's own callback failed: answered 500
+                more = self._run(rpc, rt, nxt)
+            except Exception:
+                _failed(rpc)
+                more = None
+            rest.resolve(more)
+
+        pending.then(wake)
+        return rest
 
     @staticmethod
     def _finished(rpc: RpcContext, rt: Runtime) -> None:
@@ -167,10 +202,27 @@ class RpcPipeline:
             if more is not None:
                 await more
         except Exception:
-            # A bug in an awaited step: mitmproxy would stop this event's addons
-            # here (the Guard never runs) and forward the flow to its reverse
-            # target itself. Answer it, loudly, instead.
-            methods = [c.method for c in rpc.parsed.calls] if rpc.parsed else []
-            log.exception("pipeline step failed on %s %s", rpc.network, methods[:3])
-            if rpc.reply is None:
-                rpc.reply = Reply(500, _INTERNAL, "error")
+            _failed(rpc)
+
+
+class _Rest(Later[Any]):
+    """The rest of a parked run: what it waits on next once the callback ran
+    (a forward, another parked step) or None. Awaiting it awaits those too, so
+    one ``await`` still runs a call to its end, as with ``_resume``."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        more = yield from super().__await__()
+        while more is not None:
+            more = yield from more.__await__()
+
+
+def _failed(rpc: RpcContext) -> None:
+    """A bug in an awaited step: mitmproxy would stop this event's addons here
+    (the Guard never runs) and forward the flow to its reverse target itself.
+    Answer it, loudly, instead (called inside the ``except``)."""
+    methods = [c.method for c in rpc.parsed.calls] if rpc.parsed else []
+    log.exception("pipeline step failed on %s %s", rpc.network, methods[:3])
+    if rpc.reply is None:
+        rpc.reply = Reply(500, _INTERNAL, "error")

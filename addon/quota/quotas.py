@@ -4,12 +4,12 @@ to this process's own while its link is down), else this process's own."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from addon.quota.local import Decision, RateLimiter
 from addon.quota.redis_limiter import SharedLimiter
 from addon.quota.tiers import TierBook
+from addon.redislink.later import Later
 from addon.redislink.link import RedisLink
 from common.config.model import CostConfig, RateLimitConfig, TierConfig
 
@@ -31,7 +31,6 @@ class Quotas:
             for name, rl in self.configs.items()
         }
         self.shared: dict[str | None, SharedLimiter] = {}
-        self._charges: set[asyncio.Future[None]] = set()  # byte charges on their way
 
     def use_redis(self, link: RedisLink) -> None:
         self.shared = {name: SharedLimiter(link, lim) for name, lim in self.local.items()}
@@ -54,8 +53,8 @@ class Quotas:
 
     def decide(
         self, client: str, cost: int, tier: str | None = None, *, take: bool = True
-    ) -> Decision | Awaitable[Decision]:
-        """A ``Decision`` now (local) or an awaitable one (Redis, bounded in time)."""
+    ) -> Decision | Later[Decision]:
+        """A ``Decision`` now (local) or a ``Later`` one (Redis, bounded in time)."""
         limiter = self._limiter(tier)
         if isinstance(limiter, SharedLimiter):
             return limiter.decide(client, cost, take=take)
@@ -63,9 +62,5 @@ class Quotas:
 
     def charge(self, client: str, units: int, tier: str | None = None) -> None:
         """Units known only after the answer (its bytes), taken whatever is left;
-        in Redis without holding up the answer."""
-        pending = self._limiter(tier).charge(client, units)
-        if pending is not None:
-            task = asyncio.ensure_future(pending)
-            self._charges.add(task)
-            task.add_done_callback(self._charges.discard)
+        in Redis without holding up the answer (a callback, no task)."""
+        self._limiter(tier).charge(client, units)

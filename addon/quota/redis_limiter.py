@@ -14,10 +14,11 @@ would cost a second round trip (``get_window_stats``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from typing import Any
 
 from addon.quota.local import Decision, RateLimiter
-from addon.redislink.link import RedisLink, RedisUnavailable
+from addon.redislink.later import Later
+from addon.redislink.link import UNAVAILABLE, RedisLink
 
 # KEYS[1]: the client's list. ARGV: limit, window (ms), cost, take (1: if it fits,
 # 0: only say, 2: whatever is left, a cost known after the answer).
@@ -81,16 +82,26 @@ class SharedLimiter:
 
     def decide(
         self, client: str, cost: int = 1, *, take: bool = True
-    ) -> Decision | Awaitable[Decision]:
-        """The shared decision (awaitable: one round trip) while the link is up;
-        else this process's own, now, and the fallback is counted."""
+    ) -> Decision | Later[Decision]:
+        """The shared decision (a ``Later``: one round trip, resolved from the
+        connection's ``data_received``) while the link is up; else this
+        process's own, now, and the fallback is counted."""
         if self.link.up:
-            return self.check(client, cost, take=take)
+            return self.later(client, cost, take=take)
         self.link.fallback("ratelimit")
         return self.local.check(client, cost, take=take)
 
-    async def check(self, client: str, cost: int = 1, *, take: bool = True) -> Decision:
-        """The shared decision; the local one if Redis does not answer in time."""
+    def later(self, client: str, cost: int = 1, *, take: bool = True) -> Later[Decision]:
+        """The shared decision; the local one if Redis does not answer in time.
+        No coroutine: ``then`` callbacks run as the reply is read."""
+        out: Later[Decision] = Later()
+
+        def decided(reply: Any) -> None:
+            if reply is UNAVAILABLE:
+                out.resolve(self.local.check(client, cost, take=take))
+            else:
+                out.resolve(self.decision(reply))
+
         command = (
             "EVALSHA",
             self._sha,
@@ -101,28 +112,29 @@ class SharedLimiter:
             cost,
             int(take),
         )
-        try:
-            reply = await self.link.run("ratelimit", lambda: self.link.pipe.submit(*command))
-        except RedisUnavailable:
-            return self.local.check(client, cost, take=take)
-        return self.decision(reply)
+        self.link.call("ratelimit", command, decided)
+        return out
 
-    def charge(self, client: str, units: int) -> Awaitable[None] | None:
+    async def check(self, client: str, cost: int = 1, *, take: bool = True) -> Decision:
+        """``later``, awaited."""
+        return await self.later(client, cost, take=take)
+
+    def charge(self, client: str, units: int) -> None:
         """``RateLimiter.charge`` for the deployment: sent at once, not awaited
-        by the answer it follows; the local quota takes it while Redis is down."""
+        by the answer it follows; the local quota takes it while Redis is down
+        or does not answer in time."""
         if units <= 0:
-            return None
+            return
         if not self.link.up:
             self.local.charge(client, units)
-            return None
-        return self._charge(client, units)
+            return
 
-    async def _charge(self, client: str, units: int) -> None:
+        def charged(reply: Any) -> None:
+            if reply is UNAVAILABLE:
+                self.local.charge(client, units)
+
         command = ("EVALSHA", self._sha, 1, self.key(client), self.limit, self.window_ms, units, 2)
-        try:
-            await self.link.run("ratelimit", lambda: self.link.pipe.submit(*command))
-        except RedisUnavailable:
-            self.local.charge(client, units)
+        self.link.call("ratelimit", command, charged)
 
     def decision(self, reply: list[int]) -> Decision:
         allowed, used, newest, retry_at, now = (int(x) for x in reply)

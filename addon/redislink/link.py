@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis import exceptions as redis_errors
 
@@ -33,6 +33,9 @@ _LATE_S = 0.005  # a timer this late means the event loop, not Redis, held the c
 
 class RedisUnavailable(Exception):
     """The call did not complete in time or Redis refused it: use the local store."""
+
+
+UNAVAILABLE = RedisUnavailable()  # what ``RedisLink.call`` hands its callback then
 
 
 class RedisLink:
@@ -82,6 +85,13 @@ class RedisLink:
         self._failures = 0
         return result
 
+    def call(self, store: str, command: tuple[Any, ...], done: Callable[[Any], None]) -> None:
+        """``command`` within the same bound as ``run``, without a coroutine:
+        ``done(reply)`` is called from the connection's ``data_received``, or
+        ``done(UNAVAILABLE)`` (the fallback counted) from the bound's timer or
+        on an error reply."""
+        _Bounded(self, store, done).send(command)
+
     def fallback(self, store: str) -> None:
         """A request of ``store`` served locally because the link is down."""
         self.on_fallback(store)
@@ -127,6 +137,51 @@ class RedisLink:
         if self._watcher is not None:
             self._watcher.cancel()
         self.pipe.close()
+
+
+class _Bounded:
+    """One ``RedisLink.call``: its reply or its deadline, whichever comes first;
+    the other is ignored (a late reply still arrives in order and is dropped).
+    One timer, and the same rule as ``_LagGuard``: a timer that fires late means
+    this process's loop was busy (the reply may sit unread in the socket), so
+    the deadline moves on, up to ``_HARD_CAP_S``."""
+
+    __slots__ = ("_done", "_handle", "_link", "_loop", "_started", "_store", "finished")
+
+    def __init__(self, link: RedisLink, store: str, done: Callable[[Any], None]) -> None:
+        self._link, self._store, self._done = link, store, done
+        self._loop = loop = asyncio.get_running_loop()
+        self._started = started = loop.time()
+        self._handle = loop.call_at(started + link.timeout_s, self._due, started + link.timeout_s)
+        self.finished = False
+
+    def send(self, command: tuple[Any, ...]) -> None:
+        self._link.pipe.send(command, self._reply)
+
+    def _reply(self, reply: Any) -> None:
+        if self.finished:
+            return  # past its deadline: the caller went on without it
+        self.finished = True
+        self._handle.cancel()
+        link = self._link
+        if isinstance(reply, Exception):
+            link.failed(self._store, reply)
+            self._done(UNAVAILABLE)
+            return
+        link._failures = 0
+        self._done(reply)
+
+    def _due(self, due: float) -> None:
+        if self.finished:
+            return
+        now = self._loop.time()
+        if now - due > _LATE_S and now - self._started < _HARD_CAP_S:
+            nxt = min(now + self._link.timeout_s, self._started + _HARD_CAP_S)
+            self._handle = self._loop.call_at(nxt, self._due, nxt)
+            return
+        self.finished = True
+        self._link.failed(self._store, TimeoutError())
+        self._done(UNAVAILABLE)
 
 
 class _LagGuard:

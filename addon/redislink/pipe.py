@@ -12,22 +12,34 @@ a pooled connection and awaits a read per call (~230 µs of CPU per quota check
 one at a time, against ~80 µs here). redis-py is still used for what it does
 well: URL parsing and the exception types the rest of the addon catches.
 
+A caller can take its reply as a future (``submit``) or as a callback called
+from ``data_received`` itself (``send``: no task wake-up, no loop turn; the
+shared quota's decision goes that way, ``addon/redislink/later.py``). A command
+sent while nothing else is on the connection is written at once rather than at
+the end of the loop turn (at c=1 that turn was pure overhead); while others are
+in flight, the commands of one turn still leave in one write.
+
 A caller that gives up (its deadline) only cancels its own future; the reply
 still arrives in order and is dropped. A lost connection fails every waiting
-future with ``ConnectionError``; the next command reconnects.
+future (and calls every callback) with ``ConnectionError``; the next command
+reconnects.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import hiredis
 from redis import exceptions as redis_errors
 from redis.connection import parse_url
+
+log = logging.getLogger("chainproxy.redis")
 
 MAX_IN_FLIGHT = 20_000  # commands written and not answered: beyond, Redis is not keeping up
 
@@ -48,12 +60,22 @@ def pack(command: tuple[Any, ...]) -> bytes:
     return b"".join(parts)
 
 
-class _Waiter:
-    __slots__ = ("command", "future", "retried")
+Reply = Callable[[Any], None]  # called with the reply, or the exception instead of one
 
-    def __init__(self, command: tuple[Any, ...] | None, future: asyncio.Future[Any] | None) -> None:
+
+class _Waiter:
+    __slots__ = ("callback", "command", "future", "retried")
+
+    def __init__(
+        self,
+        command: tuple[Any, ...] | None,
+        future: asyncio.Future[Any] | None,
+        callback: Reply | None = None,
+    ) -> None:
         self.command = command
-        self.future = future  # None: a reply nobody waits for (AUTH, SELECT, SCRIPT LOAD)
+        # neither: a reply nobody waits for (AUTH, SELECT, SCRIPT LOAD)
+        self.future = future
+        self.callback = callback
         self.retried = False
 
 
@@ -87,22 +109,23 @@ class RedisPipe(asyncio.Protocol):
 
     def submit(self, *command: Any) -> asyncio.Future[Any]:
         """Queue one command; its reply (or the error) arrives on the future."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        if self._closed:
-            fut.set_exception(redis_errors.ConnectionError("redis link closed"))
-            return fut
-        if len(self._waiting) >= MAX_IN_FLIGHT:
-            fut.set_exception(redis_errors.ConnectionError("too many redis commands in flight"))
-            return fut
-        self._queue(command, fut)
-        if self._transport is None:
-            if self._connecting is None or self._connecting.done():
-                self._connecting = loop.create_task(self._connect())
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        refused = self._refused()
+        if refused is not None:
+            fut.set_exception(refused)
+        else:
+            self._send(_Waiter(command, fut))
         return fut
+
+    def send(self, command: tuple[Any, ...], callback: Reply) -> None:
+        """Queue one command; ``callback(reply)`` from ``data_received`` (or
+        ``callback(error)``: a ``ResponseError``, or ``ConnectionError`` when the
+        connection fails — at once if it cannot be used)."""
+        refused = self._refused()
+        if refused is not None:
+            _call(callback, refused)
+        else:
+            self._send(_Waiter(command, None, callback))
 
     def connect(self) -> None:
         """Open the connection now (in the background), so the first requests do
@@ -128,9 +151,26 @@ class RedisPipe(asyncio.Protocol):
 
     # -- connection ----------------------------------------------------------------
 
-    def _queue(self, command: tuple[Any, ...], fut: asyncio.Future[Any] | None) -> None:
-        self._out.append(pack(command))
-        self._waiting.append(_Waiter(command, fut))
+    def _refused(self) -> Exception | None:
+        if self._closed:
+            return redis_errors.ConnectionError("redis link closed")
+        if len(self._waiting) >= MAX_IN_FLIGHT:
+            return redis_errors.ConnectionError("too many redis commands in flight")
+        return None
+
+    def _send(self, w: _Waiter) -> None:
+        assert w.command is not None
+        idle = not self._waiting
+        self._out.append(pack(w.command))
+        self._waiting.append(w)
+        if self._transport is None:
+            if self._connecting is None or self._connecting.done():
+                self._connecting = asyncio.get_running_loop().create_task(self._connect())
+        elif idle and not self._flush_scheduled:
+            self._flush()  # nothing to batch it with: one loop turn sooner
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -170,7 +210,9 @@ class RedisPipe(asyncio.Protocol):
         self._out.clear()
         waiting, self._waiting = self._waiting, deque()
         for w in waiting:
-            if w.future is not None and not w.future.done():
+            if w.callback is not None:
+                _call(w.callback, error)
+            elif w.future is not None and not w.future.done():
                 w.future.set_exception(error)
 
     def _flush(self) -> None:
@@ -206,6 +248,9 @@ class RedisPipe(asyncio.Protocol):
                 return
             if str(reply).startswith("NOSCRIPT") and not w.retried and self._reload(w):
                 return
+        if w.callback is not None:
+            _call(w.callback, reply)
+            return
         if w.future is None or w.future.done():
             return
         if isinstance(reply, Exception):
@@ -227,3 +272,11 @@ class RedisPipe(asyncio.Protocol):
         self._waiting.append(w)
         self._flush()
         return True
+
+
+def _call(callback: Reply, reply: Any) -> None:
+    """A caller's bug must not stop the replies of everyone after it."""
+    try:
+        callback(reply)
+    except Exception:
+        log.exception("redis reply callback failed")

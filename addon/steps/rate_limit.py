@@ -5,20 +5,20 @@ refused whole (429). Their bytes are charged after the answer
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
 from addon.pipeline.context import RpcContext
 from addon.pipeline.jsonrpc import LIMIT_EXCEEDED, Call, error_obj
 from addon.quota.costs import base_cost
 from addon.quota.local import Decision
+from addon.redislink.later import Later
 from addon.runtime import Runtime
 
 
-def rate_limit(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
+def rate_limit(rpc: RpcContext, rt: Runtime) -> Later[Decision] | None:
     """Per-client quota in units (``addon/quota/costs.py``): a batch costs the
     sum of its calls and is taken whole or refused whole. Shared through Redis
-    when configured (then the step awaits one round trip)."""
+    when configured (then the run waits for one round trip)."""
     assert rpc.parsed is not None
     items = rpc.parsed.items
     costs = rt.quotas.costs(rpc.tier)
@@ -35,20 +35,19 @@ def rate_limit(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
     return take_units(rpc, rt, units)
 
 
-def take_units(rpc: RpcContext, rt: Runtime, units: int) -> Awaitable[None] | None:
+def take_units(rpc: RpcContext, rt: Runtime, units: int) -> Later[Decision] | None:
     """Take ``units`` from the call's client, all or nothing, or refuse the call
-    (429, the batch whole); awaitable when the quota is in Redis."""
+    (429, the batch whole); a ``Later`` when the quota is in Redis: the decision
+    is applied by its first callback, as the reply is read, and the runner goes
+    on from there (``addon/pipeline/runner.py``), so no coroutine per step."""
     if units == 0:
         return None
     decision = rt.quotas.decide(rpc.client, units, rpc.tier)
     if isinstance(decision, Decision):
         _apply(rpc, decision, units)
         return None
-    return _apply_later(rpc, decision, units)
-
-
-async def _apply_later(rpc: RpcContext, pending: Awaitable[Decision], units: int) -> None:
-    _apply(rpc, await pending, units)
+    decision.then(lambda done: _apply(rpc, done.result(), units))
+    return decision
 
 
 def _apply(rpc: RpcContext, decision: Decision, units: int) -> None:
