@@ -9,9 +9,16 @@ The budget keeps hedges at most ``max_ratio`` of calls: every call earns
 ``max_ratio`` of a token (up to a small burst), a hedge spends one. So a
 network where every node is slow (p95 itself is high) is not doubled: the
 delay follows the latencies, and the budget caps the extra load.
+
+The attempt a hedge outraced is left to finish (``finish_unheard``), so its
+node's real latency is learned; those still running are kept here.
 """
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from common.config.upstream_calls import HedgeConfig
 
@@ -19,6 +26,13 @@ _WINDOW = 512  # recent good latencies kept
 _MIN_SAMPLES = 20  # before this many, no hedging (no idea what "slow" is yet)
 _RECOMPUTE_EVERY = 32  # samples between two quantile computations
 _BURST = 5.0  # tokens a quiet network can save up
+# Past its timeout an outraced attempt is cancelled even if its transport
+# overlooked it: one left pending would keep its node's in-flight age growing.
+_GRACE_S = 1.0
+
+# Outraced attempts still running: referenced so that none is collected while
+# it runs, and so that they can be cancelled together (``cancel_outraced``).
+_OUTRACED: set[asyncio.Task[Any]] = set()
 
 
 class Hedger:
@@ -66,3 +80,31 @@ class Hedger:
             q = ordered[min(len(ordered) - 1, int(self.config.quantile * len(ordered)))]
             c = self.config
             self._delay_s = min(c.max_delay_ms, max(c.min_delay_ms, q)) / 1000
+
+
+def finish_unheard(
+    task: asyncio.Task[Any], timeout: float, settle: Callable[[asyncio.Task[Any]], None]
+) -> None:
+    """Let an attempt a hedge outraced run to its end (``timeout``, plus a
+    grace), then ``settle`` it (with the task, done or cancelled)."""
+    _OUTRACED.add(task)
+    guard = asyncio.get_running_loop().call_later(timeout + _GRACE_S, task.cancel)
+
+    def done(t: asyncio.Task[Any]) -> None:
+        _OUTRACED.discard(t)
+        guard.cancel()
+        settle(t)
+
+    task.add_done_callback(done)
+
+
+def outraced_in_flight() -> int:
+    """Outraced attempts still running."""
+    return len(_OUTRACED)
+
+
+def cancel_outraced() -> None:
+    """Cancel the outraced attempts still running (shutting down: nobody reads
+    their answers); each is settled as abandoned when its cancel lands."""
+    for task in list(_OUTRACED):
+        task.cancel()

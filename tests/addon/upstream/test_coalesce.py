@@ -1,6 +1,7 @@
-"""Identical calls in flight share one upstream call: the key ignores ids, a late
-joiner still gets the answer, a leaving caller cancels nobody, a failure reaches
-every waiter and the number of keys stays bounded."""
+"""Identical calls in flight share one upstream call: the key ignores ids, the
+starter runs it in its own task, a leaving follower cancels nobody, a leaving
+starter leaves the followers to send it again, a failure reaches every waiter
+and the number of keys stays bounded."""
 
 from __future__ import annotations
 
@@ -53,30 +54,36 @@ async def test_identical_calls_in_flight_share_one_upstream_call() -> None:
     assert started == 2
 
 
-async def test_a_call_after_the_answer_but_before_its_starter_resumed_joins_it() -> None:
+async def test_the_starter_runs_the_call_in_its_own_task_and_the_key_leaves_with_it() -> None:
+    """No task per distinct call: the starter sends it itself, and takes the key
+    out in the same step as it gets the answer (nothing can slip in between)."""
     co = Coalescer()
-    started = 0
+    ran_in: list[asyncio.Task[object] | None] = []
     gate = asyncio.Event()
 
     async def upstream() -> ForwardResult:
-        nonlocal started
-        started += 1
+        ran_in.append(asyncio.current_task())
         await gate.wait()
         return _result("z")
 
-    first = asyncio.ensure_future(co.run(b"k", upstream))
-    await asyncio.sleep(0)  # the starter sent it
-    task = co._inflight[b"k"]
+    async def starter() -> tuple[ForwardResult, bool, int]:
+        result, shared = await co.run(b"k", upstream)
+        return result, shared, len(co)  # right as it resumes, before any other step
+
+    first = asyncio.ensure_future(starter())
+    await asyncio.sleep(0)
+    assert ran_in == [first] and len(co) == 1
+    before = len(asyncio.all_tasks())
+    follower = asyncio.ensure_future(co.run(b"k", upstream))
+    await asyncio.sleep(0)
+    assert len(asyncio.all_tasks()) == before + 1  # the follower's own, nothing more
     gate.set()
-    await task  # answered; the starter resumes (and stores the answer) after this test
-    assert not first.done()
-    result, shared = await co.run(b"k", upstream)  # not a second upstream call
-    assert shared and started == 1 and result.answers == ({"result": "z"},)
-    await first
-    assert len(co) == 0
+    result, shared, keys = await first
+    assert not shared and keys == 0 and result.answers == ({"result": "z"},)
+    assert await follower == (result, True) and ran_in == [first]
 
 
-async def test_the_first_caller_leaving_does_not_cancel_the_others() -> None:
+async def test_a_follower_leaving_cancels_nobody() -> None:
     co = Coalescer()
     gate = asyncio.Event()
 
@@ -87,12 +94,60 @@ async def test_the_first_caller_leaving_does_not_cancel_the_others() -> None:
     first = asyncio.ensure_future(co.run(b"k", upstream))
     await asyncio.sleep(0)
     second = asyncio.ensure_future(co.run(b"k", upstream))
+    third = asyncio.ensure_future(co.run(b"k", upstream))
+    await asyncio.sleep(0)
+    second.cancel()  # its client closed the connection
+    gate.set()
+    assert await first == (_result("x"), False) and await third == (_result("x"), True)
+    assert len(co) == 0
+
+
+async def test_the_first_caller_leaving_does_not_leave_the_others_without_an_answer() -> None:
+    """The starter's call ran in its task and goes with it: the followers send it
+    again, once, the first of them for all (and whatever it got, they get)."""
+    co = Coalescer()
+    started = 0
+    gate = asyncio.Event()
+
+    async def upstream() -> ForwardResult:
+        nonlocal started
+        started += 1
+        await gate.wait()
+        return _result(f"x{started}")
+
+    first = asyncio.ensure_future(co.run(b"k", upstream))
+    await asyncio.sleep(0)
+    others = [asyncio.ensure_future(co.run(b"k", upstream)) for _ in range(3)]
     await asyncio.sleep(0)
     first.cancel()  # its client closed the connection
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.sleep(0)
+    assert started == 2 and len(co) == 1  # sent again by one follower
     gate.set()
-    result, shared = await second
-    assert shared and result.answers == ({"result": "x"},)
-    assert len(co) == 0  # the key went with the call, though its starter had left
+    got = await asyncio.gather(*others)
+    assert [r.answers for r, _ in got] == [({"result": "x2"},)] * 3
+    assert [s for _, s in got] == [False, True, True]
+    assert len(co) == 0
+
+
+async def test_a_starter_left_alone_cancels_its_call() -> None:
+    co = Coalescer()
+    cancelled = asyncio.Event()
+
+    async def upstream() -> ForwardResult:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return _result("never")
+
+    first = asyncio.ensure_future(co.run(b"k", upstream))
+    await asyncio.sleep(0)
+    first.cancel()
+    await asyncio.sleep(0)
+    assert cancelled.is_set() and len(co) == 0
 
 
 async def test_a_failure_reaches_every_waiter_and_the_bound_holds() -> None:
