@@ -24,9 +24,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from addon.runtime import Runtime
 from addon.upstream import http_client
-from addon.upstream.forward import TransportError
+from addon.upstream.forward import AiohttpTransport, TransportError, new_session
 from addon.upstream.http_client import LeanTransport
+from common.config import ConfigError, parse_config
 from tests.addon.upstream.conftest import MakeTransport
 
 OK = b'{"jsonrpc":"2.0","id":0,"result":"0x1"}'
@@ -488,3 +490,35 @@ async def test_https_with_the_node_certificate_checked(tmp_path: Path) -> None:
     # the trusted calls shared one connection; the refused handshake never
     # reached the handler
     assert raw.connections == 1
+
+
+# --- the runtime's wiring (proxy.upstream_client) -------------------------------
+
+
+async def test_the_runtime_builds_the_configured_client_and_hands_it_on() -> None:
+    async with new_session() as session:
+        lean = Runtime.build(parse_config({}))
+        lean.attach_session(session)
+        assert isinstance(lean.transport, LeanTransport) and lean.lean is lean.transport
+        # a reload keeps the pool (its connections are warm) and takes the new limit
+        again = Runtime.build(parse_config({"proxy": {"max_response_bytes": 4096}}))
+        again.inherit(lean)
+        assert again.transport is lean.transport and again.lean is not None
+        assert again.lean.max_response_bytes == 4096
+        # the way back: aiohttp's client, the lean one closed
+        old = Runtime.build(parse_config({"proxy": {"upstream_client": "aiohttp"}}))
+        old.inherit(again)
+        assert isinstance(old.transport, AiohttpTransport) and old.lean is None
+        with pytest.raises(RuntimeError):
+            await again.lean.post("http://127.0.0.1:9/", b"{}", 1)
+        # and detaching (the addon unloaded) closes the lean client's connections
+        back = Runtime.build(parse_config({}))
+        back.inherit(old)
+        assert isinstance(back.transport, LeanTransport)
+        closing = back.lean
+        assert back.detach_session() is session and back.transport is None
+        assert closing is not None and back.lean is None
+        with pytest.raises(RuntimeError):
+            await closing.post("http://127.0.0.1:9/", b"{}", 1)
+    with pytest.raises(ConfigError, match=r"proxy\.upstream_client"):
+        parse_config({"proxy": {"upstream_client": "httpx"}})
