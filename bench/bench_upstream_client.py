@@ -1,10 +1,12 @@
-"""What one upstream call costs the proxy's process: chainproxy's
-``AiohttpTransport`` (``addon/upstream/forward.py``) against a minimal
-keep-alive HTTP/1.1 client on an ``asyncio.Protocol`` (the shape of
-``addon/redislink/pipe.py``), both POSTing to the trivial upstream, one call at
-a time and 32 at once; CPU time of this process per call, alternating rounds,
-medians. The lean client here is a measuring stick, not a product: no
-chunked bodies, redirects, TLS or stale-connection retry.
+"""What one upstream call costs the proxy's process: chainproxy's two clients,
+``AiohttpTransport`` (``addon/upstream/forward.py``, ``proxy.upstream_client:
+aiohttp``) and ``LeanTransport`` (``addon/upstream/http_client.py``, the
+default), against a minimal keep-alive HTTP/1.1 client on an
+``asyncio.Protocol`` (the shape of ``addon/redislink/pipe.py``), all POSTing to
+the trivial upstream, one call at a time and 32 at once; CPU time of this
+process per call, rotating order each round, medians. The minimal client is a
+measuring stick (the floor), not a product: no chunked bodies, redirects, TLS,
+size cap, limits or stale-connection retry.
 
     python bench/bench_upstream_client.py [--rounds 5] [--calls 4000]
 """
@@ -24,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from addon.upstream.forward import AiohttpTransport, new_session
+from addon.upstream.http_client import LeanTransport
 from bench.stack import Stack
 
 BODY = json.dumps(
@@ -67,7 +70,7 @@ class _Conn(asyncio.Protocol):
         return self.waiter
 
 
-class LeanTransport:
+class MinimalTransport:
     """``Transport`` (``post(url, body, timeout)``) over pooled keep-alive connections."""
 
     def __init__(self) -> None:
@@ -100,9 +103,11 @@ async def per_call(transport: Any, url: str, concurrency: int, calls: int) -> fl
 
 async def main_async(url: str, rounds: int, calls: int) -> dict[str, float]:
     session = new_session()
+    lean = LeanTransport(max_response_bytes=1 << 24)
     clients = {
         "aiohttp": AiohttpTransport(session, max_response_bytes=1 << 24),
-        "lean": LeanTransport(),
+        "lean": lean,
+        "minimal": MinimalTransport(),
     }
     out: dict[str, list[float]] = {}
     try:
@@ -111,11 +116,13 @@ async def main_async(url: str, rounds: int, calls: int) -> dict[str, float]:
                 await per_call(t, url, c, 200)
         for r in range(rounds):
             for c in (1, 32):
-                names = list(clients) if r % 2 == 0 else list(clients)[::-1]
+                k = r % len(clients)  # each client first in turn
+                names = list(clients)[k:] + list(clients)[:k]
                 for name in names:
                     us = await per_call(clients[name], url, c, calls)
                     out.setdefault(f"{name}, c={c}", []).append(us)
     finally:
+        lean.close()
         await session.close()
     return {k: statistics.median(v) for k, v in out.items()}
 
@@ -135,8 +142,10 @@ def main() -> int:
     for k, v in res.items():
         print(f"{k}: {v:.0f} µs CPU per upstream call")
     for c in (1, 32):
-        a, b = res[f"aiohttp, c={c}"], res[f"lean, c={c}"]
-        print(f"c={c}: lean ÷ aiohttp {b / a:.2f} ({a - b:.0f} µs less per call)")
+        a = res[f"aiohttp, c={c}"]
+        for name in ("lean", "minimal"):
+            b = res[f"{name}, c={c}"]
+            print(f"c={c}: {name} ÷ aiohttp {b / a:.2f} ({a - b:.0f} µs less per call)")
     return 0
 
 
