@@ -60,7 +60,9 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   budget before being sent or shed), ``{endpoint, reason}`` for upstream
   back-offs (a node started or extended a back-off: ``reason`` is
   ``rate-limited`` for a 429 or a JSON-RPC rate-limit error, ``overloaded``
-  for a 503 with ``Retry-After``).
+  for a 503 with ``Retry-After``); ``{network, path}`` for WebSocket client
+  messages, counted when their socket ends (``path``: ``direct``, read by
+  chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer).
 * ``gauges``: the proxy's current values when it built the batch (not deltas),
   integers >= 0; at most ``MAX_ROWS`` methods per subscription map. The
   ``UPSTREAM_GAUGES`` maps are keyed by ``endpoint_id`` (at most ``MAX_ROWS``
@@ -114,6 +116,7 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_prewarm_total",
     "chainproxy_cross_checks_total",
     "chainproxy_access_log_dropped_total",
+    "chainproxy_ws_messages_total",
 )
 BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
 GAUGES: Final = ("ws_connections", "spool_batches")

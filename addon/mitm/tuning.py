@@ -138,8 +138,9 @@ class ProxyTuning:
             DIRECT_OPTION,
             bool,
             True,
-            "Write WebSocket answers and notifications straight to plain-text client "
-            "sockets (fast fan-out of subscriptions); false: through mitmproxy, so that "
+            "Read WebSocket calls from plain-text client sockets and write answers and "
+            "notifications to them directly (a cache hit costs a third; fast fan-out of "
+            "subscriptions); false: both through mitmproxy's WebSocket layer, so that "
             "mitmweb shows them (make inspect sets it).",
         )
 

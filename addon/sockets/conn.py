@@ -54,6 +54,12 @@ class ClientConn:
         # sockets, a known mitmproxy); else mitmproxy's inject (what mitmweb shows).
         self._write = mitm_internals.client_writer(master, flow) if direct else None
         self._out: list[bytes] = []
+        self.reads: Any = None  # addon/mitm/ws_reads.DirectReads, once its reads are taken over
+
+    @property
+    def direct(self) -> bool:
+        """Answers go straight to the socket (so may its messages come from it)."""
+        return self._write is not None
 
     @property
     def open(self) -> bool:
@@ -114,6 +120,8 @@ class ClientConn:
 
     def describe(self) -> str:
         text = f"WebSocket JSON-RPC, {self.network}: {self.calls} message(s)"
+        if self.reads is not None and self.reads.messages:
+            text += f" ({self.reads.messages} read directly)"
         if self.subscriptions:
             methods = sorted(set(self.subscriptions.values()))
             text += f", {len(self.subscriptions)} subscription(s): {', '.join(methods)}"

@@ -39,14 +39,15 @@ from addon.mitm import limits as mitm_limits
 from addon.mitm.tuning import DIRECT_OPTION
 from addon.pipeline.context import WS_HEADERS_KEY, WS_KEY
 from addon.pipeline.gate import flow_caller
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, LIMIT_EXCEEDED, Refusal, dumps, error_obj
+from addon.pipeline.jsonrpc import LIMIT_EXCEEDED, Refusal, dumps, error_obj
 from addon.pipeline.paths import RpcRoute, classify
-from addon.pipeline.reply import json_response, message_body
+from addon.pipeline.reply import json_response
 from addon.quota.local import Decision
 from addon.quota.tiers import Caller
 from addon.reporting.live_metrics import refusal_policy
 from addon.runtime import Runtime, RuntimeHolder
 from addon.sockets.conn import SLOW_CLIENT_CLOSE, ClientConn
+from addon.sockets.direct import DirectAnswers, internal_error, reply
 from addon.sockets.sink import FLOW_HEADER, Sink
 from addon.sockets.slots import LEASE_S, RETRY_AFTER_S
 from addon.steps.rate_limit import quota_error
@@ -92,6 +93,8 @@ class WebSocketRpc:
         # refusals of the WebSocket message limit (by default one never installed: none)
         self.read_limits = read_limits if read_limits is not None else mitm_limits.ReadLimits()
         self.sink = Sink()
+        # messages read straight from the socket, once it is open (the usual path)
+        self.direct = DirectAnswers(pipeline, self.read_limits.limits)
         self._conns: dict[str, ClientConn] = {}
         self._renewer: asyncio.Task[None] | None = None
 
@@ -170,6 +173,7 @@ class WebSocketRpc:
             on_slow=self._close_slow,
             direct=bool(getattr(ctx.options, DIRECT_OPTION, True)),
         )
+        self.direct.attach(conn, ctx.master)
         return conn
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
@@ -221,10 +225,13 @@ class WebSocketRpc:
         conn = self._conns.pop(flow.id, None)
         if conn is None:
             return
+        if conn.reads is not None:
+            conn.reads.release()
         for task in list(conn.tasks):
             task.cancel()
         rt = self.holder.runtime
         if rt is not None:
+            _count_messages(rt, conn)
             rt.ws_connections = max(0, rt.ws_connections - 1)
             rt.subs.release(conn)  # closing a socket ends its subscriptions
             rt.slots.release(flow.id)  # ... and frees its slot
@@ -241,21 +248,16 @@ class WebSocketRpc:
         )
 
     async def _answer(self, flow: http.HTTPFlow, conn: ClientConn, content: bytes) -> None:
-        afters = None
         try:
             rpc = await self.pipeline.message(content, conn, conn)
-            body, afters = message_body(rpc), rpc.afters
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("WebSocket message on %s: no answer", conn.network)
-            body = dumps(error_obj(None, INTERNAL_ERROR, "internal proxy error"))
+            internal_error(conn, conn.network)
+            return
         finally:
             conn.slots.release()
-        if conn.open:
-            conn.send(body)  # the same way as its notifications: they never overtake it
-            for after in afters or ():  # e.g. the current head, right after the subscription id
-                after()
+        reply(conn, rpc)
 
     async def drain(self, deadline: float) -> int:
         """Going away (``addon/drain.py``): each socket's calls in flight are
@@ -280,9 +282,12 @@ class WebSocketRpc:
         # connections to it end, and their clients reconnect
         rt = self.holder.runtime
         for conn in self._conns.values():
+            if conn.reads is not None:
+                conn.reads.release()  # the next instance reads through mitmproxy
             for task in list(conn.tasks):
                 task.cancel()
             if rt is not None:
+                _count_messages(rt, conn)
                 rt.subs.release(conn)
                 rt.slots.release(conn.flow.id)
         self._conns.clear()
@@ -311,6 +316,16 @@ class WebSocketRpc:
 
 
 _SOCKET_RETRY = (("Retry-After", str(RETRY_AFTER_S)),)
+
+
+def _count_messages(rt: Runtime, conn: ClientConn) -> None:
+    """A socket's messages by who read them (whether the fast path is in use)."""
+    direct = conn.reads.messages if conn.reads is not None else 0
+    metric, network = "chainproxy_ws_messages_total", conn.network
+    if direct:
+        rt.metrics.count_extra(metric, direct, network=network, path="direct")
+    if conn.calls > direct:
+        rt.metrics.count_extra(metric, conn.calls - direct, network=network, path="mitmproxy")
 
 
 def _socket_cap(rt: Runtime, caller: Caller) -> int:

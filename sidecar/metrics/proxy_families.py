@@ -38,6 +38,8 @@ _EXTRA_HELP = {
     " network and outcome (agree, mismatch, quarantined, readmitted, unresolved, skipped)",
     "chainproxy_prewarm_total": "Reads fetched ahead at a new block by the pre-warm, by network"
     " and outcome (fetched, used by a client, wasted: no client came, skipped)",
+    "chainproxy_ws_messages_total": "WebSocket client messages, by who read them (direct: "
+    "chainproxy itself; mitmproxy: its WebSocket layer), counted when the socket ends",
     "chainproxy_pin_fallbacks_total": "Reads the proxy pinned to a head no node knew"
     " (reorged away, not imported yet), sent again unpinned, by network",
     "chainproxy_upstream_backoffs_total": "Times a node started or extended a back-off, by"

@@ -161,6 +161,40 @@ async def test_client_going_away_mid_call_leaves_the_proxy_serving(stack: Stack)
     assert r.status == 200
 
 
+async def test_messages_are_read_by_chainproxy_unless_ws_direct_is_off(stack: Stack) -> None:
+    """On a plain-text socket the proxy reads the client's frames itself (the
+    fast path, addon/mitm/ws_reads.py): the same answers, a ping's pong, and
+    a close handed back to mitmproxy, which ends the socket with the closing
+    handshake (tests/e2e/test_ws_fuzz_e2e.py sends every other kind of
+    frame). With ``chainproxy_ws_direct`` off every message goes through
+    mitmproxy's WebSocket layer. The sidecar's ``chainproxy_ws_messages_total``
+    says which path read them."""
+    path = "mitmproxy" if "chainproxy_ws_direct=false" in stack.proxy_sets else "direct"
+    sample = f'chainproxy_ws_messages_total{{network="finney",path="{path}"}}'
+    before = await _metric(stack, sample)
+    async with connect(stack) as ws:
+        for i in range(5):
+            got = await ask(ws, call("chain_getBlockHash", [i], id_=f"d{i}"))
+            assert got["id"] == f"d{i}" and got["result"].startswith("0x"), got
+        await ws.ping(b"are you there")  # aiohttp answers pongs itself; the call after still works
+        got = await ask(ws, call("system_health", id_="after-ping"))
+        assert got["id"] == "after-ping", got
+    deadline = asyncio.get_running_loop().time() + 30
+    while (n := await _metric(stack, sample)) < before + 6:
+        assert asyncio.get_running_loop().time() < deadline, (sample, before, n)
+        await asyncio.sleep(0.5)
+
+
+async def _metric(stack: Stack, sample: str) -> float:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{stack.sidecar_url}/metrics") as r:
+            text = await r.text()
+    for line in text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 async def test_websocket_calls_are_counted_in_usage_and_served_from_the_cache(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

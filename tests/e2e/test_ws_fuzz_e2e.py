@@ -502,6 +502,38 @@ def test_a_ping_flood_gets_every_pong_and_others_are_answered(wstack: Stack) -> 
     assert answer["id"] == "flood" and "result" in answer
 
 
+def test_frames_split_across_reads_then_a_fragmented_message_are_all_answered(
+    wstack: Stack,
+) -> None:
+    """The proxy reads plain-text sockets itself (addon/mitm/ws_reads.py): a
+    frame arriving a few bytes at a time, several frames in one read, then a
+    fragmented message (handed back to mitmproxy with every byte after it)
+    and calls after that: each answered once, and a clean close."""
+    ws = RawWs(port_of(wstack))
+    ws.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        split = encode(TEXT, json.dumps(call("chain_getBlockHash", [1], id_="split")).encode())
+        for i in range(0, len(split), 3):  # separate reads, most likely: a pause between
+            assert ws.send(split[i : i + 3])
+            time.sleep(0.002)
+        assert _answer(ws)["id"] == "split"
+        many = [call("chain_getBlockHash", [i], id_=f"m{i}") for i in range(20)]
+        assert ws.send(b"".join(encode(TEXT, json.dumps(c).encode()) for c in many))
+        seen = {_answer(ws)["id"] for _ in many}
+        assert seen == {f"m{i}" for i in range(20)}
+        body = json.dumps(call("system_health", id_="frag")).encode()
+        after = encode(TEXT, json.dumps(call("system_health", id_="after")).encode())
+        wire = encode(TEXT, body[:10], fin=False) + encode(0, body[10:]) + after
+        assert ws.send(wire)
+        assert {_answer(ws)["id"], _answer(ws)["id"]} == {"frag", "after"}
+        assert ws.send(encode(CLOSE, close_payload(1000)))
+        got = ws.frame(time.monotonic() + 15)
+        assert got is not None and got[0] == CLOSE, got
+        assert struct.unpack("!H", got[1][:2])[0] == 1000
+    finally:
+        ws.close()
+
+
 def test_the_proxy_logged_no_error_and_serves_http(wstack: Stack) -> None:
     assert wstack.proxy is not None
     log = wstack.proxy.output()
