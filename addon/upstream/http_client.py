@@ -2,19 +2,17 @@
 ``asyncio.Protocol``, answers parsed by ``httptools`` (llhttp, uvicorn's parser).
 
 Why not aiohttp's ClientSession (still there, ``proxy.upstream_client:
-aiohttp``): ~309 µs of CPU per upstream call at 32 at once against ~91 µs for
-a protocol client (``bench/bench_upstream_client.py``, docs/BENCHMARKS.md
-issue 28), spent on what a JSON-RPC POST does not use (cookies, redirects,
-streaming readers, trace hooks). Here a call is: an idle connection (or a new
-one), one write, the answer fed to the parser in ``data_received``, one future.
+aiohttp``): it spends ~3x the CPU per upstream call (``bench/
+bench_upstream_client.py``, docs/BENCHMARKS.md issue 28) on what a JSON-RPC
+POST does not use (cookies, redirects, streaming readers, trace hooks). Here a
+call is: an idle connection (or a new one), one write, one future.
 
-The semantics are ``AiohttpTransport``'s: the same ``TransportError`` reasons,
-one retry on a new connection when a reused keep-alive connection closes before
-any byte of the answer, idle connections dropped after 4 s, the response-size
-cap, gzip/deflate decoded, no redirects followed, no cookies, at most 256
-connections per host and 1024 in all (callers beyond wait). A post that is
-cancelled (the hedge's loser, a timeout) aborts its connection: a connection
-goes back to the pool only after a whole answer.
+``AiohttpTransport``'s semantics: the same ``TransportError`` reasons, one
+retry on a new connection when a reused one closes before any byte of the
+answer, idle connections dropped after 4 s, the size cap, gzip/deflate
+decoded, no redirects, no cookies, 256 connections per host and 1024 in all
+(callers beyond wait). A cancelled post (the hedge's loser, a timeout) aborts
+its connection: only a whole answer frees one for another call.
 """
 
 from __future__ import annotations
@@ -93,14 +91,17 @@ class _Conn(asyncio.Protocol):
         self.retry_after: bytes | None = None
         self.keep_alive = False
 
-    # --- the exchange ---
-
     def send(self, data: bytes, limit: int) -> asyncio.Future[_Answer]:
         assert self.transport is not None
         self._reset()
         self.limit = limit
         self.waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(data)
+        if not self.usable or self.transport.is_closing():
+            # lost between connect and now: a write would vanish and the call
+            # wait for its timeout; nothing was answered
+            self._fail(_Stale())
+        else:
+            self.transport.write(data)
         return self.waiter
 
     def close(self, abort: bool = True) -> None:
@@ -115,8 +116,6 @@ class _Conn(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
         self.close()
-
-    # --- asyncio.Protocol ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -144,7 +143,10 @@ class _Conn(asyncio.Protocol):
         else:  # cut inside the status line or headers
             self._fail(TransportError("disconnected"))
 
-    # --- httptools callbacks ---
+    # httptools' callbacks
+    def on_message_begin(self) -> None:
+        if self.waiter is None:  # bytes after the answer: the stream is not ours to reuse
+            self.usable = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         n = name.lower()
@@ -223,12 +225,8 @@ class _Target:
             b"Accept-Encoding: gzip, deflate",
         ]
         if u.username is not None:  # as aiohttp: the userinfo becomes basic auth
-            creds = f"{unquote(u.username)}:{unquote(u.password or '')}"
-            try:
-                raw = creds.encode("latin1")
-            except UnicodeEncodeError:
-                raw = creds.encode()
-            lines.append(b"Authorization: Basic " + base64.b64encode(raw))
+            creds = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
+            lines.append(b"Authorization: Basic " + base64.b64encode(creds))
         self.head = b"\r\n".join(lines) + b"\r\nContent-Length: "
         self.key = (self.tls, self.host, self.port)
 
@@ -257,8 +255,6 @@ class LeanTransport:
         self._closed = False
 
     async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-        if self._closed:  # as aiohttp's closed session: a programming error, not a node's
-            raise RuntimeError("LeanTransport is closed")
         target = self._targets.get(url)
         if target is None:
             try:
@@ -334,16 +330,14 @@ class LeanTransport:
         return None
 
     async def _connect(self, target: _Target) -> _Conn:
-        loop = asyncio.get_running_loop()
+        tls, name = None, None
+        if target.tls:
+            tls, name = self._ssl or ssl.create_default_context(), target.host
+            self._ssl = tls  # built once: loading the system's CAs takes milliseconds
         try:
-            if target.tls:
-                if self._ssl is None:
-                    self._ssl = ssl.create_default_context()
-                _, conn = await loop.create_connection(
-                    _Conn, target.host, target.port, ssl=self._ssl, server_hostname=target.host
-                )
-            else:
-                _, conn = await loop.create_connection(_Conn, target.host, target.port)
+            _, conn = await asyncio.get_running_loop().create_connection(
+                _Conn, target.host, target.port, ssl=tls, server_hostname=name
+            )
         except OSError:  # refused, unreachable, DNS, TLS handshake or certificate
             raise TransportError("connect-error") from None
         return conn
@@ -356,21 +350,25 @@ class LeanTransport:
         """Close connections idle for ``keepalive_s``, before the node does."""
         self._sweep = None
         now = self._clock()
-        left = False
         for host in self._hosts.values():
-            old = [c for c in host.idle if now - c.idle_since >= self._keepalive_s]
-            for c in old:
-                c.close(abort=False)
+            for c in host.idle:
+                if now - c.idle_since >= self._keepalive_s:
+                    c.close(abort=False)
             host.idle = [c for c in host.idle if c.usable]
-            left = left or bool(host.idle)
-        if left:
+        if any(h.idle for h in self._hosts.values()):
             self._arm_sweep()
 
     def idle_connections(self) -> int:
         return sum(len(h.idle) for h in self._hosts.values())
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        """Close the idle connections; one in use closes when its call ends."""
+        """Close the idle connections; one in use closes when its call ends.
+        Calls still work, unpooled: a flow that began before a reload may
+        still fail over through this client after the new runtime let it go."""
         self._closed = True
         if self._sweep is not None:
             self._sweep.cancel()
