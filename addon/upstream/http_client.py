@@ -38,6 +38,8 @@ MAX_TARGETS = 4096  # URLs parsed and kept (they come from the config: a handful
 # metrics read the same whichever client runs
 BAD_ANSWER = "client-error:ClientResponseError"
 _USER_AGENT = b"chainproxy"  # some providers' gateways refuse a request without one
+# as aiohttp: a node whose IPv6 address is unreachable is tried on IPv4 after 250 ms
+_EYEBALLS = {"happy_eyeballs_delay": 0.25}
 
 
 # status, body (still encoded), Content-Encoding, Retry-After
@@ -336,7 +338,7 @@ class LeanTransport:
             self._ssl = tls  # built once: loading the system's CAs takes milliseconds
         try:
             _, conn = await asyncio.get_running_loop().create_connection(
-                _Conn, target.host, target.port, ssl=tls, server_hostname=name
+                _Conn, target.host, target.port, ssl=tls, server_hostname=name, **_EYEBALLS
             )
         except OSError:  # refused, unreachable, DNS, TLS handshake or certificate
             raise TransportError("connect-error") from None
