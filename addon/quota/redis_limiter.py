@@ -19,6 +19,7 @@ from typing import Any
 from addon.quota.local import Decision, RateLimiter
 from addon.redislink.later import Later
 from addon.redislink.link import UNAVAILABLE, RedisLink
+from addon.redislink.pipe import bulk
 
 # KEYS[1]: the client's list. ARGV: limit, window (ms), cost, take (1: if it fits,
 # 0: only say, 2: whatever is left, a cost known after the answer).
@@ -76,6 +77,10 @@ class SharedLimiter:
         self.window_ms = round(local.window * 1000)
         self.policy = local.policy
         self._sha = link.pipe.script(_SCRIPT)
+        # the EVALSHA's constant parts, packed once: every call pays for packing
+        self._head = b"*8\r\n" + bulk("EVALSHA") + bulk(self._sha) + bulk(1)
+        self._limits = bulk(self.limit) + bulk(self.window_ms)
+        self._take_one = self._limits + bulk(1) + bulk(1)  # nearly every check
 
     def key(self, client: str) -> str:
         return self.link.key("rl", self.policy, client)
@@ -102,17 +107,10 @@ class SharedLimiter:
             else:
                 out.resolve(self.decision(reply))
 
-        command = (
-            "EVALSHA",
-            self._sha,
-            1,
-            self.key(client),
-            self.limit,
-            self.window_ms,
-            cost,
-            int(take),
-        )
-        self.link.call("ratelimit", command, decided)
+        key = self.key(client)
+        command = ("EVALSHA", self._sha, 1, key, self.limit, self.window_ms, cost, int(take))
+        tail = self._take_one if cost == 1 and take else self._limits + bulk(cost) + bulk(int(take))
+        self.link.call("ratelimit", command, decided, self._head + bulk(key) + tail)
         return out
 
     async def check(self, client: str, cost: int = 1, *, take: bool = True) -> Decision:
@@ -137,7 +135,7 @@ class SharedLimiter:
         self.link.call("ratelimit", command, charged)
 
     def decision(self, reply: list[int]) -> Decision:
-        allowed, used, newest, retry_at, now = (int(x) for x in reply)
+        allowed, used, newest, retry_at, now = reply  # Lua numbers: integers
         window = self.window_ms
         if retry_at < 0:
             retry_s = window / 1000  # more than the whole quota: never fits

@@ -85,12 +85,19 @@ class RedisLink:
         self._failures = 0
         return result
 
-    def call(self, store: str, command: tuple[Any, ...], done: Callable[[Any], None]) -> None:
-        """``command`` within the same bound as ``run``, without a coroutine:
-        ``done(reply)`` is called from the connection's ``data_received``, or
-        ``done(UNAVAILABLE)`` (the fallback counted) from the bound's timer or
-        on an error reply."""
-        _Bounded(self, store, done).send(command)
+    def call(
+        self,
+        store: str,
+        command: tuple[Any, ...],
+        done: Callable[[Any], None],
+        packed: bytes | None = None,
+    ) -> None:
+        """``command`` (``packed``: already in RESP) within the same bound as
+        ``run``, without a coroutine: ``done(reply)`` is called from the
+        connection's ``data_received``, or ``done(UNAVAILABLE)`` (the fallback
+        counted) from the bound's timer or on an error reply."""
+        bounded = _Bounded(self, store, done)
+        self.pipe.send(command, bounded.reply, packed)
 
     def fallback(self, store: str) -> None:
         """A request of ``store`` served locally because the link is down."""
@@ -155,10 +162,7 @@ class _Bounded:
         self._handle = loop.call_at(started + link.timeout_s, self._due, started + link.timeout_s)
         self.finished = False
 
-    def send(self, command: tuple[Any, ...]) -> None:
-        self._link.pipe.send(command, self._reply)
-
-    def _reply(self, reply: Any) -> None:
+    def reply(self, reply: Any) -> None:
         if self.finished:
             return  # past its deadline: the caller went on without it
         self.finished = True

@@ -46,18 +46,20 @@ MAX_IN_FLIGHT = 20_000  # commands written and not answered: beyond, Redis is no
 
 def pack(command: tuple[Any, ...]) -> bytes:
     """One command in RESP (an array of bulk strings)."""
-    parts = [b"*%d\r\n" % len(command)]
-    for arg in command:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, int | float):
-            data = repr(arg).encode()
-        else:
-            raise TypeError(f"redis argument of type {type(arg).__name__}")
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
+    return b"*%d\r\n" % len(command) + b"".join([bulk(arg) for arg in command])
+
+
+def bulk(arg: Any) -> bytes:
+    """One argument as a RESP bulk string."""
+    if isinstance(arg, bytes):
+        data = arg
+    elif isinstance(arg, str):
+        data = arg.encode()
+    elif isinstance(arg, int | float):
+        data = repr(arg).encode()
+    else:
+        raise TypeError(f"redis argument of type {type(arg).__name__}")
+    return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
 Reply = Callable[[Any], None]  # called with the reply, or the exception instead of one
@@ -117,15 +119,16 @@ class RedisPipe(asyncio.Protocol):
             self._send(_Waiter(command, fut))
         return fut
 
-    def send(self, command: tuple[Any, ...], callback: Reply) -> None:
+    def send(self, command: tuple[Any, ...], callback: Reply, packed: bytes | None = None) -> None:
         """Queue one command; ``callback(reply)`` from ``data_received`` (or
         ``callback(error)``: a ``ResponseError``, or ``ConnectionError`` when the
-        connection fails — at once if it cannot be used)."""
+        connection fails — at once if it cannot be used). ``packed``: the
+        command already in RESP (a caller that sends the same one often)."""
         refused = self._refused()
         if refused is not None:
             _call(callback, refused)
         else:
-            self._send(_Waiter(command, None, callback))
+            self._send(_Waiter(command, None, callback), packed)
 
     def connect(self) -> None:
         """Open the connection now (in the background), so the first requests do
@@ -158,10 +161,10 @@ class RedisPipe(asyncio.Protocol):
             return redis_errors.ConnectionError("too many redis commands in flight")
         return None
 
-    def _send(self, w: _Waiter) -> None:
+    def _send(self, w: _Waiter, packed: bytes | None = None) -> None:
         assert w.command is not None
         idle = not self._waiting
-        self._out.append(pack(w.command))
+        self._out.append(pack(w.command) if packed is None else packed)
         self._waiting.append(w)
         if self._transport is None:
             if self._connecting is None or self._connecting.done():
