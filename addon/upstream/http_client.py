@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 import ssl
 import time
 import zlib
 from collections.abc import Callable
 from urllib.parse import quote, unquote, urlsplit
 
+import aiohappyeyeballs
 import httptools
 
 from addon.upstream.backoff import parse_retry_after
@@ -38,12 +40,10 @@ MAX_TARGETS = 4096  # URLs parsed and kept (they come from the config: a handful
 # metrics read the same whichever client runs
 BAD_ANSWER = "client-error:ClientResponseError"
 _USER_AGENT = b"chainproxy"  # some providers' gateways refuse a request without one
-# as aiohttp: a node whose IPv6 address is unreachable is tried on IPv4 after 250 ms
-_EYEBALLS = {"happy_eyeballs_delay": 0.25}
 
 
 # status, body (still encoded), Content-Encoding, Retry-After
-_Answer = tuple[int, bytes, bytes, bytes | None]
+_Answer = tuple[int, bytes, bytes, str | None]
 
 
 class _Stale(Exception):
@@ -90,7 +90,7 @@ class _Conn(asyncio.Protocol):
         self.sized = False  # Content-Length or chunked: the end is known without EOF
         self.length = 0
         self.encoding = b""
-        self.retry_after: bytes | None = None
+        self.retry_after: str | None = None
         self.keep_alive = False
 
     def send(self, data: bytes, limit: int) -> asyncio.Future[_Answer]:
@@ -160,7 +160,7 @@ class _Conn(asyncio.Protocol):
         elif n == b"content-encoding":
             self.encoding = value.strip().lower()
         elif n == b"retry-after":
-            self.retry_after = value
+            self.retry_after = value.decode("latin1")
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
@@ -273,9 +273,7 @@ class LeanTransport:
         except TimeoutError:
             raise TransportError("timeout") from None
         if status in (429, 503):
-            retry = None
-            if retry_after is not None:
-                retry = parse_retry_after(retry_after.decode("latin1"), self._wall())
+            retry = parse_retry_after(retry_after, self._wall())
             if status == 429 or retry is not None:  # "too many requests"
                 raise TransportError("rate-limited" if status == 429 else "http-503", retry)
         if encoding in (b"gzip", b"x-gzip", b"deflate") and raw:
@@ -283,9 +281,7 @@ class LeanTransport:
         return status, raw
 
     async def _call(self, target: _Target, request: bytes) -> _Answer:
-        host = self._hosts.get(target.key)
-        if host is None:
-            host = self._hosts[target.key] = _Host()
+        host = self._hosts.get(target.key) or self._hosts.setdefault(target.key, _Host())
         async with self._slots, host.slots:
             conn = self._idle(host) or await self._connect(target)
             try:
@@ -336,10 +332,13 @@ class LeanTransport:
         if target.tls:
             tls, name = self._ssl or ssl.create_default_context(), target.host
             self._ssl = tls  # built once: loading the system's CAs takes milliseconds
+        loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.get_running_loop().create_connection(
-                _Conn, target.host, target.port, ssl=tls, server_hostname=name, **_EYEBALLS
-            )
+            infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+            # aiohttp's happy eyeballs: a silent IPv6 address, then IPv4 250 ms
+            # later (asyncio's own, 3.12.1, asserts when an address refuses)
+            sock = await aiohappyeyeballs.start_connection(infos, happy_eyeballs_delay=0.25)
+            _, conn = await loop.create_connection(_Conn, sock=sock, ssl=tls, server_hostname=name)
         except OSError:  # refused, unreachable, DNS, TLS handshake or certificate
             raise TransportError("connect-error") from None
         return conn

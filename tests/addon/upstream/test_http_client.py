@@ -285,9 +285,11 @@ async def test_refused_is_a_connect_error(make_transport: MakeTransport) -> None
     with socket.socket() as s:  # a port nobody listens on (bound, then released)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(TransportError) as e:
-        await make_transport().post(f"http://127.0.0.1:{port}/", b"{}", 5)
-    assert e.value.reason == "connect-error"
+    # by name too: resolved, then connected through happy eyeballs
+    for host in ("127.0.0.1", "localhost"):
+        with pytest.raises(TransportError) as e:
+            await make_transport().post(f"http://{host}:{port}/", b"{}", 5)
+        assert e.value.reason == "connect-error"
 
 
 async def test_an_answer_that_is_not_http(make_transport: MakeTransport) -> None:
