@@ -64,6 +64,9 @@ def _part(stack: str) -> str:
     return "other"
 
 
+_IDLE = ("_worker (concurrent/futures/thread.py:89)",)
+
+
 def summarize(collapsed: Path, top: int = 25) -> str:
     """Self time per function and per part from py-spy's collapsed stacks."""
     own: Counter[str] = Counter()
@@ -73,9 +76,11 @@ def summarize(collapsed: Path, top: int = 25) -> str:
         stack, _, n = line.rpartition(" ")
         if not stack or not n.isdigit():
             continue
+        leaf = stack.split(";")[-1]
+        if leaf.startswith(_IDLE):
+            continue  # a pool thread waiting for work (py-spy counts it busy)
         count = int(n)
         total += count
-        leaf = stack.split(";")[-1]
         own[leaf] += count
         parts[_part(stack)] += count
     if not total:
@@ -211,8 +216,8 @@ def main() -> int:
                 timeout=args.seconds + 60,
             )
             load.join()
-            lr = result["load"]
-            print(f"{name}: {lr.rps:,.0f} req/s under the profiler, errors {lr.errors}")  # type: ignore[attr-defined]
+            lr = result["load"]  # type: ignore[assignment]
+            print(f"{name}: {lr.rps:,.0f} req/s under the profiler, errors {lr.errors} {lr.detail}")
             print(summarize(raw))
             # the flame graph from the same stacks: a second recording would differ
             flame = shutil.which("inferno-flamegraph")
