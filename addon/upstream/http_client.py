@@ -36,8 +36,7 @@ KEEPALIVE_S = 4.0  # node servers (Node, chopsticks) drop idle connections at 5 
 LIMIT_PER_HOST = 256
 LIMIT = 1024
 MAX_TARGETS = 4096  # URLs parsed and kept (they come from the config: a handful)
-# What aiohttp reported for an answer that is not HTTP: kept so dashboards and
-# metrics read the same whichever client runs
+# aiohttp's reason for an answer that is not HTTP: metrics read the same either way
 BAD_ANSWER = "client-error:ClientResponseError"
 _USER_AGENT = b"chainproxy"  # some providers' gateways refuse a request without one
 
@@ -107,8 +106,7 @@ class _Conn(asyncio.Protocol):
         return self.waiter
 
     def close(self, abort: bool = True) -> None:
-        """``abort``: at once, unsent bytes dropped (an answer half read is
-        never to be read); else a plain close (an idle connection's FIN)."""
+        """``abort``: at once (an answer half read is never read); else a FIN."""
         self.usable = False
         if self.transport is not None:
             self.transport.abort() if abort else self.transport.close()
@@ -272,6 +270,10 @@ class LeanTransport:
                 status, raw, encoding, retry_after = await self._call(target, request)
         except TimeoutError:
             raise TransportError("timeout") from None
+        except (TransportError, asyncio.CancelledError):
+            raise
+        except Exception as e:  # a bug here or below: the node's attempt fails, not the call
+            raise TransportError(f"client-error:{type(e).__name__}") from e
         if status in (429, 503):
             retry = parse_retry_after(retry_after, self._wall())
             if status == 429 or retry is not None:  # "too many requests"
@@ -381,8 +383,7 @@ class LeanTransport:
 
 
 def _decode(raw: bytes, encoding: bytes, limit: int) -> bytes:
-    """The body without its Content-Encoding, at most ``limit`` bytes of it (a
-    small gzip may inflate to gigabytes)."""
+    """The body decoded, at most ``limit`` bytes of it (a small gzip may inflate to GBs)."""
     if encoding == b"deflate":  # zlib-wrapped as the RFC says, or raw as some servers send
         wbits = zlib.MAX_WBITS if raw[0] & 0x0F == 8 else -zlib.MAX_WBITS
     else:

@@ -527,3 +527,19 @@ async def test_the_runtime_builds_the_configured_client_and_hands_it_on() -> Non
         assert closing.closed
     with pytest.raises(ConfigError, match=r"proxy\.upstream_client"):
         parse_config({"proxy": {"upstream_client": "httpx"}})
+
+
+async def test_a_fault_in_the_client_fails_the_attempt_not_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As asyncio's happy eyeballs did in Python 3.12.1 (an AssertionError when a
+    killed node refused): failover sees a failed node, the client no 500."""
+
+    async def broken(*_: Any, **__: Any) -> Any:
+        raise AssertionError
+
+    monkeypatch.setattr(http_client.aiohappyeyeballs, "start_connection", broken)
+    t = LeanTransport(max_response_bytes=1000)
+    with pytest.raises(TransportError) as e:
+        await t.post("http://127.0.0.1:9/", b"{}", 5)
+    assert e.value.reason == "client-error:AssertionError"
