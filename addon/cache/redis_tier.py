@@ -19,7 +19,8 @@ from collections.abc import Awaitable
 from typing import Any
 
 from addon.cache.store import CacheStore
-from addon.redislink.link import RedisLink, RedisUnavailable
+from addon.redislink.later import Later
+from addon.redislink.link import UNAVAILABLE, RedisLink, RedisUnavailable
 from common.jsontext import dumps, loads
 
 log = logging.getLogger("chainproxy.cache")
@@ -41,35 +42,34 @@ class SharedCacheTier:
 
     def lookup(
         self, keys: list[str], fill: CacheStore | None = None
-    ) -> Awaitable[list[Any | None] | None] | None:
-        """``get_many`` while the link is up; None (and the fallback counted) while
-        it is down: the local tier alone answers then."""
+    ) -> Later[list[Any | None] | None] | None:
+        """``later_many`` while the link is up; None (and the fallback counted)
+        while it is down: the local tier alone answers then."""
         if self.link.up:
-            return self.get_many(keys, fill)
+            return self.later_many(keys, fill)
         self.link.fallback("cache")
         return None
+
+    def later_many(
+        self, keys: list[str], fill: CacheStore | None = None
+    ) -> Later[list[Any | None] | None]:
+        """The decoded values of ``keys`` (None where absent), each found one also
+        put in ``fill`` (the local tier answers the next one); None: Redis
+        unavailable. One ``MGET``, resolved by callback as the reply is read
+        (no coroutine: the pipeline goes on from there)."""
+        out: Later[list[Any | None] | None] = Later()
+
+        def found(raw: Any) -> None:
+            out.resolve(None if raw is UNAVAILABLE else _decode(keys, raw, fill))
+
+        self.link.call("cache", ("MGET", *[self.key(k) for k in keys]), found)
+        return out
 
     async def get_many(
         self, keys: list[str], fill: CacheStore | None = None
     ) -> list[Any | None] | None:
-        """The decoded values of ``keys`` (None where absent), each found one also
-        put in ``fill`` (the local tier answers the next one); None: Redis
-        unavailable."""
-        names = [self.key(k) for k in keys]
-        try:
-            raw = await self.link.run("cache", lambda: self.link.pipe.submit("MGET", *names))
-        except RedisUnavailable:
-            return None
-        out: list[Any | None] = []
-        for key, item in zip(keys, raw, strict=True):
-            try:
-                value = None if item is None else loads(item)
-            except ValueError:  # not ours, or cut short: a miss
-                value = None
-            if value is not None and fill is not None:
-                fill.set(key, value)
-            out.append(value)
-        return out
+        """``later_many``, awaited."""
+        return await self.later_many(keys, fill)
 
     def put(self, cache_key: str, value: Any) -> None:
         if not self.link.up:
@@ -105,6 +105,19 @@ class SharedCacheTier:
                 await self.link.run("cache", lambda sets=sets: asyncio.gather(*sets))
             except RedisUnavailable:
                 return  # these entries stay local only; the link decides when to retry
+
+
+def _decode(keys: list[str], raw: list[Any], fill: CacheStore | None) -> list[Any | None]:
+    out: list[Any | None] = []
+    for key, item in zip(keys, raw, strict=True):
+        try:
+            value = None if item is None else loads(item)
+        except ValueError:  # not ours, or cut short: a miss
+            value = None
+        if value is not None and fill is not None:
+            fill.set(key, value)
+        out.append(value)
+    return out
 
 
 async def _quietly(op: Awaitable[object]) -> None:

@@ -4,19 +4,19 @@ each cacheable call keeps its plan for ``cache_store``."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
 from addon.cache.per_runtime import runtime_entry
 from addon.cache.rules import answer_from, plan
 from addon.pipeline.context import RpcContext
 from addon.pipeline.jsonrpc import Call
+from addon.redislink.later import Later
 from addon.runtime import Runtime
 
 
-def cache_lookup(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
+def cache_lookup(rpc: RpcContext, rt: Runtime) -> Later[Any] | None:
     """Local tier first; the calls it missed ask the shared tier (Redis) in one
-    round trip when one is configured and up."""
+    round trip when one is configured and up (a ``Later``: no coroutine)."""
     if rt.cache is None:
         return None
     assert rpc.parsed is not None
@@ -52,16 +52,15 @@ def cache_lookup(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
         keys = [key for i in missed for key in rpc.plans[i].keys]
         found = shared.lookup(keys, fill=rt.cache)  # None: Redis down, the local tier alone
         if found is not None:
-            return _shared_hits(rpc, missed, found)
+            # applied as the reply is read; the runner goes on from there
+            found.then(lambda done: _shared_hits(rpc, missed, done.result()))
+            return found
     _mark(rpc)
     return None
 
 
-async def _shared_hits(
-    rpc: RpcContext, missed: list[int], found: Awaitable[list[Any | None] | None]
-) -> None:
+def _shared_hits(rpc: RpcContext, missed: list[int], values: list[Any | None] | None) -> None:
     assert rpc.parsed is not None
-    values = await found
     if values is not None:
         at = 0
         for i in missed:
