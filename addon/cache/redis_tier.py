@@ -7,8 +7,9 @@ texts as the local tier, each with a TTL (``redis.cache_ttl_s``) so Redis
 memory stays bounded even without ``maxmemory-policy allkeys-lru``.
 
 Writes never delay an answer: they are queued and go out with the next
-pipeline (``addon/redislink/pipe.py``); past ``MAX_PENDING`` queued entries new ones are dropped
-(counted), and while the link is down nothing is queued.
+pipeline (``addon/redislink/pipe.py``), one batch in flight at a time, without
+a task; past ``MAX_PENDING`` queued entries new ones are dropped (counted), and
+while the link is down nothing is queued.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class SharedCacheTier:
         self.ttl_s = ttl_s
         self.dropped = 0
         self._pending: dict[str, bytes] = {}
-        self._flush: asyncio.Task[None] | None = None
+        self._scheduled = False  # a _send at the end of this loop turn
+        self._in_flight = False  # a batch written and not answered
         self._deletes: set[asyncio.Task[None]] = set()
 
     def key(self, cache_key: str) -> str:
@@ -80,8 +82,10 @@ class SharedCacheTier:
                 log.warning("redis cache writes behind: %d entries not shared", self.dropped)
             return
         self._pending[self.key(cache_key)] = dumps(value)
-        if self._flush is None or self._flush.done():
-            self._flush = asyncio.get_running_loop().create_task(self._send())
+        if not self._scheduled and not self._in_flight:
+            # at the end of this loop turn, so its other answers go in the same write
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._send)
 
     def delete(self, cache_key: str) -> None:
         """Forget a shared entry (an answer a cross-check found wrong), not waited for."""
@@ -94,17 +98,31 @@ class SharedCacheTier:
         self._deletes.add(task)
         task.add_done_callback(self._deletes.discard)
 
-    async def _send(self) -> None:
-        await asyncio.sleep(0)  # let this loop turn's other answers queue theirs
-        while self._pending:
-            batch, self._pending = self._pending, {}
+    def _send(self) -> None:
+        """One batch of ``SET``s in flight at a time (a slow Redis makes the
+        queue, bounded by ``MAX_PENDING``, not the connection, grow); no task:
+        the last ``SET`` carries the batch's bound and sends the next batch."""
+        self._scheduled = False
+        if self._in_flight or not self._pending:
+            return
+        batch, self._pending = self._pending, {}
+        self._in_flight = True
+        *first, (name, text) = batch.items()
+        send = self.link.pipe.send
+        for earlier, body in first:
+            send(("SET", earlier, body, "EX", self.ttl_s), _ignore)
+        self.link.call("cache", ("SET", name, text, "EX", self.ttl_s), self._sent)
 
-            submit = self.link.pipe.submit
-            sets = [submit("SET", name, text, "EX", self.ttl_s) for name, text in batch.items()]
-            try:
-                await self.link.run("cache", lambda sets=sets: asyncio.gather(*sets))
-            except RedisUnavailable:
-                return  # these entries stay local only; the link decides when to retry
+    def _sent(self, reply: Any) -> None:
+        self._in_flight = False
+        if reply is UNAVAILABLE:
+            return  # these entries stay local only; the link decides when to retry
+        if self._pending:
+            self._send()
+
+
+def _ignore(reply: Any) -> None:
+    """An earlier ``SET`` of a batch: the batch's last one reports for it (in order)."""
 
 
 def _decode(keys: list[str], raw: list[Any], fill: CacheStore | None) -> list[Any | None]:
