@@ -31,3 +31,23 @@ async def test_the_cache_tier_is_shared_and_expires(redis_server: RedisServer) -
     assert await tb.get_many(["k1"]) is None  # unavailable: the caller goes upstream
     await a.close()
     await b.close()
+
+
+async def test_writes_go_in_batches_one_in_flight_without_a_task(
+    redis_server: RedisServer,
+) -> None:
+    link = redis_link(redis_server, timeout_ms=2000)
+    tier = SharedCacheTier(link, ttl_s=30)
+    await link.pipe.ping()
+    tasks = len(asyncio.all_tasks())
+    for i in range(50):  # one loop turn's answers: one batch
+        tier.put(f"w{i}", i)
+    assert len(asyncio.all_tasks()) == tasks
+    await asyncio.sleep(0)  # the end of the turn: the batch leaves
+    tier.put("next", "x")  # queued while the batch is in flight, sent after it
+    assert "next" in "".join(tier._pending)
+    deadline = time.monotonic() + 5
+    while await tier.get_many(["next"]) == [None] and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    assert await tier.get_many(["w0", "w49", "next"]) == [0, 49, "x"]
+    await link.close()

@@ -1,9 +1,10 @@
 """The RPC pipeline with mitmproxy's test flows and an in-process fake upstream: the
-order of the steps, what each answers, the annotations mitmweb shows, and a step
-that fails."""
+order of the steps, what each answers, the annotations mitmweb shows, a step
+that fails, and a step that waits on a reply read by callback (``Later``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ from mitmproxy.test import tflow
 from addon.addons import Guard
 from addon.pipeline.context import META_KEY, SIDECAR_PATH_KEY
 from addon.pipeline.runner import RpcPipeline
+from addon.redislink.later import Later
 from addon.runtime import RuntimeHolder
 from addon.upstream.forward import TransportError
 from tests.addon.helpers import (
@@ -116,5 +118,76 @@ async def test_a_failing_awaited_step_is_a_500_not_a_forwarded_flow() -> None:
 
     stages = [RpcPipeline(holder, steps=(broken,)), Guard()]
     f = await run(stages, rpc_flow(call("system_health")))
+    assert f.response.status_code == 500
+    assert body(f)["error"]["message"] == "internal proxy error"
+
+
+# -- a step that waits on a reply read by callback (the shared quota) ----------------------
+
+
+def _pipeline(*steps: Any) -> list[Any]:
+    _, _, rt = make()
+    holder = RuntimeHolder()
+    holder.runtime = rt
+    return [RpcPipeline(holder, steps=steps), Guard()]
+
+
+async def test_the_run_goes_on_from_the_callback_and_one_await_ends_it() -> None:
+    later: Later[None] = Later()
+    order: list[str] = []
+
+    def waits(rpc: Any, rt: Any) -> Later[None]:
+        later.then(lambda done: order.append("applied"))
+        return later
+
+    def after(rpc: Any, rt: Any) -> None:
+        order.append("next step")
+
+    async def forward(rpc: Any, rt: Any) -> None:
+        order.append("forwarded")
+        rpc.refuse(418, {"jsonrpc": "2.0", "id": 1, "result": "done"})
+
+    pipe = _pipeline(waits, after, forward)
+    f = rpc_flow(call("system_health"))
+    pending = pipe[0].request(f)
+    assert pending is not None and order == []
+
+    def resolve() -> None:
+        later.resolve(None)
+        order.append("resolved")  # the steps ran inside the resolve: no task woke for them
+
+    asyncio.get_running_loop().call_soon(resolve)
+    await pending  # one await: the callback, the next steps and the forward
+    assert order == ["applied", "next step", "resolved", "forwarded"]
+    assert f.response.status_code == 418
+
+
+async def test_a_later_already_resolved_goes_on_at_once() -> None:
+    def done_now(rpc: Any, rt: Any) -> Later[None]:
+        later: Later[None] = Later()
+        later.resolve(None)
+        return later
+
+    def answer(rpc: Any, rt: Any) -> None:
+        rpc.refuse(418, {"jsonrpc": "2.0", "id": 1, "result": "sync"})
+
+    pipe = _pipeline(done_now, answer)
+    f = rpc_flow(call("system_health"))
+    assert pipe[0].request(f) is None  # nothing to await: answered in the hook
+    assert f.response.status_code == 418
+
+
+async def test_a_failing_callback_is_a_500() -> None:
+    later: Later[None] = Later()
+
+    def waits(rpc: Any, rt: Any) -> Later[None]:
+        later.then(lambda done: 1 / 0)  # the step's own apply has a bug
+        return later
+
+    pipe = _pipeline(waits)
+    f = rpc_flow(call("system_health"))
+    pending = pipe[0].request(f)
+    asyncio.get_running_loop().call_soon(later.resolve, None)
+    await pending
     assert f.response.status_code == 500
     assert body(f)["error"]["message"] == "internal proxy error"

@@ -117,3 +117,32 @@ async def test_a_slow_redis_costs_a_request_at_most_the_bound(redis_server: Redi
     assert decision.allowed  # from the local limiter
     assert waited < 0.5  # the bound is 50 ms; never the full second
     await link.close()
+
+
+async def test_the_decision_is_handed_on_as_the_reply_is_read(redis_server: RedisServer) -> None:
+    link = redis_link(redis_server, timeout_ms=2000)
+    lim = shared_limiter(link, requests=3)
+    order: list[str] = []
+    later = lim.later("cb")
+    later.then(lambda done: order.append(f"callback {done.result().remaining}"))
+    assert not later.done  # one round trip: nothing decided locally
+
+    async def waiter() -> None:
+        await later
+        order.append("task")
+
+    await asyncio.ensure_future(waiter())
+    assert order == ["callback 2", "task"]  # applied before any task woke
+    await link.close()
+
+
+async def test_a_charge_is_sent_without_a_task_and_counts(redis_server: RedisServer) -> None:
+    link = redis_link(redis_server, timeout_ms=2000)
+    lim = shared_limiter(link, requests=10)
+    tasks = len(asyncio.all_tasks())
+    lim.charge("bytes", 4)  # the bytes of an answer, after it
+    assert len(asyncio.all_tasks()) == tasks
+    assert (await lim.check("bytes", take=False)).remaining == 6  # in order, after the charge
+    lim.charge("bytes", 50)  # whatever is left: the window is full, not over
+    assert (await lim.check("bytes", take=False)).remaining == 0
+    await link.close()

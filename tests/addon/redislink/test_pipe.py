@@ -135,3 +135,86 @@ def test_connect_without_a_running_loop_waits_for_the_first_command() -> None:
     pipe = RedisPipe("redis://127.0.0.1:1/0", connect_timeout_s=0.1)
     pipe.connect()  # no loop here: nothing scheduled, nothing raised
     assert pipe._connecting is None and pipe._transport is None
+
+
+# -- send: replies by callback, from the read itself ------------------------------------
+
+
+async def test_send_hands_each_reply_to_its_callback_from_the_read_in_order(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    pipe = RedisPipe(redis_server.url, connect_timeout_s=2)
+    await pipe.ping()
+    reading = False
+    read = pipe.data_received
+
+    def data_received(data: bytes) -> None:
+        nonlocal reading
+        reading = True
+        read(data)
+        reading = False
+
+    pipe.data_received = data_received  # type: ignore[method-assign]
+    seen: list[tuple[object, bool]] = []
+    done = asyncio.get_running_loop().create_future()
+
+    def broken(reply: object) -> None:
+        raise RuntimeError("a caller's bug")
+
+    pipe.send(("SET", "cb", "1"), lambda r: seen.append((r, reading)))
+    pipe.send(("NOSUCHCOMMAND",), lambda r: seen.append((type(r), reading)))
+    pipe.send(("ECHO", "x"), broken)
+    pipe.send(("GET", "cb"), lambda r: (seen.append((r, reading)), done.set_result(None)))
+    await done
+    assert seen == [
+        (b"OK", True),
+        (redis_errors.ResponseError, True),  # an error reply: the exception, not raised
+        (b"1", True),  # after a callback that raised
+    ]
+    assert "callback failed" in caplog.text
+    pipe.close()
+
+
+async def test_a_command_on_an_idle_connection_is_written_at_once(
+    redis_server: RedisServer,
+) -> None:
+    pipe = RedisPipe(redis_server.url, connect_timeout_s=2)
+    await pipe.ping()
+    assert pipe._transport is not None
+    writes: list[bytes] = []
+    write = pipe._transport.write
+
+    def counted(data: bytes) -> None:  # type: ignore[override]
+        writes.append(data)
+        write(data)
+
+    pipe._transport.write = counted  # type: ignore[method-assign]
+    replies: list[object] = []
+    pipe.send(("ECHO", "alone"), replies.append)
+    assert len(writes) == 1  # nothing else in flight: no wait for the end of the turn
+    # while it is in flight, the turn's other commands leave together
+    pipe.send(("ECHO", "b"), replies.append)
+    pipe.send(("ECHO", "c"), replies.append)
+    assert len(writes) == 1
+    assert await pipe.submit("ECHO", "d") == b"d"
+    assert len(writes) == 2 and replies == [b"alone", b"b", b"c"]
+    pipe.close()
+
+
+async def test_a_lost_connection_calls_every_callback_with_the_error(
+    redis_server: RedisServer,
+) -> None:
+    pipe = RedisPipe(redis_server.url, connect_timeout_s=0.5)
+    await pipe.ping()
+    errors: list[object] = []
+    pipe.send(("BLPOP", "never", "5"), errors.append)
+    await asyncio.sleep(0.05)
+    redis_server.stop()
+    for _ in range(200):
+        if errors:
+            break
+        await asyncio.sleep(0.01)
+    assert len(errors) == 1 and isinstance(errors[0], redis_errors.ConnectionError)
+    pipe.close()
+    pipe.send(("PING",), errors.append)  # closed: told at once
+    assert len(errors) == 2 and "closed" in str(errors[1])

@@ -4,13 +4,18 @@ misses, hits count against the quota and are recorded as usage."""
 
 from __future__ import annotations
 
+import asyncio
+
+from addon.cache.redis_tier import SharedCacheTier
 from tests.addon.helpers import (
     body,
     cached_stages,
     call,
+    redis_link,
     rpc_flow,
     run,
 )
+from tests.redis_server import RedisServer
 
 H = "0x" + "ab" * 32
 
@@ -89,3 +94,31 @@ def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() ->
         "record",
         "respond",
     ]
+
+
+async def test_a_read_cached_by_another_proxy_is_a_hit_from_redis(
+    redis_server: RedisServer,
+) -> None:
+    """Two proxies, one Redis, the quota shared too: the second proxy's local
+    tier misses, the MGET's reply is applied by callback and the call goes on
+    from there to the answer, with no upstream call."""
+    a, fake_a, rt_a = cached_stages()
+    b, fake_b, rt_b = cached_stages()
+    links = [redis_link(redis_server, timeout_ms=2000) for _ in range(2)]
+    for rt, link in zip((rt_a, rt_b), links, strict=True):
+        rt.quotas.use_redis(link)
+        rt.shared_cache = SharedCacheTier(link, ttl_s=60)
+    miss = await run(a, rpc_flow(call("chain_getBlock", [H], id_="a")))
+    assert miss.response.headers["X-Cache"] == "MISS" and len(fake_a.seen) == 1
+    (cache_key,) = rt_a.cache.data  # type: ignore[union-attr]
+    key = rt_a.shared_cache.key(cache_key)  # type: ignore[union-attr]
+    for _ in range(200):  # the write goes out after the answer
+        if redis_server.command("EXISTS", key) == b":1\r\n":
+            break
+        await asyncio.sleep(0.01)
+    hit = await run(b, rpc_flow(call("chain_getBlock", [H], id_=7)))
+    assert hit.response.headers["X-Cache"] == "HIT" and fake_b.seen == []
+    assert body(hit) == {"jsonrpc": "2.0", "id": 7, "result": "chain_getBlock-ok"}
+    assert rt_b.cache.get(cache_key) is not None  # filled locally from Redis
+    for link in links:
+        await link.close()
