@@ -82,8 +82,9 @@ class Coalescer:
         except BaseException as e:
             self._end(key, shared)
             if shared.future is not None:
-                # a failure reaches every joiner; a starter cancelled hands on
-                gone = isinstance(e, asyncio.CancelledError | KeyboardInterrupt | SystemExit)
+                # a failure reaches every joiner; a starter cancelled (or its
+                # coroutine closed) hands the call on to them
+                gone = not isinstance(e, Exception)
                 shared.future.set_exception(_StarterLeft() if gone else e)
                 shared.future.exception()  # retrieved, even if every joiner left
             raise
