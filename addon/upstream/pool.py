@@ -10,7 +10,9 @@ an equal share without starving it of the requests that re-measure it.
 The latency estimate is also at least the age of the oldest call still in
 flight on that upstream: a node that has just turned slow shows it while its
 first slow call is still waiting, not only once it has come back (until then
-the EWMA still says "fast" and the node keeps attracting calls).
+the EWMA still says "fast" and the node keeps attracting calls). An attempt a
+hedge outraced stays in flight until it ends, and then teaches its real
+latency (``forward.py``).
 """
 
 from __future__ import annotations
@@ -206,13 +208,6 @@ class UpstreamPool:
     def abandoned(self, u: Upstream, latency_ms: float | None = None) -> None:
         """The attempt ended without an outcome (cancelled): no health verdict."""
         self._settle(u, latency_ms)
-
-    def outraced(self, u: Upstream, latency_ms: float) -> None:
-        """A hedge answered first and this attempt was cancelled: no health verdict,
-        but it took at least ``latency_ms``, so its latency estimate learns that
-        (a node that stalls stops being first choice, and stops costing hedges)."""
-        self._settle(u, latency_ms)
-        self._observe(u, latency_ms)
 
     def succeeded(self, u: Upstream, latency_ms: float) -> None:
         self._settle(u, latency_ms)
