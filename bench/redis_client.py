@@ -43,7 +43,7 @@ async def _measure(url: str) -> dict[str, float]:
     sha = await client.script_load(_SCRIPT)
 
     async def pipe_check(i: int) -> Any:
-        return await limiter.check(f"c{i % 1000}")
+        return await limiter.decide(f"c{i % 1000}")  # what the quota step calls
 
     async def redispy_check(i: int) -> Any:
         return await client.execute_command(

@@ -59,7 +59,11 @@ def _stages(tmp: Path, redis_url: str | None) -> list[Any]:
         },
     }
     if redis_url is not None:
-        raw["redis"] = {"url": redis_url, "key_prefix": f"bench-pipe-{time.time_ns()}:"}
+        raw["redis"] = {
+            "url": redis_url,
+            "key_prefix": f"bench-pipe-{time.time_ns()}:",
+            "timeout_ms": 5000,  # never the local fallback, even under a slow tool
+        }
     config = parse_config(raw, env={})
     addons = build_addons()
     settings = next(a for a in addons if isinstance(a, Settings))
@@ -130,12 +134,31 @@ async def measure(redis_url: str, quick: bool) -> dict[str, float]:
     return res
 
 
+async def one_side(redis_url: str | None, calls: int) -> None:
+    """Only ``calls`` miss calls at c=1 on one side, after a warm-up: for counting
+    what a call costs with a tool outside (instructions, system calls) as the
+    difference of two runs with different ``calls``."""
+    with tempfile.TemporaryDirectory(prefix="bench-redis-pipe-") as tmp:
+        stages = _stages(Path(tmp), redis_url)
+        await _cpu(stages, _flows(200, MISS), 1)
+        if calls:
+            await _cpu(stages, _flows(calls, MISS), 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--redis", help="an existing redis-server (default: start one)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--side", choices=("local", "redis"), help="one side only (see one_side)")
+    ap.add_argument("--calls", type=int, default=1000, help="with --side")
     args = ap.parse_args()
+    if args.side is not None:
+        url = args.redis if args.side == "redis" else None
+        if args.side == "redis" and url is None:
+            sys.exit("--side redis needs --redis URL")
+        asyncio.run(one_side(url, args.calls))
+        return
     child = None
     url = args.redis
     tmp = tempfile.TemporaryDirectory(prefix="bench-redis-server-")
