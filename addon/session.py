@@ -8,6 +8,7 @@ from mitmproxy.utils.asyncio_utils import create_task
 
 from addon.runtime import RuntimeHolder
 from addon.upstream.forward import new_session
+from addon.upstream.hedge import cancel_outraced
 
 
 class HttpSession:
@@ -25,6 +26,7 @@ class HttpSession:
         rt = self.holder.runtime
         if rt is not None:
             rt.subs.stop()  # its sockets end with the session: no resubscribing now
+            cancel_outraced()  # hedge losers still running: nobody reads their answers
             if rt.access_log is not None:
                 rt.access_log.close()  # what is queued is written (bounded)
         session = rt.detach_session() if rt is not None else None
