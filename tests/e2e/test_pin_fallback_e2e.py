@@ -24,8 +24,10 @@ pytestmark = pytest.mark.e2e
 
 BLOCK_S = 3.0
 # probes once a minute: what the proxy knows of each node's height stays the
-# start's, as between two probes of a real deployment
-STALE_PROBES = {"probe": {"interval_s": 60, "head_interval_s": 60, "timeout_s": 1}}
+# start's, as between two probes of a real deployment (a generous timeout: a
+# first probe that times out while everything starts would leave a node's
+# height unknown for the whole test)
+STALE_PROBES = {"probe": {"interval_s": 60, "head_interval_s": 60, "timeout_s": 5}}
 _keys = iter(range(1, 10**9))
 
 
@@ -109,7 +111,7 @@ async def test_a_head_from_a_node_that_dies_while_the_other_lags(pinning: Stack)
 async def _probed_level(stack: Stack) -> None:
     """Until the sidecar's first probes have seen both nodes at one height."""
     url = f"{stack.sidecar_url}/api/v1/internal/routes/finney"
-    for _ in range(100):
+    for _ in range(200):
         with contextlib.suppress(OSError, ValueError):
             ups = http_json(url, timeout=2)["upstreams"]
             bests = {u.get("best") for u in ups}
