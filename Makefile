@@ -1,9 +1,9 @@
-# chainproxy — the commands of DESIGN.md section 2.
+# chainproxy — the commands of docs/OPERATIONS.md#running (a contract: only added to).
 # Every target creates .venv on first use (Python 3.12) and installs the project.
 
 SHELL := /bin/bash
 CONFIG ?= configs/finney.yaml
-# proxy processes behind one address (DESIGN.md section 10): >1 needs haproxy and redis-server
+# proxy processes behind one address (docs/OPERATIONS.md#scaling-out): >1 needs haproxy and redis-server
 WORKERS ?= 1
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -200,7 +200,7 @@ deploy-deps:
 		else echo "not installed:$$missing (not root): the deploy/ tests that need them are skipped" >&2; fi; \
 	fi
 
-# --- redis-server and haproxy for WORKERS=N (DESIGN.md section 10) and their tests ---
+# --- redis-server and haproxy for WORKERS=N (docs/OPERATIONS.md#scaling-out) and their tests ---
 # Debian packages, installed when missing and we are root; otherwise the Redis and
 # --workers tests are skipped, saying why. The tests (and the launcher) start their own
 # on free loopback ports: the system services the packages start are stopped and disabled.

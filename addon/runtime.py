@@ -65,7 +65,7 @@ class Runtime:
     cache: CacheStore | None = None  # None: caching off (or storage not opened yet)
     usage: UsageAggregator = field(default_factory=UsageAggregator)
     spool: Spool | None = None
-    # With a ``redis:`` section: the shared quota and cache tier (DESIGN.md section 10)
+    # With a ``redis:`` section: the shared quota and cache tier (docs/OPERATIONS.md#scaling-out)
     redis: RedisLink | None = None
     shared_cache: SharedCacheTier | None = None
     # Fewer upstream calls, shorter tail (DESIGN-NOTES "Upstream calls")

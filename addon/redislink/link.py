@@ -1,6 +1,7 @@
 """This process's link to the deployment's Redis, and whether to use it now.
 
-Redis is never a single point of failure (DESIGN.md section 10): every use is
+Redis is never a single point of failure (docs/OPERATIONS.md#when-things-fail,
+docs/ARCHITECTURE.md#scale-out-state-redis): every use is
 bounded by ``redis.timeout_ms`` and a failed one falls back to the local store
 for that request. After ``_DOWN_AFTER`` failures in a row (or one refused
 connection) the link is marked down: one log line, and requests stop waiting on

@@ -1,5 +1,5 @@
 """The configuration as the addon and the sidecar use it: frozen dataclasses
-whose defaults are the documented ones (DESIGN.md section 7). Built by
+whose defaults are the documented ones (docs/CONFIGURATION.md#every-key). Built by
 ``parse_config``; tests may build them directly."""
 
 from __future__ import annotations

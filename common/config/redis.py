@@ -1,4 +1,4 @@
-"""The ``redis:`` section (DESIGN.md section 10): the shared store of a
+"""The ``redis:`` section (docs/OPERATIONS.md#scaling-out): the shared store of a
 deployment with several proxy processes or machines. Absent: every proxy keeps
 its own limiter and its machine's cache (the embedded default)."""
 

@@ -6,7 +6,8 @@ builds its document (``documents``, ``usage``), runs the list engine over the
 document's collection (``listing``) and answers through ``envelope``: the
 ``{ok, schema_version, data, meta}`` body, ETag/304, CORS. Every path is served
 under ``/metagraphed`` too; at the root only where chainproxy's own API
-(DESIGN §6, a contract) does not already use the path.
+(docs/OPERATIONS.md#dashboard-and-json-api, a contract) does not already use
+the path.
 """
 
 from __future__ import annotations

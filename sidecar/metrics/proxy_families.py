@@ -49,7 +49,7 @@ _EXTRA_HELP = {
 
 
 def live_counter_families(c: Counters) -> Iterator[Metric]:
-    """The contract counters of DESIGN §12, as the proxies reported them."""
+    """The contract counters (deploy/README.md#metric-names), as the proxies reported them."""
     requests = CounterMetricFamily(
         "chainproxy_requests",
         "Calls by network, method (off-allowlist methods: other) and outcome"
@@ -130,6 +130,16 @@ def live_gauge_families(g: GaugeTotals) -> Iterator[Metric]:
         for method, n in sorted(by_method.items()):
             family.add_metric([method], n)
         yield family
+    off = GaugeMetricFamily(
+        "chainproxy_mechanism_off",
+        "Proxies running without this mechanism: an untested mitmproxy or wsproto accepted"
+        " with chainproxy_allow_untested (header_bound, slow_request_deadline, json_413,"
+        " ws_message_bound, leaked_socket_fix, idle_closing: security bounds; the rest speed)",
+        labels=["mechanism"],
+    )
+    for mechanism, n in sorted(g.mechanisms_off.items()):
+        off.add_metric([mechanism], n)
+    yield off
     yield from upstream_gauge_families(g)
 
 

@@ -10,7 +10,7 @@
 * **proxy-eligible**: the members serve live traffic through the proxy, for
   networks in ``proxy.networks``: the ``-rpc`` and ``-archive`` pools (with a
   ``node-rpc`` member) take its calls, the ``-wss`` pools its WebSocket
-  subscriptions (DESIGN §11).
+  subscriptions (docs/USING.md#subscriptions).
 * **eligible** members: healthy ones (status ``OK``); **best endpoint**: the
   healthy member with the lowest latency (EWMA), ties by id; null when none.
 """

@@ -1,6 +1,7 @@
 """Every URL of the sidecar, in one table: method, path, handler.
 
-The public JSON API (``/api/v1/…``) is a contract (DESIGN §6) and each of its
+The public JSON API (``/api/v1/…``) is a contract
+(docs/OPERATIONS.md#dashboard-and-json-api) and each of its
 paths is also described in ``sidecar.server.openapi`` (a test compares the two);
 ``/api/v1/internal/…`` is the addon's, behind the bearer token (the app's
 ``internal_token`` middleware). Every path answers GET (and HEAD) only, but

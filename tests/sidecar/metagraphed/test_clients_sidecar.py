@@ -265,7 +265,7 @@ async def test_answers_are_documented_and_carry_the_headers(
     assert r.status == 405 and (await r.json())["error"]["code"] == "method_not_allowed"
     r = await client.get("/metagraphed/api/v1/nothing")
     assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
-    # chainproxy's own paths keep chainproxy's shapes (DESIGN §6).
+    # chainproxy's own paths keep chainproxy's shapes (docs/OPERATIONS.md#dashboard-and-json-api).
     own = await (await client.get("/api/v1/incidents")).json()
     assert set(own) == {"hosts", "incidents"}
     assert (await (await client.get("/nope")).json())["error"]["code"] == 404

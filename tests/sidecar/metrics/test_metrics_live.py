@@ -1,5 +1,5 @@
 """``/metrics`` of the sidecar fed by usage batches with a ``metrics`` section
-(aiohttp test client): the contract names of DESIGN §12 with the values the
+(aiohttp test client): the contract names (deploy/README.md#metric-names) with the values the
 proxies reported, each batch counted once, heartbeats keeping the statistics
 fresh, probe results by classification, and every older name still there."""
 
