@@ -1,6 +1,10 @@
 """The ``Settings`` addon: declares the ``chainproxy_config`` option and reads
 the config file once per change into a new ``Runtime``.
 
+Before any config it lets ``addon/mitm/versions.py`` refuse to start on an
+untested mitmproxy or wsproto (its option, ``chainproxy_allow_untested``, is
+declared here with the others).
+
 mitmproxy ignores a misspelled ``--set``, so a missing or bad config is loud:
 at start-up one error line (mitmdump then exits 1); on a later reload the
 change is refused and the last good config keeps serving.
@@ -20,13 +24,14 @@ import signal
 from mitmproxy import ctx, exceptions
 
 from addon.mitm import limits as mitm_limits
+from addon.mitm import versions as mitm_versions
 from addon.runtime import Runtime, RuntimeHolder
 from common.config import ConfigError, load_config, with_overrides
 
 log = logging.getLogger("chainproxy")
 
 OPTION = "chainproxy_config"
-# Set by the launcher for ``--workers N`` (DESIGN.md section 10): its local
+# Set by the launcher for ``--workers N`` (docs/OPERATIONS.md#scaling-out): its local
 # redis-server when the config has no ``redis:``, and its balancer's address,
 # whose X-Forwarded-For is then believed like a configured trusted proxy's.
 REDIS_OPTION = "chainproxy_redis_url"
@@ -55,6 +60,7 @@ class Settings:
         loader.add_option(
             TRUST_OPTION, str, "", "Comma-separated IPs/CIDRs added to proxy.trusted_proxies."
         )
+        loader.add_option(mitm_versions.OPTION, bool, False, mitm_versions.HELP)
 
     def running(self) -> None:
         try:
@@ -73,6 +79,9 @@ class Settings:
         log.info("SIGHUP: %s %s", path, "applied" if changed else "unchanged")
 
     def configure(self, updated: set[str]) -> None:
+        if mitm_versions.OPTION in updated:
+            # first of all: an untested mitmproxy or wsproto stops the start here
+            mitm_versions.guard(getattr(ctx.options, mitm_versions.OPTION))
         if updated & {OPTION, REDIS_OPTION, TRUST_OPTION}:
             self._apply()
 

@@ -17,7 +17,8 @@ see ``sidecar.usage.stats.batch``) may carry an optional key ``"metrics"``::
                     "upstream_subscriptions": {method: n, ...},
                     "upstream_sent_last_s": {endpoint_id: n, ...},
                     "upstream_learned_rps": {endpoint_id: n, ...},
-                    "upstream_backoff_s": {endpoint_id: n, ...}}
+                    "upstream_backoff_s": {endpoint_id: n, ...},
+                    "mechanisms_off": {mechanism: 1, ...}}
     }
 
 Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
@@ -72,7 +73,10 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   rate); ``upstream_backoff_s`` the whole seconds left of the node's back-off
   when the batch was built (only nodes backing off; the sidecar reads it as
   "until ``sent_at`` + seconds" and keeps the latest such time over the live
-  proxies, the others are summed). The
+  proxies, the others are summed). ``mechanisms_off``: 1 per mechanism the
+  proxy runs without (an untested mitmproxy or wsproto an operator accepted,
+  ``addon/mitm/versions.py``; absent on tested versions), keyed by a printable
+  label of 1..``MAX_LABEL_LEN`` characters (at most ``MAX_ROWS``). The
   sidecar keeps the latest snapshot of each ``proxy_id`` (by ``sent_at``; an
   older one delivered late from the spool is ignored) and exposes the sum over
   the proxies whose snapshot arrived less than ``GAUGE_TTL_S`` ago — so a
@@ -128,6 +132,8 @@ UPSTREAM_GAUGES: Final = (
     "upstream_backoff_s",
     "upstream_quarantined",  # 1 per node a cross-check quarantined (answer-mismatch)
 )
+# Per-mechanism maps (mechanism -> 1): what an untested mitmproxy or wsproto switched off.
+MECHANISM_GAUGES: Final = ("mechanisms_off",)
 
 HEARTBEAT_S: Final = 60.0
 GAUGE_TTL_S: Final = 120.0

@@ -21,9 +21,12 @@ open), lives in ``addon/mitm/limits.py`` (for this file's size), under the
 same version guard.
 
 ``TESTED`` lists the mitmproxy versions these were written and tested
-against. On any other version ``check_version()`` logs one loud error at start
-and every helper here takes the public API instead (slower, same answers).
-Nothing falls back silently: each fallback logs why.
+against (``addon/mitm/versions.py``: wsproto's too). On any other version
+chainproxy refuses to start (``versions.VersionGuard``); an operator who
+accepts it with ``chainproxy_allow_untested`` gets every helper here on the
+public API (slower) and the bounds of ``limits.py`` and ``idle.py`` off, each
+named at start and in ``/metrics``. Nothing else falls back silently: each
+fallback logs why.
 tests/addon/mitm/test_internals.py checks each assumption against the installed
 mitmproxy, so an upgrade that breaks one fails there first.
 """
@@ -40,29 +43,23 @@ from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import exceptions, http
-from mitmproxy import version as mitmproxy_version
 from mitmproxy.addonmanager import safecall
 from mitmproxy.net.http import status_codes
 
+from addon.mitm import versions
+
 log = logging.getLogger("chainproxy")
 
-TESTED = frozenset({"12.2.3"})
-VERSION = mitmproxy_version.VERSION
-KNOWN = VERSION in TESTED
+TESTED = versions.TESTED["mitmproxy"]
+VERSION = versions.INSTALLED["mitmproxy"]
+KNOWN = versions.KNOWN  # mitmproxy and wsproto both tested
 _MARK = "_chainproxy_fast_dispatch"
 
 
-@functools.cache  # one start-up line per process, however often it is asked
 def check_version() -> bool:
-    """True when this mitmproxy is one the internals were tested with; else one
-    error line and the public API everywhere."""
-    if not KNOWN:
-        log.error(
-            "chainproxy: mitmproxy %s is not a tested version (%s): fast dispatch, direct "
-            "responses and WebSocket back-pressure are off, the public API is used instead",
-            VERSION,
-            ", ".join(sorted(TESTED)),
-        )
+    """True when mitmproxy and wsproto are versions the internals were tested
+    with; else the public API everywhere (``versions.VersionGuard`` has said so
+    at start, or refused to start)."""
     return KNOWN
 
 
@@ -160,10 +157,10 @@ def set_fast_dispatch(master: Any, on: bool) -> None:
     manager = master.addons
     if on and not check_version():
         on = False
-    if not all(hasattr(manager, a) for a in ("chain", "invoke_addon", "_iter_hooks")):
+    installed = getattr(manager, _MARK, False)
+    if on and not all(hasattr(manager, a) for a in ("chain", "invoke_addon", "_iter_hooks")):
         log.error("chainproxy: mitmproxy's addon manager has changed: fast dispatch is off")
         return
-    installed = getattr(manager, _MARK, False)
     if on and not installed:
         manager.trigger_event = types.MethodType(_trigger_event, manager)
         setattr(manager, _MARK, True)

@@ -1,9 +1,10 @@
 """Read limits mitmproxy 12.2.3 lacks, added to its HTTP/1 and WebSocket layers.
 
 The fourth use of mitmproxy's internals (see ``addon/mitm/internals.py``, whose
-version guard this module obeys: on an untested mitmproxy nothing here is
-installed, ``install`` says so once and returns False). Each closes a hole
-measured here against mitmproxy itself:
+version guard this module obeys: on an untested mitmproxy or wsproto nothing
+here is installed and ``install`` returns False; chainproxy refuses to start
+there unless the operator accepts it, ``addon/mitm/versions.py``). Each closes
+a hole measured here against mitmproxy itself:
 
 1. **Request head size.** mitmproxy buffers a request head until its blank
    line, with no bound ("FIXME: protect against header size DoS" in

@@ -160,7 +160,6 @@ class ProxyTuning:
 
     def running(self) -> None:
         self._running = True
-        mitm_internals.check_version()
         self._apply_dispatch()
         # What exists now (mitmproxy, aiohttp, the config, the runtime) lives as long
         # as the process: take it out of the collector's reach, so a full collection

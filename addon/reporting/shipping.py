@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from addon.mitm import versions as mitm_versions
 from addon.reporting.usage import UsageShipper
 from addon.runtime import RuntimeHolder
 
@@ -34,7 +35,9 @@ class ShipperAddon:
 
     def _gauges(self) -> dict[str, object]:
         rt = self.holder.runtime  # the current one: a config reload replaces it
-        return rt.gauges() if rt is not None else {}
+        gauges = rt.gauges() if rt is not None else {}
+        off = mitm_versions.mechanisms_off()  # an untested mitmproxy an operator accepted
+        return {**gauges, "mechanisms_off": off} if off else gauges
 
     def done(self) -> None:  # synchronous: mitmproxy's hot reload calls it so
         if self._task is not None:

@@ -23,6 +23,7 @@ from common.metrics_wire import (
     MAX_EXTRA_LABELS,
     MAX_LABEL_LEN,
     MAX_ROWS,
+    MECHANISM_GAUGES,
     OUTCOMES,
     SUBSCRIPTION_GAUGES,
     UPSTREAM_GAUGES,
@@ -47,6 +48,8 @@ class Gauges:
     upstream_learned_rps: tuple[tuple[str, int], ...] = ()
     upstream_backoff_s: tuple[tuple[str, int], ...] = ()
     upstream_quarantined: tuple[tuple[str, int], ...] = ()
+    # mechanism -> 1 (common.metrics_wire.MECHANISM_GAUGES)
+    mechanisms_off: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,10 @@ def _method(value: Any, where: str) -> str:
     return _label(value, where, "method")
 
 
+def _mechanism(value: Any, where: str) -> str:
+    return _label(value, where, "mechanism")
+
+
 def _gauge_map(
     doc: dict[str, Any], key: str, what: str, check: Callable[[Any, str], str]
 ) -> tuple[tuple[str, int], ...]:
@@ -157,6 +164,7 @@ def _gauges(doc: Any) -> Gauges:
     plain = {k: _count(doc.get(k, 0), f"metrics.gauges.{k}") for k in GAUGES}
     maps = {k: _gauge_map(doc, k, "method", _method) for k in SUBSCRIPTION_GAUGES}
     maps |= {k: _gauge_map(doc, k, "endpoint", _endpoint) for k in UPSTREAM_GAUGES}
+    maps |= {k: _gauge_map(doc, k, "mechanism", _mechanism) for k in MECHANISM_GAUGES}
     return Gauges(**plain, **maps)
 
 
