@@ -21,9 +21,10 @@ def test_the_reason_names_the_missing_tool(monkeypatch: pytest.MonkeyPatch, tmp_
     )
 
 
-def test_the_suite_skips_without_node(tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": str(tmp_path)}  # no node, no npm
-    done = subprocess.run(
+def _run_without_node(tmp_path: Path, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "CHAINPROXY_ALLOW_SKIPS")}
+    env.update(PATH=str(tmp_path), **env_extra)  # no node, no npm
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -41,6 +42,18 @@ def test_the_suite_skips_without_node(tmp_path: Path) -> None:
         timeout=120,
         check=False,
     )
+
+
+def test_the_suite_skips_without_node(tmp_path: Path) -> None:
+    done = _run_without_node(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "5 skipped" in done.stdout
     assert "node is not installed" in done.stdout
+
+
+def test_under_ci_a_missing_node_fails_saying_so(tmp_path: Path) -> None:
+    # CI must run the whole suite or say it did not (tests/conftest.py)
+    done = _run_without_node(tmp_path, CI="true")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "5 errors" in done.stdout  # a fixture skips them: errors at set-up
+    assert "skipped under CI=true" in done.stdout and "node is not installed" in done.stdout
