@@ -3,6 +3,10 @@ node endpoints every ``head_interval_s``, both with jitter, at most
 ``concurrency`` probes at once, each bounded by its own timeout, so a hung
 endpoint never stalls another probe or the loop.
 
+An endpoint that has never answered a probe is probed again sooner (after
+1 s, then 2, 4 ... s up to its interval): a first probe that failed does not
+leave it unknown for a whole interval.
+
 Results update per-endpoint ``Health`` (flap-damped) and are written to the
 store in batches; the runtime a head probe read goes to the ``RuntimeBook``
 (``sidecar.probing.runtime``), once the health has taken the result.
@@ -35,6 +39,9 @@ TransitionHook = Callable[[Endpoint, Health, Transition, ProbeResult], None]
 _JITTER = 0.1
 _FLUSH_S = 1.0
 _GRACE_S = 1.0  # beyond the probe timeout before the scheduler gives up on a probe
+# An endpoint that has never answered a probe is tried again after this, then
+# twice as long after each failure, up to its interval (``_next_delay``).
+FIRST_RETRY_S = 1.0
 PROBE_ERROR = "probe-error"
 _FULL_ONLY_FAILURES = frozenset({WRONG_CHAIN})
 _RECENT = 20  # probes kept in memory per endpoint for the API
@@ -165,7 +172,18 @@ class Prober:
                     )
             self.observe(endpoint, result)
         finally:
-            self._schedule(endpoint.id, kind, interval)
+            self._schedule(endpoint.id, kind, self._next_delay(endpoint.id, interval))
+
+    def _next_delay(self, endpoint_id: str, interval: float) -> float:
+        """The interval; sooner while the endpoint has never answered a probe.
+        A first probe that failed (one that timed out while everything was
+        starting) is tried again after ``FIRST_RETRY_S``, then 2, 4 ... s up to
+        the interval: nothing is known of such an endpoint (no height, not
+        routed as probed), and that must not last a whole interval (a minute)."""
+        h = self.health_of(endpoint_id)
+        if h.last_ok_at is not None or h.consecutive_failures == 0:
+            return interval
+        return min(interval, FIRST_RETRY_S * 2 ** min(h.consecutive_failures - 1, 16))
 
     def observe(self, endpoint: Endpoint, result: ProbeResult) -> Transition:
         """Fold one probe result into the endpoint's health."""

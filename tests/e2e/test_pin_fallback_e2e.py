@@ -24,26 +24,62 @@ pytestmark = pytest.mark.e2e
 
 BLOCK_S = 3.0
 # probes once a minute: what the proxy knows of each node's height stays the
-# start's, as between two probes of a real deployment (a generous timeout: a
-# first probe that times out while everything starts would leave a node's
-# height unknown for the whole test)
+# start's, as between two probes of a real deployment (a generous timeout; a
+# first probe that fails anyway is tried again within a second or two)
 STALE_PROBES = {"probe": {"interval_s": 60, "head_interval_s": 60, "timeout_s": 5}}
 _keys = iter(range(1, 10**9))
 
 
 @pytest.fixture
 def pinning(tmp_path: Any) -> Iterator[Stack]:
+    """Two nodes the proxy knows to be level: the sidecar's first probes saw
+    both at one height (the proxy's view until the next probes, a minute
+    later). Probed while their blocks come, the two may be seen a block apart
+    (a block between the two probes: 5 starts in 45), and that lasts the
+    minute; so the nodes hold their head until both were probed."""
     s = Stack(tmp_path)
     try:
         epoch = time.time() - 600
         for name in ("alpha", "beta"):
             s.start_node(name, epoch=epoch, block_time=BLOCK_S)
         s.write_config(base_config(tmp_path, s.nodes, top=STALE_PROBES, **PROXY_DEFAULTS))
+        _hold_level(s.nodes)
         s.start_sidecar()
-        s.start_proxy()
+        _probed_level(s)
+        for node in s.nodes:
+            node.control(freeze=False)  # blocks come again, from the clock's height
+        s.start_proxy()  # its first routing snapshot already has both heights
         yield s
     finally:
         s.stop()
+
+
+def _hold_level(nodes: list[Any]) -> None:
+    """Both nodes' heads held (``freeze``) at one height."""
+    for _ in range(10):
+        for node in nodes:
+            node.control(freeze=True)
+        if len({_best(node) for node in nodes}) == 1:
+            return
+        for node in nodes:  # a block came between the two: again
+            node.control(freeze=False)
+    raise AssertionError("the nodes never held one height")
+
+
+def _probed_level(stack: Stack) -> None:
+    """Until the sidecar's first probes have seen both nodes (at one height)."""
+    url = f"{stack.sidecar_url}/api/v1/internal/routes/finney"
+    ups: list[Any] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            ups = http_json(url, timeout=2)["upstreams"]
+            bests = {u.get("best") for u in ups}
+            if len(ups) == 2 and None not in bests:
+                assert len(bests) == 1, ups
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"the probes never saw both nodes: {ups}")
 
 
 def _best(node: Any) -> int:
@@ -108,24 +144,10 @@ async def test_a_head_from_a_node_that_dies_while_the_other_lags(pinning: Stack)
     assert int(r.headers["X-Chainproxy-Attempts"]) <= 3
 
 
-async def _probed_level(stack: Stack) -> None:
-    """Until the sidecar's first probes have seen both nodes at one height."""
-    url = f"{stack.sidecar_url}/api/v1/internal/routes/finney"
-    for _ in range(200):
-        with contextlib.suppress(OSError, ValueError):
-            ups = http_json(url, timeout=2)["upstreams"]
-            bests = {u.get("best") for u in ups}
-            if len(ups) == 2 and None not in bests and len(bests) == 1:
-                return
-        await asyncio.sleep(0.1)
-    raise AssertionError("the probes never saw both nodes level")
-
-
 async def test_a_node_that_has_not_imported_the_head_yet(pinning: Stack) -> None:
     alpha, beta = pinning.nodes
     ip = next_client_ip()
-    await _probed_level(pinning)
-    beta.control(lag=1)  # set after the last probe: the proxy thinks beta is level
+    beta.control(lag=1)  # set after the probes: the proxy thinks beta is level
     alpha.control(latency_ms=150)  # and prefers beta, the faster
     n = await _next_block(alpha, _best(alpha))
     head = alpha.rpc("chain_getBlockHash", [n])["result"]

@@ -12,7 +12,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from common.config import Config, Endpoint, ProbeConfig, parse_config
+from sidecar.probing import prober as prober_module
 from sidecar.probing.health import Health
 from sidecar.probing.prober import Prober
 from sidecar.probing.results import DEAD, LIVE, TIMEOUT, ProbeKind, ProbeResult
@@ -382,3 +385,46 @@ def test_a_wrong_chain_node_turns_degraded_although_head_probes_look_live() -> N
     assert h.status == "Degraded" and h.classification == "wrong-chain"
     p.observe(e, ProbeResult(e.id, 4.0, "full", LIVE, 10, best=7))  # back on the right chain
     assert p.observe(e, ProbeResult(e.id, 5.0, "head", LIVE, 10, best=7)) == "recovered"
+
+
+# --- an endpoint that has never answered ---------------------------------------------------
+
+MINUTE = ProbeConfig(interval_s=60, head_interval_s=60, timeout_s=1)
+
+
+async def test_a_failed_first_probe_is_tried_again_soon_not_after_the_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first probe that times out while everything starts (a loaded machine)
+    left the endpoint unknown, without a height, for the whole interval (the
+    pin-fallback e2e's minute); it is probed again at once."""
+    monkeypatch.setattr(prober_module, "FIRST_RETRY_S", 0.02, raising=False)
+    cfg = config(("slow-start", "node-rpc"))
+    (e,) = cfg.endpoints
+    fake = FakeProbe({"slow-start": "dead"})
+    p = prober(cfg, fake, probe_config=MINUTE)
+    async with running(p):
+        assert await until(lambda: fake.count("slow-start") >= 1)
+        fake.modes.clear()  # the node answers from now on
+        assert await until(lambda: p.health_of(e.id).best == 100, timeout=5), fake.calls
+    assert p.health_of(e.id).status == "OK"
+    assert fake.count("slow-start", "head") == 0  # the full probe again, not the head's turn
+
+
+def test_the_retries_back_off_to_the_interval_and_end_once_it_answered() -> None:
+    cfg = config(("n", "node-rpc"))
+    (e,) = cfg.endpoints
+    p = prober(cfg, FakeProbe(), probe_config=MINUTE)
+    assert p._next_delay(e.id, 60) == 60  # not probed yet: the schedule's own
+    delays = []
+    for at in range(1, 10):
+        p.observe(e, ProbeResult(e.id, at, "full", DEAD))
+        delays.append(p._next_delay(e.id, 60))
+    first = prober_module.FIRST_RETRY_S
+    assert delays[:3] == [first, 2 * first, 4 * first]
+    assert delays == sorted(delays) and delays[-1] == 60  # never beyond the interval
+    # Once it has answered, a failed probe waits the interval: flap damping counts
+    # probes, and its pace is the operator's.
+    p.observe(e, ProbeResult(e.id, 10, "full", LIVE, 10, best=1))
+    p.observe(e, ProbeResult(e.id, 11, "full", DEAD))
+    assert p._next_delay(e.id, 60) == 60
