@@ -29,10 +29,13 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from chainproxy.port_owner import session_listens
 
 _PR_SET_PDEATHSIG = 1
 # Loaded here, not in the child: a dlopen between fork and exec can deadlock on
@@ -199,13 +202,25 @@ def accepts(port: int, host: str = "127.0.0.1") -> bool:
 def wait_http(
     url: str, child: Child, timeout_s: float = 30.0, *, also: Iterable[Child] = ()
 ) -> None:
-    """Until ``url`` answers (see ``wait_until``)."""
-    wait_until(lambda: answers_http(url), child, f"{url} not answering", timeout_s, also=also)
+    """Until ``url`` answers, from ``child`` (see ``wait_until``; ``port_owner``:
+    a port another process took between ``free_port()`` and the child's bind
+    answers too, and must not count)."""
+    port = urllib.parse.urlsplit(url).port
+
+    def ready() -> bool:
+        return answers_http(url) and (port is None or session_listens(child.pid, port))
+
+    wait_until(ready, child, f"{url} not answering", timeout_s, also=also)
 
 
 def wait_port(port: int, child: Child, timeout_s: float = 30.0) -> None:
-    """Until 127.0.0.1:``port`` accepts (see ``wait_until``)."""
-    wait_until(lambda: accepts(port), child, f"port {port} not open", timeout_s)
+    """Until 127.0.0.1:``port`` accepts, on a socket of ``child``'s (see ``wait_until``)."""
+    wait_until(
+        lambda: accepts(port) and session_listens(child.pid, port),
+        child,
+        f"port {port} not open",
+        timeout_s,
+    )
 
 
 # --- a set of children --------------------------------------------------------------------
