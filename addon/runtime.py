@@ -142,6 +142,7 @@ class Runtime:
                 clock=clock,
                 adaptive=p.upstream_limits.adaptive,
                 heavy_per_node=p.upstream_limits.heavy_per_node,
+                leave_for_probes=True,  # the sidecar's probes of the same nodes
             )
             runtime.budgets = runtime.local_budgets = local
             for pool in pools.values():
