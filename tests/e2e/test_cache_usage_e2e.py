@@ -6,12 +6,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import diskcache
 import pytest
 
+from addon.reporting.spool import calls_in
 from tests.e2e.harness import Stack, http_json
-from tests.e2e.helpers import build_stack, call, next_client_ip, post
+from tests.e2e.helpers import (
+    build_stack,
+    call,
+    next_client_ip,
+    post,
+    sidecar_routes,
+    usage_delivered,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +65,26 @@ async def until(pred: Any, timeout: float, step: float = 0.3) -> bool:
 
 
 def finalized(stack: Stack) -> int | None:
-    return http_json(f"{stack.sidecar_url}/api/v1/internal/routes/finney")["finalized"]
+    return sidecar_routes(stack)["finalized"]  # type: ignore[no-any-return]
+
+
+async def until_both_synced(stack: Stack) -> None:
+    await wait_until(
+        lambda: all(u["tier"] == 0 for u in sidecar_routes(stack)["upstreams"]),
+        20,
+        "the sidecar probed both nodes synced",
+        step=0.2,
+    )
+
+
+def spooled_calls(stack: Stack) -> int:
+    """The calls in the proxy's usage spool on disk (a diskcache Index the
+    proxy processes of a machine share: reading it from here is safe)."""
+    index = diskcache.Index(str(Path(stack.config["data_dir"]) / "spool"))
+    try:
+        return sum(calls_in(batch) for batch in index.values())
+    finally:
+        index.cache.close()
 
 
 async def test_a_block_fetched_once_is_served_with_every_upstream_dead(cstack: Stack) -> None:
@@ -82,8 +112,18 @@ async def test_future_block_hash_is_null_then_the_real_hash_once_final(cstack: S
     ip = next_client_ip()
     r = await post(cstack.rpc_url(), call("chain_getBlockHash", [future]), client_ip=ip)
     assert r.status == 200 and r.body["result"] is None and r.headers["X-Cache"] == "MISS"
-    assert await until(lambda: (finalized(cstack) or 0) >= future, 30)
-    await asyncio.sleep(1.5)  # the addon's snapshot refresh
+    # final at the sidecar, and one block more: the addon's snapshot refresh is
+    # awaited by a probe block (hex form, its own cache key) that becomes a HIT
+    probe = future + 1
+    assert await until(lambda: (finalized(cstack) or 0) >= probe, 30)
+    probe_hash = cstack.nodes[0].rpc("chain_getBlockHash", [probe])["result"]
+
+    async def probe_cached() -> bool:
+        r = await post(cstack.rpc_url(), call("chain_getBlockHash", [hex(probe)]))
+        assert r.body["result"] == probe_hash
+        return r.headers["X-Cache"] == "HIT"
+
+    await wait_until(probe_cached, 20, "the proxy caches a block hash final in its snapshot")
     expected = cstack.nodes[0].rpc("chain_getBlockHash", [future])["result"]
     r = await post(cstack.rpc_url(), call("chain_getBlockHash", [future]), client_ip=ip)
     assert r.body["result"] == expected and r.headers["X-Cache"] == "MISS"
@@ -97,7 +137,8 @@ async def test_usage_counts_exactly_the_calls_made(tmp_path_factory: Any) -> Non
     slow = {"probe": {"interval_s": 60, "head_interval_s": 30, "timeout_s": 1}}
     stack = build_stack(tmp_path_factory.mktemp("usage"), ("alpha", "beta"), top=slow, **PROXY)
     try:
-        await asyncio.sleep(1.5)  # first probe round and snapshot
+        # the first probe round has both nodes healthy (the next is a minute away)
+        await until_both_synced(stack)
         stack.nodes[1].control(http_status=503)
         h = stack.nodes[0].rpc("chain_getBlockHash", [7])["result"]
         ip = next_client_ip()
@@ -120,7 +161,8 @@ async def test_usage_counts_exactly_the_calls_made(tmp_path_factory: Any) -> Non
         failovers += r.headers.get("X-Chainproxy-Attempts", "1") != "1"
         await post(stack.rpc_url(), call("author_submitExtrinsic", ["0x"]), client_ip=ip)  # refused
         doc = await wait_usage(stack, calls)
-        await asyncio.sleep(1.5)  # nothing more should arrive
+        await usage_delivered(stack)  # every batch of the calls above has arrived ...
+        await asyncio.sleep(1)  # ... and, a little later, nothing more did
         doc = usage(stack)
         assert doc["requests"] == calls
         assert doc["cache_hits"]["count"] == hits == 15
@@ -154,7 +196,7 @@ async def test_every_call_is_counted_once_across_sidecar_and_proxy_restarts(
     assert cstack.sidecar is not None
     cstack.sidecar.stop()
     await burst(15)  # the sidecar is down: spooled on disk
-    await asyncio.sleep(1.5)
+    await wait_until(lambda: spooled_calls(cstack) >= 15, 20, "the 15 calls are spooled on disk")
     cstack.start_sidecar()
     doc = await wait_usage(cstack, 25, timeout=30)
     assert doc["requests"] == 25
@@ -165,5 +207,6 @@ async def test_every_call_is_counted_once_across_sidecar_and_proxy_restarts(
     cstack.proxy.stop()
     cstack.start_proxy()
     doc = await wait_usage(cstack, 30, timeout=30)
-    await asyncio.sleep(2)
+    await usage_delivered(cstack)  # every batch, the spooled ones first, has arrived ...
+    await asyncio.sleep(1)  # ... and, a little later, nothing more did
     assert usage(cstack)["requests"] == sent == 30

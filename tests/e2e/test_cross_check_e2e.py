@@ -15,9 +15,20 @@ from typing import Any
 import aiohttp
 import pytest
 
+from addon.reporting.live_metrics import CROSS_CHECKS as CHECKS
+from addon.upstream.cross_check import READMIT_EVERY_S
 from common.endpoint_id import endpoint_id
 from tests.e2e.harness import Stack, base_config
-from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip, post
+from tests.e2e.helpers import (
+    PROXY_DEFAULTS,
+    call,
+    metric_value,
+    metrics_text,
+    next_client_ip,
+    post,
+    sidecar_routes,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -52,20 +63,54 @@ def three(tmp_path: Any) -> Iterator[Stack]:
 
 
 async def _finalized(stack: Stack) -> str:
-    """A finalized block's hash, its height made known to the proxy (the index)."""
+    """A finalized block's hash, its height made known to the proxy (the index)
+    and its finality to the sidecar (the addon's snapshot follows within its
+    refresh: ``_checked`` waits for that by the checks themselves)."""
     ip = next_client_ip()
     block = stack.nodes[0].rpc("chain_getFinalizedHead")["result"]
     r = await post(stack.rpc_url(), call("chain_getHeader", [block]), client_ip=ip)
     assert r.status == 200 and r.body["result"] is not None
-    await asyncio.sleep(2.5)  # the probes' finalized height reaches the proxy's snapshot
+    height = int(r.body["result"]["number"], 16)
+    await wait_until(
+        lambda: (sidecar_routes(stack)["finalized"] or 0) >= height,
+        20,
+        "the probes' finalized height reaches the sidecar's snapshot",
+        step=0.2,
+    )
     return block
 
 
-async def _reads(stack: Stack, block: str, start: int, n: int, concurrency: int = 8) -> None:
+OUTCOMES = ("agree", "mismatch", "skipped")  # every sampled answer counts one of these
+
+
+def _checks(stack: Stack, outcome: str | None = None) -> float:
+    """The cross-checks the sidecar has counted (from the proxy's usage batches)."""
+    text = metrics_text(stack.sidecar_url)
+    outcomes = (outcome,) if outcome else OUTCOMES
+    return sum(metric_value(text, CHECKS, network="finney", outcome=o) for o in outcomes)
+
+
+async def _checked(stack: Stack, block: str, until: Any, what: str, timeout: float = 40) -> int:
+    """Reads at ``block`` a few at a time until ``until()`` holds (the addon's
+    snapshot has the block final, so its answers are checked); the next key."""
+    key = 10_000
+
+    async def more() -> bool:
+        nonlocal key
+        await _reads(stack, block, key, 8)
+        key += 8
+        return bool(until())
+
+    await wait_until(more, timeout, what, step=0.3)
+    return key
+
+
+async def _reads(stack: Stack, block: str, start: int, n: int, concurrency: int = 8) -> list[str]:
+    """``n`` reads of distinct keys at ``block``; the upstream that answered each."""
     ips = [next_client_ip() for _ in range(concurrency)]
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(i: int) -> None:
+    async def one(i: int) -> str:
         async with gate:
             key = f"0x26{i:062x}"  # not 0x00...: the simulator answers those as absent
             r = await post(
@@ -74,8 +119,9 @@ async def _reads(stack: Stack, block: str, start: int, n: int, concurrency: int 
                 client_ip=ips[i % concurrency],
             )
             assert r.status == 200, r.body
+            return r.headers.get("X-Chainproxy-Upstream", "")  # type: ignore[no-any-return]
 
-    await asyncio.gather(*(one(i) for i in range(start, start + n)))
+    return await asyncio.gather(*(one(i) for i in range(start, start + n)))
 
 
 async def _text(url: str) -> str:
@@ -88,33 +134,58 @@ async def test_a_node_that_answers_wrongly_is_quarantined(three: Stack) -> None:
     gamma = stack.nodes[2]
     gamma.control(wrong_storage=True)
     block = await _finalized(stack)
-    await _reads(stack, block, 0, 60)  # a few dozen samples
-    await asyncio.sleep(1.0)  # the checks run after the answers
-    before = gamma.state()["calls"].get("state_getStorage", 0)
-    await _reads(stack, block, 1000, 60)
-    await asyncio.sleep(1.0)
-    after = gamma.state()["calls"].get("state_getStorage", 0)
-    # quarantined: no client call; at most one re-ask of the call it got wrong
-    assert after - before <= 1, (before, after)
+    # a few dozen samples, until the proxy counted the quarantine
+    await _checked(
+        stack,
+        block,
+        lambda: _checks(stack, "quarantined") >= 1,
+        "gamma is quarantined",
+    )
+    checks = _checks(stack)
     gid = endpoint_id(gamma.url)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # the next usage batch, then the sidecar's reconcile
+    before = gamma.state()["calls"].get("state_getStorage", 0)
+    started = time.monotonic()
+    answered_by = await _reads(stack, block, 1000, 60)
+    # the checks run after the answers: until the sidecar counted them all
+    await wait_until(
+        lambda: _checks(stack) >= checks + 60, 20, "the 60 reads' checks are counted", step=0.3
+    )
+    after = gamma.state()["calls"].get("state_getStorage", 0)
+    took = time.monotonic() - started
+    # quarantined: no client call (a wrong answer is still an answer: it would be
+    # gamma's) ...
+    assert gid not in answered_by, answered_by
+    # ... and no check asks it; at most one re-ask of the call it got wrong per
+    # READMIT_EVERY_S, and the sidecar's probes (one state_getStorage each
+    # PROBES interval_s) besides
+    re_asks = 1 + int(took // READMIT_EVERY_S)
+    probes = 1 + int(took // PROBES["probe"]["interval_s"])
+    assert after - before <= re_asks + probes, (before, after, re_asks, probes)
+
+    async def incident() -> bool:  # the next usage batch, then the sidecar's reconcile
         incidents = await _text(f"{stack.sidecar_url}/api/v1/incidents")
-        if gid in incidents and "answer-mismatch" in incidents:
-            break
-        await asyncio.sleep(1)
-    else:
-        raise AssertionError("no answer-mismatch incident for the quarantined node")
-    metrics = await _text(f"{stack.sidecar_url}/metrics")
-    assert 'chainproxy_cross_checks_total{network="finney",outcome="quarantined"} 1' in metrics
+        return gid in incidents and "answer-mismatch" in incidents
+
+    await wait_until(incident, 20, "an answer-mismatch incident for the quarantined node")
+    assert _checks(stack, "quarantined") == 1
 
 
 async def test_honest_nodes_are_never_quarantined(tmp_path: Any) -> None:
     stack = _stack(tmp_path, ("alpha", "beta", "gamma"))
     try:
         block = await _finalized(stack)
-        await _reads(stack, block, 0, 1000, concurrency=16)
-        await asyncio.sleep(5)  # the last checks, and a usage batch with their counts
+        # until the addon's answers at the block are checked (its snapshot has it final)
+        key = await _checked(stack, block, lambda: _checks(stack) >= 1, "a first check")
+        checks = _checks(stack)
+        await _reads(stack, block, key, 1000, concurrency=16)
+        # every one of the 1000 answers is checked (or skipped past 8 checks at once):
+        # until the sidecar has counted them all, then a mismatch would show
+        await wait_until(
+            lambda: _checks(stack) >= checks + 1000,
+            30,
+            "the 1000 reads' checks are counted",
+            step=0.3,
+        )
         metrics = await _text(f"{stack.sidecar_url}/metrics")
         assert 'outcome="agree"' in metrics
         assert 'outcome="quarantined"' not in metrics and 'outcome="mismatch"' not in metrics

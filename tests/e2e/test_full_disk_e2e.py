@@ -24,7 +24,7 @@ import pytest
 
 from chainproxy.commands import sidecar_argv
 from tests.e2e.harness import Stack, base_config, http_json, wait_http
-from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip
+from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip, usage_delivered
 from tests.tmpfs import fill, tmpfs
 
 pytestmark = pytest.mark.e2e
@@ -166,7 +166,9 @@ async def test_a_full_disk_loses_no_call_and_counts_none_twice(
         answered = traffic.answered + extra
         ok = await wait_for(lambda: usage_requests(stack) >= answered, timeout)
         assert ok, f"usage {usage_requests(stack)} never reached the {answered} calls answered"
-        await asyncio.sleep(1.5)  # nothing more arrives: none counted twice
+        # every batch made so far has arrived (the ones from memory too) ...
+        await usage_delivered(stack, timeout)
+        await asyncio.sleep(1)  # ... and, a little later, nothing more did: none counted twice
         assert usage_requests(stack) == answered
         return answered
 
@@ -191,8 +193,9 @@ async def test_a_full_disk_loses_no_call_and_counts_none_twice(
             status, doc, xcache = await one(stack.rpc_url(), call("chain_getBlock", [probe_hash]))
             assert status == 200 and doc["result"]["block"] and xcache == "MISS", (status, xcache)
             extra += 1
-        await asyncio.sleep(1)
-        assert traffic.answered > at_fill + 50, "calls stopped being answered on a full disk"
+        assert await wait_for(lambda: traffic.answered > at_fill + 50, 10), (
+            "calls stopped being answered on a full disk"
+        )
         assert not traffic.bad, traffic.bad[:3]
         assert proxy.output().count(SPOOL_FAILED) == 1
 
@@ -202,12 +205,13 @@ async def test_a_full_disk_loses_no_call_and_counts_none_twice(
         answered = await all_counted(20)
         assert SPOOL_RECOVERED not in proxy.output(), "the spool was never unusable"
         traffic.go.set()
-        await asyncio.sleep(1)
+        assert await wait_for(lambda: traffic.answered > answered + 50, 10), "traffic resumed"
 
         # 3. The proxy's disk is freed too: the spool works again.
         proxy_filler.unlink()
         assert await wait_for(lambda: SPOOL_RECOVERED in proxy.output(), 10)
-        await asyncio.sleep(1)
+        recovered = traffic.answered
+        assert await wait_for(lambda: traffic.answered > recovered + 50, 10), "traffic flows"
         traffic.stop.set()
         traffic.go.set()
         await asyncio.wait_for(runner, 20)

@@ -16,7 +16,17 @@ import yaml
 
 from chainproxy.supervisor import free_port
 from tests.e2e.harness import Stack, base_config
-from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip, post, with_wss
+from tests.e2e.helpers import (
+    PROXY_DEFAULTS,
+    call,
+    metric_value,
+    metrics_text,
+    next_client_ip,
+    post,
+    usage_delivered,
+    wait_until,
+    with_wss,
+)
 from tests.redis_server import REDIS_SERVER, RedisServer
 
 pytestmark = pytest.mark.e2e
@@ -163,9 +173,35 @@ async def test_a_wrong_key_is_401_never_a_downgrade(gateway: Stack) -> None:
 
 
 async def test_the_key_is_nowhere_to_be_seen(gateway: Stack) -> None:
+    def counted() -> dict[str, float]:
+        text = metrics_text(gateway.sidecar_url)
+        return {
+            "units": metric_value(text, UNITS, method="chain_getHeader", tier="partners"),
+            "rate_limit": metric_value(text, REFUSALS, policy="rate_limit"),
+            "api_key": metric_value(text, REFUSALS, policy="api_key"),
+        }
+
+    await usage_delivered(gateway)  # the counts of the tests before have all arrived
+    before = counted()
     await post(f"{gateway.rpc_url()}?api_key={KEY}", call("chain_getHeader"))
     await post(gateway.rpc_url(), call("chain_getHeader"), headers={"X-Api-Key": KEY})
-    await asyncio.sleep(3)  # usage and metrics reach the sidecar
+    # refusals of its own, whatever ran before: a wrong key twice, a quota exceeded once
+    wrong = "not-a-key-of-ours-at-all"
+    r = await post(gateway.rpc_url(), call("system_health"), headers={"X-Api-Key": wrong})
+    assert r.status == 401
+    r = await post(f"{gateway.rpc_url()}?api_key={wrong}", call("system_health"))
+    assert r.status == 401
+    pages = [call("state_getKeysPaged", [PREFIX, 1000], i) for i in range(11)]  # 110 units
+    r = await post(gateway.rpc_url(), pages)
+    assert r.status == 429 and _data(r)["policy"] == "100;w=60", r.body
+    want = {"units": 2.0, "rate_limit": 1.0, "api_key": 2.0}
+    want = {k: before[k] + n for k, n in want.items()}
+
+    def reached() -> dict[str, float] | None:  # usage and metrics reach the sidecar
+        now = counted()
+        return now if all(now[k] >= n for k, n in want.items()) else None
+
+    assert await wait_until(reached, 20, f"the sidecar counted {want}", step=0.2) == want
     async with aiohttp.ClientSession() as s:
         for path in ("/", "/metrics", "/api/v1/usage", "/api/v1/registry/totals"):
             async with s.get(gateway.proxy_url + path) as r:
@@ -173,13 +209,13 @@ async def test_the_key_is_nowhere_to_be_seen(gateway: Stack) -> None:
         async with s.get(gateway.sidecar_url + "/metrics") as r:
             text = await r.text()
     assert KEY not in text
-    assert 'chainproxy_quota_units_total{method="chain_getHeader",tier="partners"}' in text
-    # the refusals of the tests above, by the policy that made them
-    assert 'chainproxy_refusals_total{policy="rate_limit"}' in text
-    assert 'chainproxy_refusals_total{policy="api_key"} 2.0' in text
     log = (gateway.tmp / "mitmdump.log").read_text()
     assert "/rpc/v1/finney" in log  # flows are printed ...
     assert KEY not in log  # ... without the key
+
+
+UNITS = "chainproxy_quota_units_total"
+REFUSALS = "chainproxy_refusals_total"
 
 
 async def _open(url: str, ip: str, n: int) -> tuple[list[Any], list[Any], aiohttp.ClientSession]:
@@ -196,6 +232,27 @@ async def _open(url: str, ip: str, n: int) -> tuple[list[Any], list[Any], aiohtt
     upgraded = [r for r in results if isinstance(r, aiohttp.ClientWebSocketResponse)]
     refused = [r for r in results if isinstance(r, aiohttp.WSServerHandshakeError)]
     return upgraded, refused, session
+
+
+async def _open_freed(
+    url: str, ip: str, n: int, free: int
+) -> tuple[list[Any], list[Any], aiohttp.ClientSession]:
+    """``_open`` once the proxy has freed the slots of the sockets just closed:
+    of ``n``, ``free`` upgrade and the rest are refused. An attempt too early
+    (fewer upgraded) closes its sockets and tries again; more is a failure."""
+
+    async def attempt() -> tuple[list[Any], list[Any], aiohttp.ClientSession] | None:
+        upgraded, refused, session = await _open(url, ip, n)
+        if len(upgraded) == free and len(refused) == n - free:
+            return upgraded, refused, session
+        assert len(upgraded) < free, f"{len(upgraded)} of {n} upgraded, {free} slots free"
+        for ws in upgraded:
+            await ws.close()
+        await session.close()
+        return None
+
+    got = await wait_until(attempt, 15, f"{free} of {n} sockets upgrade", step=0.2)
+    return got  # type: ignore[no-any-return]
 
 
 async def _raw_handshake(url: str, ip: str) -> tuple[int, dict[str, str], Any]:
@@ -235,8 +292,7 @@ async def test_no_client_holds_more_than_32_sockets(gateway: Stack) -> None:
         # closing sockets frees their slots
         for ws in upgraded[:5]:
             await ws.close()
-        await asyncio.sleep(0.5)
-        again, again_refused, again_session = await _open(gateway.rpc_url(), ip, 6)
+        again, again_refused, again_session = await _open_freed(gateway.rpc_url(), ip, 6, 5)
         assert len(again) == 5 and len(again_refused) == 1
         await again_session.close()
     finally:
@@ -300,8 +356,7 @@ async def test_two_proxies_on_one_redis_enforce_one_socket_cap(
         assert len(b) == 4 and len(b_refused) == 2  # the other 4 on the second
         for ws in a[:3]:
             await ws.close()
-        await asyncio.sleep(0.5)
-        c, c_refused, sc = await _open(urls[1], ip, 4)
+        c, c_refused, sc = await _open_freed(urls[1], ip, 4, 3)
         assert len(c) == 3 and len(c_refused) == 1  # a close on one frees a slot on the other
         for s in (sa, sb, sc):
             await s.close()

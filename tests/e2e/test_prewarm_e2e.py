@@ -6,7 +6,6 @@ the nodes see one call per block for it."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,8 +13,20 @@ from typing import Any
 import aiohttp
 import pytest
 
+from addon.reporting.live_metrics import PREWARM
 from tests.e2e.harness import Stack, base_config
-from tests.e2e.helpers import PROXY_DEFAULTS, Client, Reply, call, next_client_ip, post, with_wss
+from tests.e2e.helpers import (
+    PROXY_DEFAULTS,
+    Client,
+    Reply,
+    call,
+    metric_value,
+    metrics_text,
+    next_client_ip,
+    post,
+    wait_until,
+    with_wss,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -65,11 +76,10 @@ async def test_the_first_client_after_a_block_finds_it_warm(prewarm_stack: Stack
         warm = first.headers["X-Cache"] == "HIT" or first.headers.get("X-Chainproxy-Coalesced")
         assert warm, dict(first.headers)
         assert upstream <= 1  # the pre-warm's call, and nobody else's
-    metrics = await _metrics(stack)
-    assert 'chainproxy_prewarm_total{network="finney",outcome="fetched"}' in metrics
+    # the proxy's next usage batch carries its counters to the sidecar's /metrics
+    await wait_until(lambda: _fetched(stack) >= 1, 20, "the pre-warm's fetches are counted")
 
 
-async def _metrics(stack: Stack) -> str:
-    await asyncio.sleep(3)  # the proxy's next usage batch carries its counters
-    async with aiohttp.ClientSession() as s, s.get(f"{stack.proxy_url}/metrics") as r:
-        return await r.text()
+def _fetched(stack: Stack) -> float:
+    text = metrics_text(stack.proxy_url)  # the sidecar's, through the proxy
+    return metric_value(text, PREWARM, network="finney", outcome="fetched")

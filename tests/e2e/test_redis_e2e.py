@@ -17,7 +17,15 @@ import yaml
 from chainproxy.commands import proxy_argv
 from chainproxy.supervisor import Child, free_port, wait_http
 from tests.e2e.harness import BIN, Stack, base_config, http_json
-from tests.e2e.helpers import PROXY_DEFAULTS, Client, call, next_client_ip, post, with_wss
+from tests.e2e.helpers import (
+    PROXY_DEFAULTS,
+    Client,
+    call,
+    next_client_ip,
+    post,
+    wait_until,
+    with_wss,
+)
 from tests.redis_server import REDIS_SERVER, RedisServer
 
 pytestmark = [
@@ -124,7 +132,12 @@ async def test_a_block_fetched_through_one_machine_is_a_hit_on_the_other(
     block_hash = machines.stack.nodes[0].rpc("chain_getBlockHash", [321])["result"]
     first = await post(machines.urls[0], call("chain_getBlock", [block_hash]))
     assert first.status == 200 and first.headers["X-Cache"] == "MISS"
-    await asyncio.sleep(0.3)  # the write to Redis is sent after the answer
+    # the write to Redis is sent after the answer: until it is there
+    await wait_until(
+        lambda: block_hash.encode() in machines.redis.command("KEYS", "e2e:cache:*"),
+        10,
+        "machine 1 wrote the block to Redis",
+    )
     upstream_before = machines.requests_upstream()
     second = await post(machines.urls[1], call("chain_getBlock", [block_hash], id_="other"))
     assert second.status == 200 and second.headers["X-Cache"] == "HIT"
@@ -164,8 +177,42 @@ def http_text(url: str) -> str:
         return r.read().decode()
 
 
-def test_the_proxies_log_one_line_each_way(machines: TwoMachines) -> None:
-    logs = [Path(p.log).read_text() for p in machines.procs if p.log is not None]
-    for text in logs:
-        assert text.count("unavailable") >= 1 and "answers again" in text
+# addon/redislink/link.py's two lines (the first ends "until it answers again" too)
+DOWN = "unavailable ("
+UP = "answers again: the quota and cache are shared again"
+
+
+async def test_the_proxies_log_one_line_each_way(machines: TwoMachines) -> None:
+    """Its own Redis outage (whatever ran before): each proxy logs exactly one
+    line when Redis goes, however many calls fall back meanwhile, and one when
+    it answers again; no traceback."""
+    logs = [Path(p.log) for p in machines.procs if p.log is not None]
+    assert len(logs) == 2, "each proxy writes a log"
+    if not machines.redis.ping():  # an earlier test left it down: start from up
+        machines.redis.start()
+    await _wait_redis_up(machines, next_client_ip())
+    start = [len(log.read_text()) for log in logs]
+
+    def since() -> list[str]:
+        return [log.read_text()[n:] for log, n in zip(logs, start, strict=True)]
+
+    machines.redis.stop()
+    ip = next_client_ip()
+    for i in range(20):  # many calls on each proxy while Redis is down: still one line
+        r = await post(machines.urls[i % 2], call("system_health", id_=i), client_ip=ip)
+        assert r.status == 200
+    await wait_until(
+        lambda: all(DOWN in text for text in since()),
+        15,
+        "both proxies logged that Redis is unavailable",
+    )
+    machines.redis.start()
+    await _wait_redis_up(machines, next_client_ip())
+    await wait_until(
+        lambda: all(UP in text for text in since()),
+        15,
+        "both proxies logged that Redis answers again",
+    )
+    for text in since():
+        assert text.count(DOWN) == 1 and text.count(UP) == 1, text
         assert "Traceback" not in text

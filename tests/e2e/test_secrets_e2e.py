@@ -3,7 +3,6 @@ not in error bodies, not in either process's logs."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 
 from common.endpoint_id import endpoint_id
 from tests.e2e.harness import Stack, free_port, http_json
-from tests.e2e.helpers import PROXY_DEFAULTS, call, post
+from tests.e2e.helpers import PROXY_DEFAULTS, call, post, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +46,16 @@ async def test_secrets_in_upstream_urls_are_never_shown(tmp_path: Path) -> None:
         )
         stack.start_sidecar()
         stack.start_proxy()
-        await asyncio.sleep(2)  # a few probe rounds, incl. failures of the dead one
+        # a few probe rounds, incl. failures of the dead one (their errors name its URL)
+        await wait_until(
+            lambda: (
+                all(_probes(stack, u) for u in urls[:2])
+                and sum(p["classification"] == "dead" for p in _probes(stack, urls[2])) >= 2
+            ),
+            20,
+            "the sidecar probed every endpoint, the dead one failing twice",
+            step=0.2,
+        )
 
         seen: list[str] = []
         for i in range(20):
@@ -72,3 +80,9 @@ async def test_secrets_in_upstream_urls_are_never_shown(tmp_path: Path) -> None:
             assert secret not in blob, f"secret {secret} leaked"
     finally:
         stack.stop()
+
+
+def _probes(stack: Stack, url: str) -> list[dict[str, object]]:
+    """The sidecar's recent probes of the endpoint at ``url``."""
+    doc = http_json(f"{stack.sidecar_url}/api/v1/endpoints/{endpoint_id(url)}")
+    return doc["probes"]  # type: ignore[no-any-return]

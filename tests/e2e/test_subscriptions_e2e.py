@@ -6,7 +6,6 @@ bound, HTTP refusal). Everything on 127.0.0.1, every wait bounded."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -17,7 +16,18 @@ import aiohttp
 import pytest
 
 from tests.e2e.harness import Stack, base_config
-from tests.e2e.helpers import PROXY_DEFAULTS, Client, call, next_client_ip, post, with_wss
+from tests.e2e.helpers import (
+    PROXY_DEFAULTS,
+    Client,
+    call,
+    metric_value,
+    metrics_text,
+    next_client_ip,
+    post,
+    usage_delivered,
+    wait_until,
+    with_wss,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -75,6 +85,17 @@ def node_subscriptions(stack: Stack) -> dict[str, int]:
     return {n.name: n.state()["subscriptions"] for n in stack.nodes if n.proc.alive()}
 
 
+async def upstream_subscriptions(stack: Stack, total: int, what: str) -> dict[str, int]:
+    """Until the nodes hold ``total`` subscriptions in all (those of earlier tests
+    linger ``upstream_linger_s`` after their clients left); per node."""
+
+    def held() -> dict[str, int] | None:
+        now = node_subscriptions(stack)
+        return now if sum(now.values()) == total else None
+
+    return await wait_until(held, 15, what)  # type: ignore[no-any-return]
+
+
 async def test_http_subscription_is_refused_with_the_websocket_url(stack: Stack) -> None:
     r = await post(stack.rpc_url(), call("chain_subscribeNewHeads"))
     assert r.status == 403
@@ -113,7 +134,9 @@ async def test_unsubscribe_stops_notifications_and_only_owned_ids_count(stack: S
         assert (await other.ask("chain_unsubscribeNewHeads", [sid]))["result"] is False
         assert (await c.ask("chain_unsubscribeNewHeads", [sid]))["result"] is True
         seen = len(c.notes[sid])
-        await asyncio.sleep(2.5 * BLOCK_S)
+        # new heads do come meanwhile: another client's subscription hears two
+        watch = (await other.ask("chain_subscribeNewHeads"))["result"]
+        await other.wait_notes(watch, 3, timeout=10)  # the current head, then two new ones
         assert len(c.notes[sid]) == seen
         assert (await c.ask("chain_unsubscribeNewHeads", [sid]))["result"] is False
 
@@ -145,11 +168,10 @@ async def test_a_stalled_node_is_left_and_the_gap_is_filled(stack: Stack) -> Non
     """The node feeding the heads freezes (its socket stays open): after
     ``stall_s`` without a head while the probes see the chain advance, the
     subscription moves and the heads missed meanwhile are delivered in order."""
-    await asyncio.sleep(2)  # earlier subscriptions have lingered out
     async with client(stack) as c:
         sid = (await c.ask("chain_subscribeNewHeads"))["result"]
         await c.wait_notes(sid, 2)
-        held = node_subscriptions(stack)
+        held = await upstream_subscriptions(stack, 1, "only this test's subscription is held")
         holder = next(n for n in stack.nodes if held.get(n.name) == 1)
         holder.control(freeze=True)
         try:
@@ -165,49 +187,63 @@ async def test_a_stalled_node_is_left_and_the_gap_is_filled(stack: Stack) -> Non
 async def test_five_clients_share_one_upstream_subscription_that_survives_its_node(
     stack: Stack,
 ) -> None:
-    await asyncio.sleep(2)  # subscriptions of earlier tests have lingered out
     async with AsyncExitStack() as es:
         clients = [await es.enter_async_context(client(stack)) for _ in range(5)]
         sids = [(await c.ask("chain_subscribeNewHeads"))["result"] for c in clients]
         assert len(set(sids)) == 5
         for c, sid in zip(clients, sids, strict=True):
             await c.wait_notes(sid, 2)
-        held = node_subscriptions(stack)
-        assert sum(held.values()) == 1, held  # one upstream subscription for five clients
+        # one upstream subscription for five clients (once earlier tests' have gone)
+        held = await upstream_subscriptions(stack, 1, "one upstream subscription for five")
         holder = next(n for n in stack.nodes if n.name in held and held[n.name] == 1)
         before = [len(c.notes[sid]) for c, sid in zip(clients, sids, strict=True)]
-        holder.proc.signal_group(signal.SIGKILL)  # a crash: no close frame
-        holder.proc.popen.wait(10)
-        for c, sid, n in zip(clients, sids, before, strict=True):
-            await c.wait_notes(sid, n + 6, timeout=30)
-        for c, sid in zip(clients, sids, strict=True):
-            ns = numbers(c.notes[sid])
-            assert ns == list(range(ns[0], ns[0] + len(ns))), ns  # each number once, in order
-        after = node_subscriptions(stack)
-        assert sum(after.values()) == 1, after
-    await asyncio.sleep(3)  # the sockets closed: released after the linger
-    assert sum(node_subscriptions(stack).values()) == 0
+        try:
+            holder.proc.signal_group(signal.SIGKILL)  # a crash: no close frame
+            holder.proc.popen.wait(10)
+            for c, sid, n in zip(clients, sids, before, strict=True):
+                await c.wait_notes(sid, n + 6, timeout=30)
+            for c, sid in zip(clients, sids, strict=True):
+                ns = numbers(c.notes[sid])
+                assert ns == list(range(ns[0], ns[0] + len(ns))), ns  # each number once, in order
+            after = node_subscriptions(stack)
+            assert sum(after.values()) == 1, after
+        finally:
+            stack.restart_node(holder)  # the next tests have their three nodes
+    # the sockets closed: released after the linger
+    await upstream_subscriptions(stack, 0, "the upstream subscription is released")
 
 
 async def test_sidecar_metrics_show_subscriptions_moves_and_opens(stack: Stack) -> None:
-    """The proxy's live counters and gauges reach the sidecar's /metrics."""
+    """The proxy's live counters and gauges reach the sidecar's /metrics: this
+    test's socket and subscription (once earlier tests' are gone) and a move it
+    causes itself (its node frozen)."""
     async with client(stack) as c:
         sid = (await c.ask("chain_subscribeNewHeads"))["result"]
         await c.wait_notes(sid, 1)
-        deadline = time.monotonic() + 20
-        text = ""
-        while time.monotonic() < deadline:
-            async with aiohttp.ClientSession() as s:
-                async with s.get(f"{stack.sidecar_url}/metrics") as r:
-                    text = await r.text()
-            if 'chainproxy_client_subscriptions{method="chain_subscribeNewHeads"} 1' in text:
-                break
-            await asyncio.sleep(0.5)
-    assert 'chainproxy_client_subscriptions{method="chain_subscribeNewHeads"} 1' in text
-    assert 'chainproxy_upstream_subscriptions{method="chain_subscribeNewHeads"} 1' in text
+        held = await upstream_subscriptions(stack, 1, "only this test's subscription is held")
+        await usage_delivered(stack)  # the moves of the tests before have all been counted
+        moves = metric_value(metrics_text(stack.sidecar_url), MOVES)
+        holder = next(n for n in stack.nodes if held.get(n.name) == 1)
+        holder.control(freeze=True)
+        try:
+            seen = len(c.notes[sid])
+            await c.wait_notes(sid, seen + 3, timeout=30)  # moved to another node
+        finally:
+            holder.control(freeze=False)
+
+        def shown() -> str | None:
+            text = metrics_text(stack.sidecar_url)
+            wanted = (
+                metric_value(text, "chainproxy_client_subscriptions", method=NEW_HEADS) == 1,
+                metric_value(text, "chainproxy_upstream_subscriptions", method=NEW_HEADS) == 1,
+                metric_value(text, MOVES) > moves,
+                metric_value(text, "chainproxy_websocket_connections") == 1,
+            )
+            return text if all(wanted) else None
+
+        text = await wait_until(shown, 20, "the sidecar shows this test's socket and move")
     assert 'method="chain_subscribeNewHeads",network="finney",outcome="ok"' in text
-    moves = [
-        ln for ln in text.splitlines() if ln.startswith("chainproxy_subscription_moves_total{")
-    ]
-    assert moves and float(moves[0].rsplit(" ", 1)[1]) >= 2  # the stall and the kill above
-    assert "chainproxy_websocket_connections 1" in text
+
+
+NEW_HEADS = "chain_subscribeNewHeads"
+MOVES = "chainproxy_subscription_moves_total"

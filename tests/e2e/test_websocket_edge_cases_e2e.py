@@ -20,7 +20,14 @@ import aiohttp
 import pytest
 
 from tests.e2e.harness import BIN, REPO, Stack, base_config, free_port, spawn, wait_http
-from tests.e2e.helpers import PROXY_DEFAULTS, build_stack, call, next_client_ip, post
+from tests.e2e.helpers import (
+    PROXY_DEFAULTS,
+    build_stack,
+    call,
+    next_client_ip,
+    post,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -233,12 +240,21 @@ async def test_client_leaving_with_many_calls_in_flight_is_quiet(stack: Stack) -
     error or warning in mitmdump's log, and the proxy keeps serving."""
     assert stack.proxy is not None
     start = len(stack.proxy.output())
+
+    def upstream() -> int:  # (the sidecar's probes ask for blocks 0 and 1 too, a few)
+        return sum(n.state()["calls"].get("chain_getBlockHash", 0) for n in stack.nodes)
+
+    before = upstream()
     for node in stack.nodes:
         node.control(latency_ms=300)
     async with connect(stack) as ws:
         for i in range(90):
             await ws.send_str(json.dumps(call("chain_getBlockHash", [i], id_=i)))
-    await asyncio.sleep(1.5)  # every call either answered into the void or cancelled
+    # the calls really were in flight upstream when the client left ...
+    await wait_until(lambda: upstream() >= before + 10, 10, "calls in flight upstream")
+    # ... and every one was answered into the void (or cancelled): a call to each
+    # node, 300 ms late too, is answered after every call that came before it
+    await asyncio.gather(*(asyncio.to_thread(n.rpc, "system_health") for n in stack.nodes))
     for node in stack.nodes:
         node.control(latency_ms=0)
     async with connect(stack) as ws:
@@ -257,6 +273,11 @@ async def test_client_leaving_with_many_calls_in_flight_is_quiet(stack: Stack) -
 
 
 # --- back-pressure ---------------------------------------------------------------------------
+
+
+# a method the sidecar's probes never call, with distinct params (identical calls
+# would share one upstream call): the node counts each of ours
+METHOD = "state_getKeysPaged"
 
 
 def _rss_mib(pid: int) -> int:
@@ -303,8 +324,12 @@ async def test_past_64_calls_in_flight_the_proxy_stops_reading_the_socket(
         sent = 0
         async with connect(s) as ws:
             for i in range(64):  # fills every in-flight slot: all hang upstream
-                await ws.send_str(json.dumps(call("system_health", id_=i)))
-            await asyncio.sleep(1)
+                await ws.send_str(json.dumps(call(METHOD, [f"0x{i:04x}", 1], id_=i)))
+            await wait_until(
+                lambda: s.nodes[0].state()["calls"].get(METHOD, 0) >= 64,
+                10,
+                "the 64 calls hang at the node",
+            )
             rss_before = _rss_mib(s.proxy.popen.pid)
             chunk = "x" * (1 << 20)
 
@@ -319,8 +344,7 @@ async def test_past_64_calls_in_flight_the_proxy_stops_reading_the_socket(
                 await asyncio.wait_for(pump(), 8)
             except TimeoutError:
                 pass  # the expected outcome: the proxy stopped reading
-            await asyncio.sleep(1)
-            rss_after = _rss_mib(s.proxy.popen.pid)
+            rss_after = _rss_mib(s.proxy.popen.pid)  # for the message only
             s.nodes[0].reset()  # hung calls fail now; let the socket drain and close
             for _ in range(64 + sent):
                 try:
@@ -336,6 +360,14 @@ async def test_past_64_calls_in_flight_the_proxy_stops_reading_the_socket(
 
 
 # --- hot reload ------------------------------------------------------------------------------
+
+
+async def _answered(stack: Stack) -> bool:
+    try:
+        r = await post(stack.rpc_url(), call("system_health"), timeout=5)
+    except (aiohttp.ClientError, TimeoutError):
+        return False  # mid-reload
+    return r.status == 200 and "result" in r.body
 
 
 def _start_proxy_from(stack: Stack, script: os.PathLike[str]) -> None:
@@ -396,12 +428,13 @@ async def test_a_socket_open_across_a_hot_reload_is_answered_or_closed(
             loads = s.proxy.output().count("Loading script")
             later = time.time() + 5
             os.utime(script, (later, later))  # mitmproxy's watcher reloads on a newer mtime
-            for _ in range(100):
-                if s.proxy.output().count("Loading script") > loads:
-                    break
-                await asyncio.sleep(0.1)
-            assert s.proxy.output().count("Loading script") > loads, "no reload happened"
-            await asyncio.sleep(1)  # the new addons are configured and running
+            await wait_until(
+                lambda: s.proxy.output().count("Loading script") > loads, 10, "a reload happened"
+            )
+            # the new addons are configured and running: they answer an HTTP call
+            await wait_until(
+                lambda: _answered(s), 10, "the reloaded addon answers over HTTP", step=0.2
+            )
             try:
                 await ws.send_str(json.dumps(call("system_health", id_=2)))
                 outcome = await asyncio.wait_for(ws.receive(), 8)

@@ -352,8 +352,27 @@ def backoff(refresh_s: float, failures: int) -> list[float]:
     return out
 
 
-def test_the_backoff_cap_is_at_most_30_s() -> None:
-    assert 1.0 < MAX_BACKOFF_S <= 30.0
+async def test_the_backoff_cap_is_at_most_30_s(
+    sidecar: tuple[FakeSidecar, Any], session: aiohttp.ClientSession
+) -> None:
+    """The behaviour, not the constant: with the sidecar failing 40 times in a
+    row, the refresher's waits double from refresh_s and then stay at one
+    value of at most 30 s (the proxy learns of a sidecar back within it)."""
+    fake, server = sidecar
+    rt = runtime_for(server_url(server), session)
+    fake.mode = "500"
+    sleep = FakeSleep([None] * 39)
+    refresher = SnapshotRefresher(holder_of(rt), refresh_s=1.0, sleep=sleep)
+    with pytest.raises(Stop):
+        await refresher.run()
+    delays = sleep.delays
+    assert len(delays) == 40 and refresher.failures == 40
+    assert delays[:2] == [2.0, 4.0]  # doubling from refresh_s ...
+    assert delays == sorted(delays)  # ... never shorter after another failure ...
+    cap = delays[-1]
+    assert 1.0 < cap <= 30.0  # ... up to a cap of at most 30 s ...
+    assert delays.index(cap) <= 5  # reached within a few doublings ...
+    assert set(delays[delays.index(cap) :]) == {cap}  # ... and held there
 
 
 class Stop(Exception):
