@@ -1,8 +1,10 @@
 """The dashboard at ``/``: server-rendered HTML, no JavaScript needed.
 
-* ``page``: the handler and its Jinja2 environment (``templates/``);
+* ``page``: the page from the registry, usage and history, and its Jinja2
+  environment (``templates/``); its handler is ``sidecar.server.handlers.dashboard``;
 * ``view``: what the page adds to the API's documents (pure);
-* ``chart``: the requests-over-time chart as numbers for inline SVG (pure).
+* ``chart``: the requests-over-time chart as numbers for inline SVG (pure);
+* ``pictures``: the sparklines, incident strips and lag charts (pure).
 
 This ``__init__`` imports nothing: import the submodules.
 """

@@ -1,7 +1,7 @@
 """The ``data`` of each Metagraphed registry path, and the list each one pages (pure).
 
 Every builder takes a ``rows.View`` (config, health, now) and, for incidents,
-the tracker's incidents; the handler (``sidecar.metagraphed.api``) runs the
+the tracker's incidents; the handler (``sidecar.server.handlers.metagraphed``) runs the
 list engine over ``data[collection.key]``. Summaries are over the whole
 collection, as Metagraphed's artifacts have them; ``meta.pagination.total``
 counts what the filters kept.

@@ -9,7 +9,7 @@ nodes' budgets and capacity (``upstream_families``), the networks' runtimes
 (``runtime_families``: upgrades, spec version), the depth of the local
 on-disk usage spool and the open incidents. It is given
 callables rather than the app, so this package knows nothing of the app's
-keys (``sidecar.server.app`` wires it, ``sidecar.server.ops_api`` serves it).
+keys (``sidecar.server.app`` wires it, ``sidecar.server.handlers.ops`` serves it).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every head probe of a node endpoint also reads the runtime version of the
 node's best block (``state_getRuntimeVersion``, in the same batch as the
 header: ``sidecar.probing.probes.node``). A reading counts only from a node
 that is healthy and synced: status OK, at most ``max_lag_blocks`` behind the
-network's tip (``sidecar.registry.routing_snapshot.chain_heads``), so a node
+network's tip (``sidecar.probing.health.chain_heads``), so a node
 that is behind or failing never moves the network's runtime.
 
 ``RuntimeBook.see`` folds one reading (network, best block, runtime) into the
@@ -41,9 +41,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from common.config import Config, Endpoint
-from sidecar.probing.health import Health
+from sidecar.probing.health import Health, chain_heads
 from sidecar.probing.results import NODE_KINDS, ProbeResult
-from sidecar.registry.routing_snapshot import chain_heads
 
 log = logging.getLogger("chainproxy.sidecar.runtime")
 

@@ -6,8 +6,9 @@
 * ``views``: the registry's public JSON documents (pure);
 * ``endpoint_detail``: the document of one endpoint, ``/api/v1/endpoints/{id}`` (pure);
 * ``routing_snapshot``: chain tip, lag and the ranked routing snapshot the
-  addon reads from ``/api/v1/internal/routes/<network>`` (pure);
-* ``api``: the aiohttp handlers of the registry's paths.
+  addon reads from ``/api/v1/internal/routes/<network>`` (pure).
+
+The handlers of the registry's paths are in ``sidecar.server.handlers``.
 
 This ``__init__`` imports nothing: import the submodules.
 """

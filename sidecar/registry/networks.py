@@ -1,6 +1,6 @@
 """The document of each network (pure): ``GET /api/v1/networks`` and
 ``/api/v1/networks/{network}``. Its heights (the routing snapshot's tip and
-finalized height, ``sidecar.registry.routing_snapshot``), the runtime its best
+finalized height, ``sidecar.probing.health.chain_heads``), the runtime its best
 blocks run and its last runtime upgrade (``sidecar.probing.runtime``)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 from common.config import Config
 from sidecar.jsonfmt import iso
+from sidecar.probing.health import chain_heads
 from sidecar.probing.runtime import NetworkRuntime, Runtime, RuntimeBook
 from sidecar.registry.pools import HealthMap
-from sidecar.registry.routing_snapshot import chain_heads
 
 
 def _runtime(r: Runtime) -> dict[str, Any]:

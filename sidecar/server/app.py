@@ -24,7 +24,6 @@ from sidecar.db import SIDECAR_DB
 from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.store import HISTORY_DB, HistoryStore
 from sidecar.incidents.quarantine import reconcile_quarantine
-from sidecar.metagraphed.api import metagraphed_errors
 from sidecar.metrics import SidecarCollector, collector_registry
 from sidecar.probing.prober import ProbeFn, Prober
 from sidecar.probing.probes import probe
@@ -43,6 +42,7 @@ from sidecar.server.app_keys import (
     STORE_KEY,
     USAGE_KEY,
 )
+from sidecar.server.handlers.metagraphed import metagraphed_errors
 from sidecar.server.json_errors import json_error
 from sidecar.server.routes import ROUTES
 from sidecar.usage.service import UsageService

@@ -1,4 +1,5 @@
-"""Every URL of the sidecar, in one table: method, path, handler.
+"""Every URL of the sidecar, in one table: method, path, handler (the handlers
+are in ``sidecar.server.handlers``).
 
 The public JSON API (``/api/v1/…``) is a contract (DESIGN §6) and each of its
 paths is also described in ``sidecar.server.openapi`` (a test compares the two);
@@ -10,7 +11,8 @@ Plain paths such as ``/api/v1/endpoints/root`` win over the pattern
 ``/api/v1/endpoints/{id}`` whatever the order (aiohttp looks the full path up
 first); they are listed first anyway, for the reader.
 
-Metagraphed's API (``sidecar.metagraphed``, docs/METAGRAPHED.md) is served under
+Metagraphed's API (``sidecar.metagraphed``, its handlers in
+``sidecar.server.handlers.metagraphed``, docs/METAGRAPHED.md) is served under
 ``/metagraphed/api/v1/…``, and at ``/api/v1/…`` where chainproxy's own API does
 not already use the path (its ``/api/v1/incidents`` stays chainproxy's).
 """
@@ -19,10 +21,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from sidecar.dashboard.page import dashboard
-from sidecar.metagraphed import api as metagraphed
 from sidecar.registry import views
-from sidecar.registry.api import (
+from sidecar.server.handlers import metagraphed
+from sidecar.server.handlers.dashboard import dashboard
+from sidecar.server.handlers.networks import get_network, get_networks
+from sidecar.server.handlers.ops import get_metrics, get_openapi, healthz
+from sidecar.server.handlers.registry import (
     get_callable,
     get_endpoint,
     get_root,
@@ -30,9 +34,7 @@ from sidecar.registry.api import (
     health_view,
     incident_view,
 )
-from sidecar.registry.networks_api import get_network, get_networks
-from sidecar.server.ops_api import get_metrics, get_openapi, healthz
-from sidecar.usage.api import get_usage, post_usage
+from sidecar.server.handlers.usage import get_usage, post_usage
 
 ROUTES: tuple[web.RouteDef, ...] = (
     web.get("/", dashboard),

@@ -2,7 +2,7 @@
 
 ``UsageService`` (``app[USAGE_KEY]``) owns the usage store: opened lazily,
 reopened at most every 30 s after a failure, a corrupt file moved aside. The
-handlers (``sidecar.usage.api``) hand it the batches' bodies; the dashboard
+handlers (``sidecar.server.handlers.usage``) hand it the batches' bodies; the dashboard
 and ``/metrics`` read ``await summary(network)``, ``await hourly(network)``
 and its counters; the batches' live metrics go to ``proxy_metrics``
 (``sidecar.usage.proxy_counters``). Database work runs in a thread so a large batch does not

@@ -2,11 +2,11 @@
 Metagraphed's error envelope and CORS preflight (URLs in ``sidecar.server.routes``).
 
 Each handler reads the registry (``RegistryService``) or the usage store,
-builds its document (``documents``, ``usage``), runs the list engine over the
-document's collection (``listing``) and answers through ``envelope``: the
-``{ok, schema_version, data, meta}`` body, ETag/304, CORS. Every path is served
-under ``/metagraphed`` too; at the root only where chainproxy's own API
-(DESIGN §6, a contract) does not already use the path.
+builds its document (``sidecar.metagraphed.documents``, ``.usage``), runs the
+list engine over the document's collection (``.listing``) and answers through
+``.envelope``: the ``{ok, schema_version, data, meta}`` body, ETag/304, CORS.
+Every path is served under ``/metagraphed`` too; at the root only where
+chainproxy's own API does not already use the path (``sidecar.metagraphed.paths``).
 """
 
 from __future__ import annotations
@@ -20,34 +20,14 @@ from aiohttp.typedefs import Handler
 from sidecar.metagraphed import documents as docs
 from sidecar.metagraphed.envelope import ALLOW, Answer, error, preflight, success
 from sidecar.metagraphed.listing import Collection, QueryError, apply, link_header, parse_query
+from sidecar.metagraphed.paths import BASE, ROOT_PATHS, is_metagraphed_path
 from sidecar.metagraphed.rows import View, provider_by_slug
 from sidecar.metagraphed.usage import hour_rows, rpc_usage
 from sidecar.server.app_keys import REGISTRY_KEY, USAGE_KEY
 from sidecar.usage.store import StoreUnavailable
 
-BASE = "/metagraphed"
-# Paths chainproxy's own API leaves free: served at the root as well as under BASE.
-ROOT_PATHS = (
-    "/api/v1/health",
-    "/api/v1/endpoints",
-    "/api/v1/rpc/endpoints",
-    "/api/v1/rpc/pools",
-    "/api/v1/endpoint-pools",
-    "/api/v1/endpoint-incidents",
-    "/api/v1/rpc/usage",
-    "/api/v1/providers",
-)
 _SLUG = re.compile(r"^[a-z0-9-]{1,100}$")
 RETRY_AFTER_S = 10
-
-
-def is_metagraphed_path(path: str) -> bool:
-    return (
-        path == BASE
-        or path.startswith(BASE + "/")
-        or path in ROOT_PATHS
-        or path.startswith("/api/v1/providers/")
-    )
 
 
 def respond(a: Answer) -> web.Response:
