@@ -1,7 +1,7 @@
 """How times and percentages look in every JSON answer of the sidecar (pure).
 
 DESIGN §6: times are UTC ISO-8601 strings, percentages numbers 0-100. One
-definition, so the usage summary, the registry views and the routing snapshot
+definition, so the usage summary, the registry documents and the routing snapshot
 cannot drift apart.
 """
 

@@ -1,13 +1,14 @@
 """The dashboard at ``/``: one server-rendered HTML page (Jinja2), readable
-without JavaScript, refreshed by a meta tag. It calls the same view functions
+without JavaScript, refreshed by a meta tag. It calls the same document functions
 as the JSON API, so the page and ``/api/v1/…`` never disagree. ``?network=``
-narrows the page to one network (the registry views see only its endpoints;
+narrows the page to one network (the registry documents see only its endpoints;
 the usage figures are the API's ``?network=``); ``?page=`` is the callable
 list's page. The handler (``sidecar.server.handlers.dashboard``) reads the
 query into a ``PageScope`` (``scope_of``), the usage figures (``usage_of``) and
-renders (``render``); no aiohttp here. (The pure helpers in
-``sidecar.dashboard.view``, the pictures' numbers in ``sidecar.dashboard.chart``
-and ``sidecar.dashboard.pictures``, from the probe history of ``sidecar.history``.)
+renders (``render``); no aiohttp here. (The network scope in
+``sidecar.dashboard.scope``, the words in ``sidecar.dashboard.wording``, the
+pictures' numbers in ``sidecar.dashboard.chart`` and
+``sidecar.dashboard.pictures``, from the probe history of ``sidecar.history``.)
 
 Pictures: each callable endpoint's latency over 24 h (sparkline) and when it
 was down (incident strip); requests, errors and cache hits per hour over 7
@@ -27,19 +28,13 @@ import jinja2
 from common.config import Config
 from sidecar.dashboard.chart import hourly_chart
 from sidecar.dashboard.pictures import incident_strip, lag_chart, sparkline
-from sidecar.dashboard.view import (
-    backoff_text,
-    capacity_text,
-    page_href,
-    parse_network,
-    scoped,
-    updated_text,
-)
+from sidecar.dashboard.scope import page_href, parse_network, scoped
+from sidecar.dashboard.wording import backoff_text, capacity_text, updated_text
 from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.series import lag_series, latency_series
+from sidecar.probing.chain_runtime import ChainRuntimeBook
 from sidecar.probing.results import NODE_KINDS
-from sidecar.probing.runtime import RuntimeBook
-from sidecar.registry import views
+from sidecar.registry import documents
 from sidecar.registry.networks import runtime_lines
 from sidecar.registry.pools import HealthMap
 from sidecar.registry.service import RegistryService
@@ -85,11 +80,11 @@ class PageScope:
 def scope_of(
     reg: RegistryService, network: str | None, page: str | None, live: UpstreamLive
 ) -> PageScope:
-    """``?network=`` and ``?page=`` checked (``views.PageError`` otherwise)."""
+    """``?network=`` and ``?page=`` checked (``documents.PageError`` otherwise)."""
     health, now = reg.health, reg.now()
     chosen = parse_network(reg.config, network)
     config = scoped(reg.config, chosen)
-    callable_ = views.callable_endpoints(config, health, views.parse_page(page), live=live)
+    callable_ = documents.callable_endpoints(config, health, documents.parse_page(page), live=live)
     return PageScope(chosen, config, callable_, health, now)
 
 
@@ -106,7 +101,7 @@ async def usage_of(svc: UsageService | None, network: str | None) -> Usage:
     return Usage(summary, chart, updated_text(svc.updated, svc.clock()))
 
 
-def error_page(e: views.PageError) -> str:
+def error_page(e: documents.PageError) -> str:
     """The small page of a bad query (its status is ``e.status``)."""
     return (
         f"<!doctype html><title>chainproxy</title><p>{html.escape(str(e))} — "
@@ -120,11 +115,11 @@ def render(
     usage: Usage,
     live: UpstreamLive,
     history: HistoryRecorder,
-    book: RuntimeBook | None,
+    book: ChainRuntimeBook | None,
 ) -> str:
     """The page's HTML."""
     config, health, now, callable_ = scope.config, scope.health, scope.now, scope.callable
-    heat = views.heatmap(config, health)
+    heat = documents.heatmap(config, health)
     kinds_seen = {k for row in heat["rows"] for k in row["cells"]}
     incidents = reg.incidents.incidents()
     pictures = _pictures(history, config, [r["id"] for r in callable_["rows"]], incidents, now)
@@ -140,15 +135,15 @@ def render(
         usage=usage.summary,
         chart=usage.chart,
         updated=usage.updated,
-        totals=views.registry_totals(config, health),
-        rpc_pools=views.proxy_pools(config, health),
-        endpoint_pools=views.endpoint_pools(config, health),
-        root=views.root_endpoints(config, health, live),
+        totals=documents.registry_totals(config, health),
+        rpc_pools=documents.proxy_pools(config, health),
+        endpoint_pools=documents.endpoint_pools(config, health),
+        root=documents.root_endpoints(config, health, live),
         callable=callable_,
         heatmap=heat,
         heat_kinds=[k for k in _KIND_ORDER if k in kinds_seen],
-        incidents=views.incident_list(config, incidents, now),
-        timeline=_timeline_with_incidents(views.incident_timeline(config, incidents, now)),
+        incidents=documents.incident_list(config, incidents, now),
+        timeline=_timeline_with_incidents(documents.incident_timeline(config, incidents, now)),
         runtime_lines=runtime_lines(config, book),
         **pictures,
     )

@@ -37,8 +37,9 @@ STALE_PROBES = 3
 
 
 @dataclass(frozen=True, slots=True)
-class View:
-    """What every row is made from: the config, the Prober's health, the time."""
+class RegistryState:
+    """The registry at one moment, what every row is made from: the config, the
+    Prober's health and the time."""
 
     config: Config
     health: HealthMap
@@ -69,7 +70,7 @@ def _auth_required(e: Endpoint, h: Health) -> bool | None:
     return False if h.last_ok_at is not None else None
 
 
-def _health_fields(view: View, h: Health) -> Row:
+def _health_fields(state: RegistryState, h: Health) -> Row:
     mg_class = vocab.classification(h.classification) if h.probed else "unknown"
     return {
         "status": vocab.status(h),
@@ -78,16 +79,16 @@ def _health_fields(view: View, h: Health) -> Row:
         "latest_block": h.best,
         "observed_at": iso(h.last_probe_at),
         "health_source": "probe-derived" if h.probed else "missing-probe",
-        "health_stale": view.stale(h),
+        "health_stale": state.stale(h),
         "last_ok": iso(h.last_ok_at),
         "last_checked": iso(h.last_probe_at),
         "error": None if not h.probed or h.classification == "live" else h.classification,
     }
 
 
-def endpoint_row(view: View, e: Endpoint) -> Row:
+def endpoint_row(state: RegistryState, e: Endpoint) -> Row:
     """A row of ``/api/v1/endpoints`` (and ``/providers/{slug}/endpoints``)."""
-    h = health_of(view.health, e)
+    h = health_of(state.health, e)
     kind = vocab.kind(e.kind)
     eligible = pool_eligible(e, h)
     return {
@@ -109,7 +110,7 @@ def endpoint_row(view: View, e: Endpoint) -> Row:
             "method": None,
             "expect": None,
             "source": "chainproxy-prober",
-            "timeout_ms": round(view.config.probe.timeout_s * 1000),
+            "timeout_ms": round(state.config.probe.timeout_s * 1000),
         },
         "monitoring_status": "monitored",
         "publication_state": "pool-eligible" if eligible else "monitored",
@@ -117,13 +118,13 @@ def endpoint_row(view: View, e: Endpoint) -> Row:
         "pool_eligibility_reasons": _eligibility_reasons(e, h),
         "archive_support": archive_capable(e, h) if e.kind in NODE_KINDS else None,
         "score": round(h.score * 100),
-        **_health_fields(view, h),
+        **_health_fields(state, h),
     }
 
 
-def rpc_endpoint_row(view: View, e: Endpoint) -> Row:
+def rpc_endpoint_row(state: RegistryState, e: Endpoint) -> Row:
     """A row of ``/api/v1/rpc/endpoints`` (node endpoints only)."""
-    h = health_of(view.health, e)
+    h = health_of(state.health, e)
     kind = vocab.kind(e.kind)
     eligible = pool_eligible(e, h)
     return {
@@ -139,15 +140,15 @@ def rpc_endpoint_row(view: View, e: Endpoint) -> Row:
         "pool_eligible": eligible,
         "score": round(h.score * 100),
         "archive_support": archive_capable(e, h),
-        **_health_fields(view, h),
+        **_health_fields(state, h),
     }
 
 
-def pool_member_row(view: View, e: Endpoint) -> Row:
+def pool_member_row(state: RegistryState, e: Endpoint) -> Row:
     """An endpoint inside a pool of ``/api/v1/rpc/pools``."""
-    h = health_of(view.health, e)
+    h = health_of(state.health, e)
     kind = vocab.kind(e.kind)
-    health = _health_fields(view, h)
+    health = _health_fields(state, h)
     return {
         "id": e.id,
         "surface_id": e.id,
@@ -195,9 +196,9 @@ def endpoint_summary(rows: Sequence[Row]) -> Row:
     }
 
 
-def endpoint_rows(view: View, endpoints: Iterable[Endpoint]) -> list[Row]:
+def endpoint_rows(state: RegistryState, endpoints: Iterable[Endpoint]) -> list[Row]:
     """Metagraphed's order: subnet, layer, kind, id."""
-    rows = [endpoint_row(view, e) for e in endpoints]
+    rows = [endpoint_row(state, e) for e in endpoints]
     rows.sort(key=lambda r: (r["netuid"], r["layer"], r["kind"], r["id"]))
     return rows
 
@@ -241,14 +242,14 @@ def provider_by_slug(config: Config, slug: str) -> str | None:
 # --- incidents -----------------------------------------------------------------------------------
 
 
-def incident_row(view: View, inc: Incident, e: Endpoint) -> Row:
+def incident_row(state: RegistryState, inc: Incident, e: Endpoint) -> Row:
     """A row of ``/api/v1/endpoint-incidents``: ``severity`` critical once chainproxy
     calls it Down (failing ≥ 10 min), else warning; ``state`` active/resolved;
     ``reason`` the classification that opened it; ``status``/``classification``
     the endpoint's now."""
-    h = health_of(view.health, e)
+    h = health_of(state.health, e)
     kind = vocab.kind(e.kind)
-    health = _health_fields(view, h)
+    health = _health_fields(state, h)
     return {
         "id": f"incident-{inc.id}",
         "endpoint_id": e.id,
@@ -264,7 +265,7 @@ def incident_row(view: View, inc: Incident, e: Endpoint) -> Row:
         "observed_at": health["observed_at"],
         "health_source": "probe-derived",
         "health_stale": health["health_stale"],
-        "severity": "critical" if inc.severity(view.now) == "Down" else "warning",
+        "severity": "critical" if inc.severity(state.now) == "Down" else "warning",
         "state": "active" if inc.ongoing else "resolved",
         "reason": inc.message,
         "detected_at": iso(inc.started),

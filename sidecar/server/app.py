@@ -25,10 +25,10 @@ from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.store import HISTORY_DB, HistoryStore
 from sidecar.incidents.quarantine import reconcile_quarantine
 from sidecar.metrics import SidecarCollector, collector_registry
+from sidecar.probing.chain_runtime import ChainRuntimeBook
 from sidecar.probing.prober import ProbeFn, Prober
 from sidecar.probing.probes import probe
 from sidecar.probing.results import ProbeKind, ProbeResult
-from sidecar.probing.runtime import RuntimeBook
 from sidecar.probing.store import Store
 from sidecar.registry.service import RegistryService
 from sidecar.server.app_keys import (
@@ -124,7 +124,7 @@ def _probing(
             store,
             clock=clock,
             on_transition=registry.on_transition,
-            runtimes=RuntimeBook(config, store, clock),
+            chain_runtimes=ChainRuntimeBook(config, store, clock),
         )
         registry.attach(prober)  # incidents: load, reconcile with the restored health
         app[STORE_KEY] = store

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from sidecar.registry import views
+from sidecar.registry import documents
 from sidecar.server.handlers import metagraphed
 from sidecar.server.handlers.dashboard import dashboard
 from sidecar.server.handlers.networks import get_network, get_networks
@@ -31,8 +31,8 @@ from sidecar.server.handlers.registry import (
     get_endpoint,
     get_root,
     get_routes,
-    health_view,
-    incident_view,
+    serves_health_doc,
+    serves_incident_doc,
 )
 from sidecar.server.handlers.usage import get_usage, post_usage
 
@@ -42,15 +42,15 @@ ROUTES: tuple[web.RouteDef, ...] = (
     web.get("/metrics", get_metrics),
     web.get("/api/v1/openapi.json", get_openapi),
     web.get("/api/v1/usage", get_usage),
-    web.get("/api/v1/registry/totals", health_view(views.registry_totals)),
-    web.get("/api/v1/pools/rpc", health_view(views.proxy_pools)),
-    web.get("/api/v1/pools/endpoints", health_view(views.endpoint_pools)),
+    web.get("/api/v1/registry/totals", serves_health_doc(documents.registry_totals)),
+    web.get("/api/v1/pools/rpc", serves_health_doc(documents.proxy_pools)),
+    web.get("/api/v1/pools/endpoints", serves_health_doc(documents.endpoint_pools)),
     web.get("/api/v1/endpoints/root", get_root),
     web.get("/api/v1/endpoints/callable", get_callable),
     web.get("/api/v1/endpoints/{id}", get_endpoint),
-    web.get("/api/v1/heatmap", health_view(views.heatmap)),
-    web.get("/api/v1/incidents", incident_view(views.incident_list)),
-    web.get("/api/v1/incidents/timeline", incident_view(views.incident_timeline)),
+    web.get("/api/v1/heatmap", serves_health_doc(documents.heatmap)),
+    web.get("/api/v1/incidents", serves_incident_doc(documents.incident_list)),
+    web.get("/api/v1/incidents/timeline", serves_incident_doc(documents.incident_timeline)),
     web.get("/api/v1/networks", get_networks),
     web.get("/api/v1/networks/{network}", get_network),
     # Metagraphed's shapes (their own list: /metagraphed/…, and the free root paths):

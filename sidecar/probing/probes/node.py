@@ -8,7 +8,7 @@ The checks are written once against ``RpcTransport``:
   System.Number at block 1, which only an archive node still has);
 * head: batch 1 = ``chain_getHeader``, ``chain_getFinalizedHead``,
   ``state_getRuntimeVersion`` (the best block's runtime: how the sidecar sees a
-  runtime upgrade, ``sidecar.probing.runtime``); batch 2 = the finalized
+  runtime upgrade, ``sidecar.probing.chain_runtime``); batch 2 = the finalized
   header. Cheap enough to run every few seconds. A node that does not answer
   the runtime version is still live (the runtime is then unknown).
 """

@@ -5,9 +5,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from sidecar.dashboard import page
-from sidecar.registry.views import PageError
+from sidecar.registry.documents import PageError
 from sidecar.server.app_keys import HISTORY_KEY, REGISTRY_KEY, USAGE_KEY
-from sidecar.server.handlers.networks import runtime_book
+from sidecar.server.handlers.networks import chain_runtime_book
 from sidecar.server.handlers.registry import upstream_live
 
 
@@ -19,5 +19,7 @@ async def dashboard(request: web.Request) -> web.Response:
     except PageError as e:
         return web.Response(status=e.status, text=page.error_page(e), content_type="text/html")
     usage = await page.usage_of(request.app.get(USAGE_KEY), scope.network)
-    text = page.render(reg, scope, usage, live, request.app[HISTORY_KEY], runtime_book(request.app))
+    text = page.render(
+        reg, scope, usage, live, request.app[HISTORY_KEY], chain_runtime_book(request.app)
+    )
     return web.Response(text=text, content_type="text/html", headers={"Cache-Control": "no-store"})
