@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config
+from common.usage_wire import BatchError
 from sidecar.usage.proxy_counters import ProxyCounters
-from sidecar.usage.stats.batch import BatchError, parse_batch
+from sidecar.usage.stats.batch import parse_batch
 from sidecar.usage.stats.summary import summarize
 from sidecar.usage.stats.window import WindowTotals
 from sidecar.usage.store import IngestResult, StoreUnavailable, UsageStore
