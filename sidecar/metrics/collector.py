@@ -25,11 +25,10 @@ from prometheus_client.registry import Collector
 
 from common.config import Config
 from sidecar.metrics.chain_runtime_families import chain_runtime_families
-from sidecar.metrics.proxy_families import usage_families
+from sidecar.metrics.proxy_families import UsageIntake, usage_families
 from sidecar.metrics.registry_families import endpoint_families
 from sidecar.metrics.upstream_families import budget_families
 from sidecar.probing.prober import Prober
-from sidecar.usage.service import UsageService
 
 log = logging.getLogger("chainproxy.sidecar.metrics")
 
@@ -41,7 +40,7 @@ class SidecarCollector(Collector):
         self,
         config: Config,
         prober: Callable[[], Prober | None],
-        usage: Callable[[], UsageService | None],
+        usage: Callable[[], UsageIntake | None],
         open_incidents: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.config = config

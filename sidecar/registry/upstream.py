@@ -22,7 +22,7 @@ from sidecar.jsonfmt import iso
 @dataclass(frozen=True, slots=True)
 class UpstreamLive:
     """The proxies' reports by endpoint id (``GaugeTotals`` of
-    ``sidecar.usage.proxy_counters``); empty when none are live."""
+    ``sidecar.metrics.proxy_counters``); empty when none are live."""
 
     backoff_until: Mapping[str, float] = field(default_factory=dict)  # unix time, in the future
     learned_rps: Mapping[str, int] = field(default_factory=dict)

@@ -24,7 +24,7 @@ from sidecar.db import SIDECAR_DB
 from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.store import HISTORY_DB, HistoryStore
 from sidecar.incidents.quarantine import reconcile_quarantine
-from sidecar.metrics import SidecarCollector, collector_registry
+from sidecar.metrics.collector import SidecarCollector, collector_registry
 from sidecar.probing.chain_runtime import ChainRuntimeBook
 from sidecar.probing.prober import ProbeFn, Prober
 from sidecar.probing.probes import probe

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from aiohttp import web
 
 from common.config import Config, ConfigError, Endpoint, load_config
-from sidecar.metrics import collector_registry
+from sidecar.metrics.collector import collector_registry
 from sidecar.probing.prober import Prober
 from sidecar.probing.results import NODE_KINDS
 from sidecar.server.app import _metrics

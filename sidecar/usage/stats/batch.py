@@ -1,6 +1,6 @@
 """A usage batch as the sidecar takes it (pure): the wire (``common.usage_wire``:
 the envelope and the rollups, checked all or nothing) plus its optional
-``metrics`` section, checked by ``sidecar.usage.stats.proxy_metrics``. Whatever
+``metrics`` section, checked by ``sidecar.metrics.batch_section``. Whatever
 reaches the store is well formed."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.usage_wire import MAX_ROLLUPS, Rollup, decode_batch
-from sidecar.usage.stats.proxy_metrics import ProxyMetrics, parse_metrics
+from sidecar.metrics.batch_section import ProxyMetrics, parse_metrics
 
 
 @dataclass(frozen=True, slots=True)

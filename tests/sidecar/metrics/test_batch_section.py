@@ -10,8 +10,8 @@ import pytest
 
 from common.metrics_wire import MAX_ROWS
 from common.usage_wire import BatchError
+from sidecar.metrics.batch_section import Gauges, parse_metrics
 from sidecar.usage.stats.batch import parse_batch
-from sidecar.usage.stats.proxy_metrics import Gauges, parse_metrics
 from tests.sidecar.metrics_batch import batch_with_metrics, metrics_section
 from tests.sidecar.usage.stats.helpers import EP_A, EP_B, NETWORKS, NOW
 

@@ -5,7 +5,7 @@ contract with the proxy). ``parse_metrics`` checks a decoded section strictly
 and turns it into a ``ProxyMetrics`` of tuples; a broken one raises
 ``BatchError`` (the whole batch is refused with 400, as for a bad rollup).
 Label *values* are only checked for shape here; how many distinct ones are
-kept is the accumulator's business (``sidecar.usage.proxy_counters``).
+kept is the accumulator's business (``sidecar.metrics.proxy_counters``).
 """
 
 from __future__ import annotations
