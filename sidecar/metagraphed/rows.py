@@ -87,7 +87,8 @@ def _health_fields(state: RegistryState, h: Health) -> Row:
 
 
 def endpoint_row(state: RegistryState, e: Endpoint) -> Row:
-    """A row of ``/api/v1/endpoints`` (and ``/providers/{slug}/endpoints``)."""
+    """A row of ``/api/v1/endpoints`` (and ``/providers/{slug}/endpoints``): every
+    field an endpoint has; the other paths' rows are a selection of it."""
     h = health_of(state.health, e)
     kind = vocab.kind(e.kind)
     eligible = pool_eligible(e, h)
@@ -122,57 +123,62 @@ def endpoint_row(state: RegistryState, e: Endpoint) -> Row:
     }
 
 
-def rpc_endpoint_row(state: RegistryState, e: Endpoint) -> Row:
-    """A row of ``/api/v1/rpc/endpoints`` (node endpoints only)."""
-    h = health_of(state.health, e)
-    kind = vocab.kind(e.kind)
-    eligible = pool_eligible(e, h)
-    return {
-        "id": e.id,
-        "netuid": e.subnet,
-        "chain": "bittensor",
-        "network": e.network,
-        "layer": vocab.layer(kind),
-        "kind": kind,
-        "url": e.safe_url,
-        "provider": e.provider,
-        "publication_state": "pool-eligible" if eligible else "monitored",
-        "pool_eligible": eligible,
-        "score": round(h.score * 100),
-        "archive_support": archive_capable(e, h),
-        **_health_fields(state, h),
-    }
-
-
-def pool_member_row(state: RegistryState, e: Endpoint) -> Row:
-    """An endpoint inside a pool of ``/api/v1/rpc/pools``."""
-    h = health_of(state.health, e)
-    kind = vocab.kind(e.kind)
-    health = _health_fields(state, h)
-    return {
-        "id": e.id,
-        "surface_id": e.id,
-        "kind": kind,
-        "layer": vocab.layer(kind),
-        "url": e.safe_url,
-        "provider": e.provider,
-        "archive_support": archive_capable(e, h),
-        "pool_eligible": pool_eligible(e, h),
-        "pool_eligibility_reasons": _eligibility_reasons(e, h),
-        "score": round(h.score * 100),
-        **{k: health[k] for k in POOL_HEALTH_FIELDS},
-    }
-
-
-POOL_HEALTH_FIELDS = (
+HEALTH_FIELDS = (
     "status",
+    "classification",
     "latency_ms",
     "latest_block",
     "observed_at",
     "health_source",
     "health_stale",
     "last_ok",
+    "last_checked",
+    "error",
 )
+POOL_HEALTH_FIELDS = tuple(
+    f for f in HEALTH_FIELDS if f not in ("classification", "last_checked", "error")
+)
+# The fields of the other paths' endpoint rows, in their order (node endpoints only).
+RPC_ENDPOINT_FIELDS = (
+    "id",
+    "netuid",
+    "chain",
+    "network",
+    "layer",
+    "kind",
+    "url",
+    "provider",
+    "publication_state",
+    "pool_eligible",
+    "score",
+    "archive_support",
+    *HEALTH_FIELDS,
+)
+POOL_MEMBER_FIELDS = (
+    "id",
+    "surface_id",
+    "kind",
+    "layer",
+    "url",
+    "provider",
+    "archive_support",
+    "pool_eligible",
+    "pool_eligibility_reasons",
+    "score",
+    *POOL_HEALTH_FIELDS,
+)
+
+
+def rpc_endpoint_row(state: RegistryState, e: Endpoint) -> Row:
+    """A row of ``/api/v1/rpc/endpoints`` (node endpoints only)."""
+    row = endpoint_row(state, e)
+    return {k: row[k] for k in RPC_ENDPOINT_FIELDS}
+
+
+def pool_member_row(state: RegistryState, e: Endpoint) -> Row:
+    """An endpoint inside a pool of ``/api/v1/rpc/pools`` (pools hold node endpoints)."""
+    row = endpoint_row(state, e)
+    return {k: row[k] for k in POOL_MEMBER_FIELDS}
 
 
 def count_by(rows: Iterable[Row], key: str) -> dict[str, int]:
