@@ -1,4 +1,4 @@
-"""Metric families of the networks' runtimes (pure: config and runtime book
+"""Metric families of the networks' chain runtimes (pure: config and runtime book
 in, families out): runtime upgrades seen since start, the spec version the
 best blocks run."""
 

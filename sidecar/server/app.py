@@ -106,7 +106,7 @@ def _probing(
     config: Config, probe_factory: ProbeFactory, clock: Callable[[], float], probing: bool
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The probing lifecycle: probe store, session, Prober (its loop only when
-    ``probing``; its runtime book kept in the probe store) and the registry's
+    ``probing``; its chain runtime book kept in the probe store) and the registry's
     incidents attached to it."""
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

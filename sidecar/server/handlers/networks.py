@@ -12,7 +12,7 @@ from sidecar.server.json_errors import json_error
 
 
 def chain_runtime_book(app: web.Application) -> ChainRuntimeBook | None:
-    """The prober's runtime book (None before the app started)."""
+    """The prober's chain runtime book (None before the app started)."""
     prober = app.get(PROBER_KEY)
     return prober.chain_runtimes if prober is not None else None
 
