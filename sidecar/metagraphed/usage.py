@@ -17,7 +17,8 @@ from typing import Any
 
 from common.config import Config
 from common.latency_hist import Hist, merge_into, quantile
-from sidecar.usage.stats.window import Counts, WindowTotals
+from common.usage_wire import Counts
+from sidecar.usage.stats.window import WindowTotals
 
 SOURCE = "rpc-proxy"
 

@@ -4,8 +4,8 @@ Every function takes the config, the Prober's health map (endpoint id →
 ``Health``; a missing id is "not probed yet") and, for incidents, the
 incidents (``IncidentTracker.incidents()``) and ``now`` (unix time), and
 returns the JSON-ready document of one ``/api/v1/…`` path (``sidecar.server.routes``
-maps each path to its view; the dashboard renders the same dicts). No I/O,
-no aiohttp. This module re-exports the pool views of ``sidecar.registry.pools``.
+maps each path to its document; the dashboard renders the same dicts). No I/O,
+no aiohttp. This module re-exports the pool documents of ``sidecar.registry.pools``.
 
 | function | document |
 |---|---|

@@ -1,13 +1,15 @@
-"""The runtime each network runs, and its upgrades, as the head probes see it.
+"""The chain's runtime (the on-chain code: spec name and version, as
+``state_getRuntimeVersion`` answers) each network runs, and its upgrades, as
+the head probes see it. (Not the addon's ``Runtime``, the proxy's parts.)
 
 Every head probe of a node endpoint also reads the runtime version of the
 node's best block (``state_getRuntimeVersion``, in the same batch as the
 header: ``sidecar.probing.probes.node``). A reading counts only from a node
 that is healthy and synced: status OK, at most ``max_lag_blocks`` behind the
-network's tip (``sidecar.registry.routing_snapshot.chain_heads``), so a node
+network's tip (``sidecar.probing.health.chain_heads``), so a node
 that is behind or failing never moves the network's runtime.
 
-``RuntimeBook.see`` folds one reading (network, best block, runtime) into the
+``ChainRuntimeBook.see`` folds one reading (network, best block, runtime) into the
 network's ``NetworkRuntime``:
 
 * the first reading sets the runtime (no upgrade);
@@ -23,7 +25,7 @@ network's ``NetworkRuntime``:
   version only goes up (``frame_system`` refuses a ``set_code`` that lowers
   it), so such a reading comes from a node on a fork, not from the chain.
 
-The state is written through ``RuntimeSink`` (the probe store's SQLite, so a
+The state is written through ``ChainRuntimeSink`` (the probe store's SQLite, so a
 restart keeps the runtime and the last upgrade; the counter is per process,
 as Prometheus counters are). An upgrade while the sidecar was down is seen at
 its first reading after the restart. A remembered runtime that the first
@@ -41,9 +43,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from common.config import Config, Endpoint
-from sidecar.probing.health import Health
+from sidecar.probing.health import Health, chain_heads
 from sidecar.probing.results import NODE_KINDS, ProbeResult
-from sidecar.registry.routing_snapshot import chain_heads
 
 log = logging.getLogger("chainproxy.sidecar.runtime")
 
@@ -51,15 +52,17 @@ SAVE_EVERY_S = 60.0  # the highest block seen is written at most this often
 
 
 @dataclass(frozen=True, slots=True)
-class Runtime:
+class RuntimeVersion:
+    """What ``state_getRuntimeVersion`` names: the runtime's spec name and version."""
+
     spec_name: str
     spec_version: int
 
 
 @dataclass(frozen=True, slots=True)
 class Upgrade:
-    old: Runtime
-    new: Runtime
+    old: RuntimeVersion
+    new: RuntimeVersion
     block: int  # the first best block seen on the new runtime
     after_block: int | None  # the last best block seen on the old one
     at: float  # unix time it was seen
@@ -67,14 +70,14 @@ class Upgrade:
 
 @dataclass(frozen=True, slots=True)
 class NetworkRuntime:
-    runtime: Runtime
+    runtime: RuntimeVersion
     since_block: int | None  # its first block, when it arrived by an upgrade seen here
     seen_block: int  # the highest block seen on it
     seen_at: float
     last_upgrade: Upgrade | None = None
 
 
-class RuntimeSink(Protocol):
+class ChainRuntimeSink(Protocol):
     """Where the book keeps its state (``sidecar.probing.store.Store``)."""
 
     def load_runtimes(self) -> dict[str, str]: ...
@@ -99,14 +102,14 @@ def counts(
     return tip is not None and tip - result.best <= net.max_lag_blocks
 
 
-class RuntimeBook:
+class ChainRuntimeBook:
     """Per network: the runtime of the best blocks, its last upgrade, and the
     upgrades seen by this process."""
 
     def __init__(
         self,
         config: Config,
-        sink: RuntimeSink | None = None,
+        sink: ChainRuntimeSink | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
@@ -119,7 +122,7 @@ class RuntimeBook:
         if sink is not None:
             self._load(sink)
 
-    def _load(self, sink: RuntimeSink) -> None:
+    def _load(self, sink: ChainRuntimeSink) -> None:
         for network, text in sink.load_runtimes().items():
             if network not in self.config.networks:
                 continue
@@ -139,10 +142,10 @@ class RuntimeBook:
             return None
         assert result.best is not None and result.spec_name is not None
         assert result.spec_version is not None
-        runtime = Runtime(result.spec_name, result.spec_version)
+        runtime = RuntimeVersion(result.spec_name, result.spec_version)
         return self.see(endpoint.network, result.best, runtime, result.at)
 
-    def see(self, network: str, block: int, runtime: Runtime, at: float) -> Upgrade | None:
+    def see(self, network: str, block: int, runtime: RuntimeVersion, at: float) -> Upgrade | None:
         """One reading: ``runtime`` at best block ``block`` (rules: the module's doc)."""
         cur = self._state.get(network)
         confirmed = network in self._confirmed
@@ -190,7 +193,7 @@ class RuntimeBook:
         return None
 
     def _upgrade(
-        self, network: str, cur: NetworkRuntime, runtime: Runtime, block: int, at: float
+        self, network: str, cur: NetworkRuntime, runtime: RuntimeVersion, block: int, at: float
     ) -> Upgrade:
         upgrade = Upgrade(cur.runtime, runtime, block, cur.seen_block, at)
         self.upgrades[network] = self.upgrades.get(network, 0) + 1
@@ -226,14 +229,14 @@ class RuntimeBook:
         self._sink.save_runtime(network, json.dumps(to_json(state)))
 
 
-def _words(runtime: Runtime) -> tuple[str, int]:
+def _words(runtime: RuntimeVersion) -> tuple[str, int]:
     return runtime.spec_name, runtime.spec_version
 
 
 # ---- the stored form ---------------------------------------------------------------------
 
 
-def _runtime_json(r: Runtime) -> dict[str, Any]:
+def _runtime_json(r: RuntimeVersion) -> dict[str, Any]:
     return {"spec_name": r.spec_name, "spec_version": r.spec_version}
 
 
@@ -270,10 +273,10 @@ def _time(value: Any, what: str) -> float:
     return float(value)
 
 
-def _runtime(doc: Any) -> Runtime:
+def _runtime(doc: Any) -> RuntimeVersion:
     if not isinstance(doc, dict) or not isinstance(doc.get("spec_name"), str):
         raise ValueError("runtime is not a runtime")
-    return Runtime(doc["spec_name"], _int(doc.get("spec_version"), "spec_version"))
+    return RuntimeVersion(doc["spec_name"], _int(doc.get("spec_version"), "spec_version"))
 
 
 def from_json(doc: Any) -> NetworkRuntime:

@@ -1,47 +1,12 @@
-"""What the dashboard adds to the API's documents (pure): the one-network
-scope of ``/?network=…``, the links between networks and pages, the
-statistics' ``updated`` time in words, and a node's back-off, budget and
-learned rate in words."""
+"""The dashboard's words for what the API's documents hold as numbers (pure):
+the statistics' ``updated`` time, and a node's back-off, budget and learned
+rate."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
-
-from common.config import Config
-from sidecar.registry.views import PageError
-
-
-def parse_network(config: Config, raw: str | None) -> str | None:
-    """``?network=`` → one of the config's networks, or None (all) when absent or
-    empty; another value → ``PageError(404)`` naming the known ones."""
-    if not raw:
-        return None
-    if raw not in config.networks:
-        known = ", ".join(config.networks)
-        raise PageError(404, f"unknown network {raw[:40]!r} (known: {known})")
-    return raw
-
-
-def scoped(config: Config, network: str | None) -> Config:
-    """The config narrowed to one network: its endpoints only, so every registry
-    view (pools, endpoint lists, heatmap, incidents) shows that network alone."""
-    if network is None:
-        return config
-    return dataclasses.replace(
-        config,
-        networks={network: config.networks[network]},
-        endpoints=tuple(e for e in config.endpoints if e.network == network),
-    )
-
-
-def page_href(network: str | None, page: int | None = None, anchor: str = "") -> str:
-    """A link to the dashboard keeping the network scope: ``?page=2&network=test#callable``."""
-    query = {k: v for k, v in (("page", page), ("network", network)) if v is not None}
-    return (f"?{urlencode(query)}" if query else "/") + (f"#{anchor}" if anchor else "")
 
 
 def age_text(seconds: float) -> str:

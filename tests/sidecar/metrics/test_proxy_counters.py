@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from common.metrics_wire import DURATION_BUCKETS
-from sidecar.usage.proxy_counters import Histogram, ProxyCounters, host_of
-from sidecar.usage.stats.proxy_metrics import parse_metrics
+from sidecar.metrics.batch_section import parse_metrics
+from sidecar.metrics.proxy_counters import Histogram, ProxyCounters, host_of
 from tests.fakes import FakeClock
 from tests.sidecar.metrics_batch import metrics_section
 from tests.sidecar.usage.stats.helpers import EP_A, EP_B, NETWORKS

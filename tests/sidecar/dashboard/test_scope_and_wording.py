@@ -8,16 +8,9 @@ from typing import Any
 import pytest
 
 from common.config import Config, parse_config
-from sidecar.dashboard.view import (
-    age_text,
-    backoff_text,
-    capacity_text,
-    page_href,
-    parse_network,
-    scoped,
-    updated_text,
-)
-from sidecar.registry.views import PageError
+from sidecar.dashboard.scope import page_href, parse_network, scoped
+from sidecar.dashboard.wording import age_text, backoff_text, capacity_text, updated_text
+from sidecar.registry.documents import PageError
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 

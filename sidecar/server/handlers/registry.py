@@ -1,14 +1,14 @@
-"""Handlers of the registry's paths: the public views, one endpoint, and the
-addon's routing snapshot. Each parses its input, calls a pure view
-(``sidecar.registry.views``, ``sidecar.registry.endpoint_detail``,
+"""Handlers of the registry's paths: the public documents, one endpoint, and
+the addon's routing snapshot. Each parses its input, builds a pure document
+(``sidecar.registry.documents``, ``sidecar.registry.endpoint_detail``,
 ``sidecar.registry.routing_snapshot``) and answers JSON; the URL of each is in
 ``sidecar.server.routes``.
 
 The endpoint lists and one endpoint also carry what the proxies report about
 each node (``upstream_live``: back-offs, learned rates). Most other registry
-paths take no input at all: ``health_view`` and
-``incident_view`` turn a view function into its handler, so the route table
-names the view each path serves.
+paths take no input at all: ``serves_health_doc`` and
+``serves_incident_doc`` turn a document function into its handler, so the
+route table names the document each path serves.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from aiohttp.typedefs import Handler
 
 from common.config import Config
 from sidecar.incidents.tracker import Incident
+from sidecar.registry.documents import PageError, callable_endpoints, parse_page, root_endpoints
 from sidecar.registry.endpoint_detail import endpoint_detail
 from sidecar.registry.pools import HealthMap
 from sidecar.registry.routing_snapshot import snapshot
 from sidecar.registry.upstream import NO_REPORTS, UpstreamLive
-from sidecar.registry.views import PageError, callable_endpoints, parse_page, root_endpoints
 from sidecar.server.app_keys import CLOCK_KEY, CONFIG_KEY, PROBER_KEY, REGISTRY_KEY, USAGE_KEY
 from sidecar.server.json_errors import json_error
 
-HealthView = Callable[[Config, HealthMap], Any]
-IncidentView = Callable[[Config, Sequence[Incident], float], Any]
+HealthDoc = Callable[[Config, HealthMap], Any]
+IncidentDoc = Callable[[Config, Sequence[Incident], float], Any]
 
 
 def upstream_live(app: web.Application) -> UpstreamLive:
@@ -43,22 +43,22 @@ def upstream_live(app: web.Application) -> UpstreamLive:
     return UpstreamLive(backoff_until=g.upstream_backoff_until, learned_rps=g.upstream_learned_rps)
 
 
-def health_view(view: HealthView) -> Handler:
-    """The handler of a path that answers ``view(config, health)``."""
+def serves_health_doc(doc: HealthDoc) -> Handler:
+    """The handler of a path that answers ``doc(config, health)``."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         reg = request.app[REGISTRY_KEY]
-        return web.json_response(view(reg.config, reg.health))
+        return web.json_response(doc(reg.config, reg.health))
 
     return handler
 
 
-def incident_view(view: IncidentView) -> Handler:
-    """The handler of a path that answers ``view(config, incidents, now)``."""
+def serves_incident_doc(doc: IncidentDoc) -> Handler:
+    """The handler of a path that answers ``doc(config, incidents, now)``."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         reg = request.app[REGISTRY_KEY]
-        return web.json_response(view(reg.config, reg.incidents.incidents(), reg.now()))
+        return web.json_response(doc(reg.config, reg.incidents.incidents(), reg.now()))
 
     return handler
 

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from sidecar.probing.runtime import RuntimeBook
+from sidecar.probing.chain_runtime import ChainRuntimeBook
 from sidecar.registry.networks import network_status, networks
 from sidecar.server.app_keys import PROBER_KEY, REGISTRY_KEY
 from sidecar.server.json_errors import json_error
 
 
-def runtime_book(app: web.Application) -> RuntimeBook | None:
-    """The prober's runtime book (None before the app started)."""
+def chain_runtime_book(app: web.Application) -> ChainRuntimeBook | None:
+    """The prober's chain runtime book (None before the app started)."""
     prober = app.get(PROBER_KEY)
-    return prober.runtimes if prober is not None else None
+    return prober.chain_runtimes if prober is not None else None
 
 
 async def get_networks(request: web.Request) -> web.Response:
     reg = request.app[REGISTRY_KEY]
-    return web.json_response(networks(reg.config, reg.health, runtime_book(request.app)))
+    return web.json_response(networks(reg.config, reg.health, chain_runtime_book(request.app)))
 
 
 async def get_network(request: web.Request) -> web.Response:
@@ -29,5 +29,5 @@ async def get_network(request: web.Request) -> web.Response:
     if network not in reg.config.networks:
         return json_error(404, f"unknown network {network[:40]!r}")
     return web.json_response(
-        network_status(reg.config, network, reg.health, runtime_book(request.app))
+        network_status(reg.config, network, reg.health, chain_runtime_book(request.app))
     )

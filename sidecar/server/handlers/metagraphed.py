@@ -2,12 +2,12 @@
 Metagraphed's error envelope and CORS preflight (URLs in ``sidecar.server.routes``).
 
 Each handler reads the registry (``RegistryService``) or the usage store,
-builds its document (``documents``, ``usage``), runs the list engine over the
-document's collection (``listing``) and answers through ``envelope``: the
-``{ok, schema_version, data, meta}`` body, ETag/304, CORS. Every path is served
-under ``/metagraphed`` too; at the root only where chainproxy's own API
-(docs/OPERATIONS.md#dashboard-and-json-api, a contract) does not already use
-the path.
+builds its document (``sidecar.metagraphed.documents``, ``.usage``), runs the
+list engine over the document's collection (``.listing``) and answers through
+``.envelope``: the ``{ok, schema_version, data, meta}`` body, ETag/304, CORS.
+Every path is served under ``/metagraphed`` too; at the root only where
+chainproxy's own API (docs/OPERATIONS.md#dashboard-and-json-api, a contract)
+does not already use the path (``sidecar.metagraphed.paths``).
 """
 
 from __future__ import annotations
@@ -21,34 +21,14 @@ from aiohttp.typedefs import Handler
 from sidecar.metagraphed import documents as docs
 from sidecar.metagraphed.envelope import ALLOW, Answer, error, preflight, success
 from sidecar.metagraphed.listing import Collection, QueryError, apply, link_header, parse_query
-from sidecar.metagraphed.rows import View, provider_by_slug
+from sidecar.metagraphed.paths import BASE, ROOT_PATHS, is_metagraphed_path
+from sidecar.metagraphed.rows import RegistryState, provider_by_slug
 from sidecar.metagraphed.usage import hour_rows, rpc_usage
 from sidecar.server.app_keys import REGISTRY_KEY, USAGE_KEY
 from sidecar.usage.store import StoreUnavailable
 
-BASE = "/metagraphed"
-# Paths chainproxy's own API leaves free: served at the root as well as under BASE.
-ROOT_PATHS = (
-    "/api/v1/health",
-    "/api/v1/endpoints",
-    "/api/v1/rpc/endpoints",
-    "/api/v1/rpc/pools",
-    "/api/v1/endpoint-pools",
-    "/api/v1/endpoint-incidents",
-    "/api/v1/rpc/usage",
-    "/api/v1/providers",
-)
 _SLUG = re.compile(r"^[a-z0-9-]{1,100}$")
 RETRY_AFTER_S = 10
-
-
-def is_metagraphed_path(path: str) -> bool:
-    return (
-        path == BASE
-        or path.startswith(BASE + "/")
-        or path in ROOT_PATHS
-        or path.startswith("/api/v1/providers/")
-    )
 
 
 def respond(a: Answer) -> web.Response:
@@ -77,9 +57,9 @@ async def metagraphed_errors(request: web.Request, handler: Handler) -> web.Stre
         return respond(error(e.status, "bad_request", e.reason))
 
 
-def _view(request: web.Request) -> View:
+def _state(request: web.Request) -> RegistryState:
     reg = request.app[REGISTRY_KEY]
-    return View(reg.config, reg.health, reg.now())
+    return RegistryState(reg.config, reg.health, reg.now())
 
 
 def _pairs(request: web.Request) -> list[tuple[str, str]]:
@@ -121,25 +101,25 @@ def _plain(request: web.Request, data: dict[str, Any]) -> web.Response:
 
 
 async def get_health(request: web.Request) -> web.Response:
-    return _listed(request, docs.health(_view(request)), docs.HEALTH)
+    return _listed(request, docs.health(_state(request)), docs.HEALTH)
 
 
 async def get_endpoints(request: web.Request) -> web.Response:
-    return _listed(request, docs.endpoints(_view(request)), docs.ENDPOINTS)
+    return _listed(request, docs.endpoints(_state(request)), docs.ENDPOINTS)
 
 
 async def get_rpc_endpoints(request: web.Request) -> web.Response:
-    return _listed(request, docs.rpc_endpoints(_view(request)), docs.RPC_ENDPOINTS)
+    return _listed(request, docs.rpc_endpoints(_state(request)), docs.RPC_ENDPOINTS)
 
 
 async def get_pools(request: web.Request) -> web.Response:
     """``/api/v1/rpc/pools`` and ``/api/v1/endpoint-pools`` (one document)."""
-    return _listed(request, docs.endpoint_pools(_view(request)), docs.POOLS)
+    return _listed(request, docs.endpoint_pools(_state(request)), docs.POOLS)
 
 
 async def get_endpoint_incidents(request: web.Request) -> web.Response:
     incidents = request.app[REGISTRY_KEY].incidents.incidents()
-    data = docs.endpoint_incidents(_view(request), incidents)
+    data = docs.endpoint_incidents(_state(request), incidents)
     return _listed(request, data, docs.ENDPOINT_INCIDENTS)
 
 
@@ -151,12 +131,12 @@ async def get_downtime(request: web.Request) -> web.Response:
     except QueryError as e:
         return _invalid(e)
     incidents = request.app[REGISTRY_KEY].incidents.incidents()
-    data = docs.downtime(_view(request), incidents, int(window[:-1]) * 86_400)
+    data = docs.downtime(_state(request), incidents, int(window[:-1]) * 86_400)
     return _listed(request, data, docs.DOWNTIME)
 
 
 async def get_providers(request: web.Request) -> web.Response:
-    return _listed(request, docs.providers(_view(request)), docs.PROVIDERS)
+    return _listed(request, docs.providers(_state(request)), docs.PROVIDERS)
 
 
 def _provider(request: web.Request) -> str | None:
@@ -174,14 +154,14 @@ async def get_provider(request: web.Request) -> web.Response:
     name = _provider(request)
     if name is None:
         return _no_provider()
-    return _plain(request, docs.provider_detail(_view(request), name))
+    return _plain(request, docs.provider_detail(_state(request), name))
 
 
 async def get_provider_endpoints(request: web.Request) -> web.Response:
     name = _provider(request)
     if name is None:
         return _no_provider()
-    return _listed(request, docs.provider_endpoints(_view(request), name), docs.PROVIDER_ENDPOINTS)
+    return _listed(request, docs.provider_endpoints(_state(request), name), docs.PROVIDER_ENDPOINTS)
 
 
 async def get_rpc_usage(request: web.Request) -> web.Response:

@@ -7,7 +7,7 @@ import time
 
 from aiohttp import web
 
-from sidecar.metrics import CONTENT_TYPE, exposition
+from sidecar.metrics.collector import CONTENT_TYPE, exposition
 from sidecar.server.app_keys import CONFIG_KEY, METRICS_KEY, PROBER_KEY, STARTED_KEY
 from sidecar.server.openapi.document import openapi_document
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from common.metrics_wire import MAX_ROWS
-from sidecar.usage.stats.batch import BatchError, parse_batch
-from sidecar.usage.stats.proxy_metrics import Gauges, parse_metrics
+from common.usage_wire import BatchError
+from sidecar.metrics.batch_section import Gauges, parse_metrics
+from sidecar.usage.stats.batch import parse_batch
 from tests.sidecar.metrics_batch import batch_with_metrics, metrics_section
 from tests.sidecar.usage.stats.helpers import EP_A, EP_B, NETWORKS, NOW
 

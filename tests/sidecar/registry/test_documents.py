@@ -1,4 +1,4 @@
-"""The pure views behind the public API and the dashboard: pools, totals, endpoint
+"""The pure documents behind the public API and the dashboard: pools, totals, endpoint
 lists and pagination, heatmap buckets, incident list and timeline."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from common.config import Config, parse_config
 from sidecar.incidents.tracker import Incident
 from sidecar.probing.health import Health
-from sidecar.registry.pools import endpoint_pools, proxy_pools, registry_totals
-from sidecar.registry.views import (
+from sidecar.registry.documents import (
     PageError,
     callable_endpoints,
     endpoint_incidents,
@@ -26,6 +25,7 @@ from sidecar.registry.views import (
     root_endpoints,
     ws_url,
 )
+from sidecar.registry.pools import endpoint_pools, proxy_pools, registry_totals
 
 T0 = 1_800_000_000.0
 

@@ -5,7 +5,7 @@ contract with the proxy). ``parse_metrics`` checks a decoded section strictly
 and turns it into a ``ProxyMetrics`` of tuples; a broken one raises
 ``BatchError`` (the whole batch is refused with 400, as for a bad rollup).
 Label *values* are only checked for shape here; how many distinct ones are
-kept is the accumulator's business (``sidecar.usage.proxy_counters``).
+kept is the accumulator's business (``sidecar.metrics.proxy_counters``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ from common.metrics_wire import (
     SUBSCRIPTION_GAUGES,
     UPSTREAM_GAUGES,
 )
-from sidecar.usage.stats.checks import MAX_COUNT, BatchError, show
+from common.usage_wire import ENDPOINT_ID, MAX_COUNT, BatchError, show
 
-_ENDPOINT_ID = re.compile(r"endpoint-srf-[0-9a-f]{16}")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _N_BUCKETS = len(DURATION_BUCKETS) + 1
 
@@ -133,7 +132,7 @@ def _extra(where: str, row: list[Any]) -> tuple[str, Labels, int]:
 
 
 def _endpoint(value: Any, where: str) -> str:
-    if type(value) is not str or not _ENDPOINT_ID.fullmatch(value):
+    if type(value) is not str or not ENDPOINT_ID.fullmatch(value):
         raise BatchError(f"{where} endpoint must be an id endpoint-srf-<16 hex>, got {show(value)}")
     return value
 

@@ -27,7 +27,7 @@ from common.metrics_wire import (
     MAX_PROXIES,
     MAX_SERIES,
 )
-from sidecar.usage.stats.proxy_metrics import Gauges, Labels, ProxyMetrics
+from sidecar.metrics.batch_section import Gauges, Labels, ProxyMetrics
 
 K = TypeVar("K", bound=Hashable)
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from common.usage_wire import BatchError
 from sidecar.server.app_keys import USAGE_KEY
 from sidecar.server.json_errors import json_error
-from sidecar.usage.stats.batch import BatchError
 from sidecar.usage.store import StoreUnavailable
 
 MAX_BODY_BYTES = 16 * 1_048_576

@@ -1,5 +1,5 @@
 """Each network's runtime and its upgrades, from the head probes' readings
-(``sidecar.probing.runtime``): which readings count, the upgrade seen once
+(``sidecar.probing.chain_runtime``): which readings count, the upgrade seen once
 with its log line, narrowed by a node a block behind, never undone by a stale
 node, and kept across a restart in the probe store's SQLite."""
 
@@ -12,15 +12,21 @@ from pathlib import Path
 import pytest
 
 from common.config import Config, Endpoint, parse_config
+from sidecar.probing.chain_runtime import (
+    ChainRuntimeBook,
+    RuntimeVersion,
+    counts,
+    from_json,
+    to_json,
+)
 from sidecar.probing.health import Health
 from sidecar.probing.prober import Prober
 from sidecar.probing.results import LIVE, ProbeResult
-from sidecar.probing.runtime import Runtime, RuntimeBook, counts, from_json, to_json
 from sidecar.probing.store import Store
 from tests.fakes import FakeClock
 
-OLD = Runtime("node-subtensor", 300)
-NEW = Runtime("node-subtensor", 301)
+OLD = RuntimeVersion("node-subtensor", 300)
+NEW = RuntimeVersion("node-subtensor", 301)
 T0 = 1_800_000_000.0
 
 
@@ -56,7 +62,7 @@ def head(e: Endpoint, best: int, spec: int | None, at: float = T0, **kw: object)
 def test_the_first_reading_sets_the_runtime_and_another_one_later_is_an_upgrade(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    book = RuntimeBook(make_config())
+    book = ChainRuntimeBook(make_config())
     caplog.set_level(logging.INFO, "chainproxy.sidecar.runtime")
     assert book.see("finney", 100, OLD, T0) is None
     state = book.get("finney")
@@ -86,7 +92,7 @@ def test_the_first_reading_sets_the_runtime_and_another_one_later_is_an_upgrade(
 def test_a_wide_window_is_said_and_narrowed_by_nodes_behind(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    book = RuntimeBook(make_config())
+    book = ChainRuntimeBook(make_config())
     book.see("finney", 100, OLD, T0)
     caplog.set_level(logging.WARNING, "chainproxy.sidecar.runtime")
     up = book.see("finney", 105, NEW, T0 + 60)  # the probes missed blocks 101..104
@@ -104,10 +110,10 @@ def test_a_wide_window_is_said_and_narrowed_by_nodes_behind(
 
 
 def test_a_second_upgrade_and_names_that_change() -> None:
-    book = RuntimeBook(make_config())
+    book = ChainRuntimeBook(make_config())
     book.see("finney", 10, OLD, T0)
     book.see("finney", 11, NEW, T0)
-    other = Runtime("other-runtime", 400)
+    other = RuntimeVersion("other-runtime", 400)
     up = book.see("finney", 20, other, T0)
     assert up is not None and (up.old, up.new, up.after_block) == (NEW, other, 11)
     assert book.see("finney", 12, OLD, T0) is None  # older than the last upgrade's window
@@ -135,12 +141,14 @@ def test_only_live_healthy_synced_node_readings_count() -> None:
 def test_the_prober_feeds_the_book() -> None:
     config = make_config()
     a, b, *_ = config.endpoints
-    book = RuntimeBook(config)
+    book = ChainRuntimeBook(config)
 
     async def never(e: Endpoint, kind: str) -> ProbeResult:
         raise AssertionError
 
-    prober = Prober(config.endpoints, never, config.probe, None, clock=lambda: T0, runtimes=book)
+    prober = Prober(
+        config.endpoints, never, config.probe, None, clock=lambda: T0, chain_runtimes=book
+    )
     prober.observe(a, head(a, 100, 300))
     prober.observe(b, head(b, 100, 300))
     prober.observe(a, head(a, 101, 301))
@@ -152,19 +160,19 @@ def test_the_prober_feeds_the_book() -> None:
 def test_the_runtime_and_last_upgrade_survive_a_restart(tmp_path: Path) -> None:
     config, clock = make_config(), FakeClock(T0)
     store = Store(tmp_path / "sidecar.sqlite3")
-    book = RuntimeBook(config, store, clock)
+    book = ChainRuntimeBook(config, store, clock)
     book.see("finney", 100, OLD, T0)
     up = book.see("finney", 101, NEW, T0 + 12)
     store.close()
 
     store = Store(tmp_path / "sidecar.sqlite3")
-    again = RuntimeBook(config, store, clock)
+    again = ChainRuntimeBook(config, store, clock)
     state = again.get("finney")
     assert state is not None and state.runtime == NEW and state.last_upgrade == up
     assert again.upgrades["finney"] == 0  # the counter is the process's
     assert again.see("finney", 150, NEW, T0 + 600) is None
     # an upgrade while the sidecar was down is seen at the first reading after
-    up2 = again.see("finney", 400, Runtime("node-subtensor", 302), T0 + 4000)
+    up2 = again.see("finney", 400, RuntimeVersion("node-subtensor", 302), T0 + 4000)
     assert up2 is not None and (up2.old, up2.after_block) == (NEW, 150)
     store.close()
 
@@ -172,7 +180,7 @@ def test_the_runtime_and_last_upgrade_survive_a_restart(tmp_path: Path) -> None:
 def test_the_highest_block_seen_is_written_at_most_once_a_minute(tmp_path: Path) -> None:
     clock = FakeClock(T0)
     store = Store(tmp_path / "s.sqlite3")
-    book = RuntimeBook(make_config(), store, clock)
+    book = ChainRuntimeBook(make_config(), store, clock)
     book.see("finney", 100, OLD, T0)
     clock.advance(10)
     book.see("finney", 101, OLD, T0)
@@ -185,11 +193,11 @@ def test_the_highest_block_seen_is_written_at_most_once_a_minute(tmp_path: Path)
 
 def test_a_remembered_runtime_of_another_chain_is_replaced_not_counted(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.sqlite3")
-    book = RuntimeBook(make_config(), store)
+    book = ChainRuntimeBook(make_config(), store)
     book.see("finney", 5_000_000, NEW, T0)
     store.close()
     store = Store(tmp_path / "s.sqlite3")
-    book = RuntimeBook(make_config(), store)
+    book = ChainRuntimeBook(make_config(), store)
     assert book.see("finney", 1000, OLD, T0) is None  # a fresh chain, far lower
     state = book.get("finney")
     assert state is not None and state.runtime == OLD and book.upgrades["finney"] == 0
@@ -202,15 +210,17 @@ def test_unreadable_rows_are_ignored(tmp_path: Path, caplog: pytest.LogCaptureFi
     store = Store(tmp_path / "s.sqlite3")
     store.save_runtime("finney", "{not json")
     store.save_runtime("test", json.dumps({"runtime": {"spec_name": "x", "spec_version": -1}}))
-    store.save_runtime("mars", json.dumps(to_json(RuntimeBook(make_config()).get("x") or _state())))
-    book = RuntimeBook(make_config(), store)
+    store.save_runtime(
+        "mars", json.dumps(to_json(ChainRuntimeBook(make_config()).get("x") or _state()))
+    )
+    book = ChainRuntimeBook(make_config(), store)
     assert book.get("finney") is None and book.get("test") is None and book.get("mars") is None
     assert sum("unreadable runtime row" in m for m in caplog.messages) == 2
     store.close()
 
 
 def _state():  # type: ignore[no-untyped-def]
-    book = RuntimeBook(make_config())
+    book = ChainRuntimeBook(make_config())
     book.see("finney", 1, OLD, T0)
     book.see("finney", 2, NEW, T0)
     return book.get("finney")

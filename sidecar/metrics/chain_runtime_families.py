@@ -1,4 +1,4 @@
-"""Metric families of the networks' runtimes (pure: config and runtime book
+"""Metric families of the networks' chain runtimes (pure: config and runtime book
 in, families out): runtime upgrades seen since start, the spec version the
 best blocks run."""
 
@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from common.config import Config
-from sidecar.probing.runtime import RuntimeBook
+from sidecar.probing.chain_runtime import ChainRuntimeBook
 
 
-def runtime_families(config: Config, book: RuntimeBook) -> Iterator[Metric]:
+def chain_runtime_families(config: Config, book: ChainRuntimeBook) -> Iterator[Metric]:
     upgrades = CounterMetricFamily(
         "chainproxy_runtime_upgrades",
         "Runtime upgrades seen since start: the spec version of the network's best blocks"
