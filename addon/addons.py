@@ -14,10 +14,10 @@ from addon.mitm.limits import ReadLimits
 from addon.mitm.tuning import ProxyTuning
 from addon.passthrough import SidecarPassthrough
 from addon.pipeline.context import WS_KEY
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.pipeline.reply import json_response
 from addon.pipeline.runner import RpcPipeline
 from addon.reporting.shipping import ShipperAddon
+from addon.rpc.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.runtime import RuntimeHolder
 from addon.session import HttpSession
 from addon.settings import Settings

@@ -26,9 +26,9 @@ from addon.reporting.access_log import AccessLog
 from addon.reporting.live_metrics import ACCESS_LOG_DROPPED, CROSS_CHECKS, LiveMetrics
 from addon.reporting.sidecar_client import SidecarClient
 from addon.reporting.usage import Spool, UsageAggregator
+from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
 from addon.sockets.slots import SocketSlots
 from addon.subs.hub import HubSettings, SubscriptionHub
-from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
 from addon.upstream.admission import BudgetBook
 from addon.upstream.budgets import Budgets
 from addon.upstream.coalesce import Coalescer

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from addon.pipeline.jsonrpc import Call, dumps
+from addon.rpc.jsonrpc import Call, dumps
 
 MAX_SHAPES = 4096  # reads tracked per network (least recently asked dropped first)
 # Metadata is cached per runtime, not per block (``addon/cache/per_runtime.py``),

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from addon.chain.blocks import BlockIndex
 from addon.chain.head_book import HeadBook
+from addon.rpc.blocks import BlockIndex
 
 
 @dataclass(slots=True)

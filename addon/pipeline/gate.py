@@ -12,12 +12,12 @@ from __future__ import annotations
 from mitmproxy import http
 
 from addon.pipeline.context import SIDECAR_PATH_KEY, Origin, Reply, RpcContext, Socket
-from addon.pipeline.jsonrpc import POLICY_REFUSED, BadItem, Refusal, error_obj, parse_body
 from addon.pipeline.paths import Preflight, SidecarRoute, classify
 from addon.pipeline.reply import finish, make_headers, refusal_response
 from addon.pipeline.request_ids import new_request_id, request_id_of
 from addon.quota.local import client_identity
 from addon.quota.tiers import KEY_HEADER, KEY_PARAM, BadKey, Caller, take_key
+from addon.rpc.jsonrpc import POLICY_REFUSED, BadItem, Refusal, error_obj, parse_body
 from addon.runtime import Runtime
 
 _PREFLIGHT_HEADERS = (

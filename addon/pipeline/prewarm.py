@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from addon.chain.head_pinning import pin
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call, Parsed
 from addon.reporting.live_metrics import PREWARM
+from addon.rpc.jsonrpc import Call, Parsed
 from addon.runtime import Runtime, RuntimeHolder
 from addon.steps.cache_lookup import cache_lookup
 from addon.steps.cache_store import cache_store

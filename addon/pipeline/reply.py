@@ -17,7 +17,7 @@ from mitmproxy import http
 
 from addon.mitm import internals as mitm_internals
 from addon.pipeline.context import META_KEY, RpcContext
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, Refusal, dumps, error_obj
+from addon.rpc.jsonrpc import INTERNAL_ERROR, Refusal, dumps, error_obj
 
 CORS_HEADERS = (
     ("Access-Control-Allow-Origin", "*"),

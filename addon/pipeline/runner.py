@@ -29,10 +29,10 @@ from mitmproxy import http
 
 from addon.pipeline.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.pipeline.gate import open_message, open_rpc
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.pipeline.prewarm import Prewarmer
 from addon.pipeline.reply import deliver, json_response
-from addon.redislink.later import Later
+from addon.rpc.jsonrpc import INTERNAL_ERROR, error_obj
+from addon.rpc.later import Later
 from addon.runtime import Runtime, RuntimeHolder
 from addon.steps.allowlist import allowlist
 from addon.steps.cache_lookup import cache_lookup

@@ -15,9 +15,9 @@ from collections.abc import Container, Iterable
 from typing import Any
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
 from addon.quota.costs import runtime_api
-from addon.upstream.forward import Attempt
+from addon.rpc.attempt import Attempt
+from addon.rpc.jsonrpc import Call
 from common.config.model import CostConfig
 from common.metrics_wire import DURATION_BUCKETS, OTHER_METHOD, bucket_index
 

@@ -19,8 +19,8 @@ from typing import Any
 from addon.mitm import ws_reads
 from addon.mitm.limits import Limits
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, dumps, error_obj
 from addon.pipeline.reply import message_body
+from addon.rpc.jsonrpc import INTERNAL_ERROR, dumps, error_obj
 from addon.sockets.conn import MAX_IN_FLIGHT, ClientConn
 
 log = logging.getLogger("chainproxy")

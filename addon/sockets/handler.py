@@ -39,18 +39,18 @@ from addon.mitm import limits as mitm_limits
 from addon.mitm.tuning import DIRECT_OPTION
 from addon.pipeline.context import WS_HEADERS_KEY, WS_KEY
 from addon.pipeline.gate import flow_caller
-from addon.pipeline.jsonrpc import LIMIT_EXCEEDED, Refusal, dumps, error_obj
 from addon.pipeline.paths import RpcRoute, classify
 from addon.pipeline.reply import json_response
 from addon.quota.local import Decision
+from addon.quota.refusal import quota_error
 from addon.quota.tiers import Caller
 from addon.reporting.live_metrics import refusal_policy
+from addon.rpc.jsonrpc import LIMIT_EXCEEDED, Refusal, dumps, error_obj
 from addon.runtime import Runtime, RuntimeHolder
 from addon.sockets.conn import SLOW_CLIENT_CLOSE, ClientConn
 from addon.sockets.direct import DirectAnswers, internal_error, reply
 from addon.sockets.sink import FLOW_HEADER, Sink
 from addon.sockets.slots import LEASE_S, RETRY_AFTER_S
-from addon.steps.rate_limit import quota_error
 from common.config.model import WebSocketConfig
 
 log = logging.getLogger("chainproxy")

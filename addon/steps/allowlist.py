@@ -7,9 +7,9 @@ The allowlist itself is a set of exact names from the config
 from __future__ import annotations
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import METHOD_NOT_FOUND, Call, error_obj
+from addon.rpc.jsonrpc import METHOD_NOT_FOUND, Call, error_obj
+from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
 from addon.runtime import Runtime
-from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
 
 
 def allowlist(rpc: RpcContext, rt: Runtime) -> None:

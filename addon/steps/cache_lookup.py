@@ -9,8 +9,8 @@ from typing import Any
 from addon.cache.per_runtime import runtime_entry
 from addon.cache.rules import answer_from, plan
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
-from addon.redislink.later import Later
+from addon.rpc.jsonrpc import Call
+from addon.rpc.later import Later
 from addon.runtime import Runtime
 
 

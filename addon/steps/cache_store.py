@@ -10,7 +10,7 @@ from typing import Any
 from addon.cache.per_runtime import runtime_entry
 from addon.cache.rules import entries_to_store
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from addon.runtime import Runtime
 from addon.upstream.cross_check import Sample
 

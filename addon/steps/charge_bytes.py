@@ -9,8 +9,8 @@ flight cost the nodes nothing more. Each answer's size also teaches
 from __future__ import annotations
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
 from addon.quota.costs import answer_bytes, bytes_cost
+from addon.rpc.jsonrpc import Call
 from addon.runtime import Runtime
 
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable
 from dataclasses import replace
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, Call, error_obj
+from addon.rpc.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.runtime import Runtime
 from addon.upstream.admission import Admission
 from addon.upstream.coalesce import coalesce_key

@@ -3,10 +3,10 @@ before the client sees them (archive routing, head pinning)."""
 
 from __future__ import annotations
 
-from addon.chain.blocks import HEADER_METHODS, answered_header
 from addon.chain.head_book import HASH_METHODS
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.blocks import HEADER_METHODS, answered_header
+from addon.rpc.jsonrpc import Call
 from addon.runtime import Runtime
 
 

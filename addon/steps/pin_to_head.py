@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from addon.chain.head_pinning import HASH_POSITION, pin
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call, Item
+from addon.rpc.jsonrpc import Call, Item
 from addon.runtime import Runtime
 
 

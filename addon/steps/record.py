@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
 from addon.reporting.live_metrics import PREWARM
+from addon.rpc.jsonrpc import Call
 from addon.runtime import Runtime
 
 

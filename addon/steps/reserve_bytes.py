@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
 from addon.quota.costs import bytes_cost
+from addon.rpc.jsonrpc import Call
 from addon.runtime import Runtime
 from addon.steps.rate_limit import take_units
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from addon.pipeline.context import RpcContext, Socket
-from addon.pipeline.jsonrpc import (
+from addon.rpc.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     Call,
     error_obj,
 )
+from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE, BadParams, canonical_params
 from addon.runtime import Runtime
 from addon.subs.hub import NoUpstream
-from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE, BadParams, canonical_params
 
 
 def subscribe(rpc: RpcContext, rt: Runtime) -> Any:

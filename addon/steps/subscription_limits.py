@@ -7,14 +7,14 @@ raise it)."""
 from __future__ import annotations
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import (
+from addon.rpc.jsonrpc import (
     METHOD_NOT_FOUND,
     POLICY_REFUSED,
     Call,
     error_obj,
 )
+from addon.rpc.sub_methods import SUBSCRIBE
 from addon.runtime import Runtime
-from addon.subs.methods import SUBSCRIBE
 
 
 def subscription_limits(rpc: RpcContext, rt: Runtime) -> None:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
-from addon.pipeline.jsonrpc import Call, dumps
+from addon.rpc.attempt import Attempt
+from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
 from addon.upstream.failover import assess
@@ -46,22 +47,6 @@ TOO_MANY = frozenset({"rate-limited", "http-503"})  # 429; 503 (a pause if Retry
 PIN_MISSES = frozenset({"unknown-block", "state-discarded", "null-pinned", "wrong-block"})
 
 Outcome = tuple[int, bytes] | TransportError
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    endpoint: str  # endpoint id, never the URL (it may hold a secret)
-    provider: str
-    outcome: Literal["ok", "soft", "hard"]
-    reason: str
-    latency_ms: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "endpoint": self.endpoint,
-            "reason": self.reason or "ok",
-            "latency_ms": self.latency_ms,
-        }
 
 
 ResultKind = Literal["ok", "soft", "failed", "deadline", "no-upstream", "capacity"]

@@ -13,7 +13,7 @@ from mitmproxy.test import tflow
 from addon.addons import Guard
 from addon.pipeline.context import META_KEY, SIDECAR_PATH_KEY
 from addon.pipeline.runner import RpcPipeline
-from addon.redislink.later import Later
+from addon.rpc.later import Later
 from addon.runtime import RuntimeHolder
 from addon.upstream.forward import TransportError
 from tests.addon.helpers import (
