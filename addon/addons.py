@@ -8,21 +8,22 @@ from typing import Any
 
 from mitmproxy import http
 
-from addon.drain import Drain
-from addon.mitm.idle import IdleConnections
+from addon.hooks.drain import Drain
+from addon.hooks.idle import IdleConnections
+from addon.hooks.passthrough import SidecarPassthrough
+from addon.hooks.pipeline import RpcPipeline
+from addon.hooks.read_limits import ReadLimitsAddon
+from addon.hooks.session import HttpSession
+from addon.hooks.settings import Settings
+from addon.hooks.shipping import ShipperAddon
+from addon.hooks.snapshot import SnapshotRefresher
+from addon.hooks.websocket import WebSocketRpc
 from addon.mitm.limits import ReadLimits
 from addon.mitm.tuning import ProxyTuning
-from addon.passthrough import SidecarPassthrough
 from addon.pipeline.context import WS_KEY
 from addon.pipeline.reply import json_response
-from addon.pipeline.runner import RpcPipeline
-from addon.reporting.shipping import ShipperAddon
 from addon.rpc.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.runtime import RuntimeHolder
-from addon.session import HttpSession
-from addon.settings import Settings
-from addon.sockets.handler import WebSocketRpc
-from addon.upstream.snapshot import SnapshotRefresher
 
 log = logging.getLogger("chainproxy")
 
@@ -49,7 +50,7 @@ def build_addons() -> list[Any]:
     sockets = WebSocketRpc(holder, rpc, limits)
     return [
         Settings(holder, limits),  # the config → the runtime every part reads
-        limits,  # mitmproxy's missing read limits: patched in on load, out on done
+        ReadLimitsAddon(limits),  # mitmproxy's missing read limits: patched in on load, out on done
         IdleConnections(holder),  # a connection with no request for read_timeout_s: closed
         ProxyTuning(),  # mitmproxy options, fast dispatch / lean mode
         HttpSession(holder),  # the pooled HTTP session (upstreams and sidecar)

@@ -24,7 +24,7 @@ from common.metrics_wire import DURATION_BUCKETS, OTHER_METHOD, bucket_index
 UNITS = "chainproxy_quota_units_total"
 REFUSALS = "chainproxy_refusals_total"
 CROSS_CHECKS = "chainproxy_cross_checks_total"  # {network, outcome}: upstream/cross_check.py
-PREWARM = "chainproxy_prewarm_total"  # {network, outcome}: see addon/pipeline/prewarm.py
+PREWARM = "chainproxy_prewarm_total"  # {network, outcome}: see addon/hooks/prewarm.py
 ACCESS_LOG_DROPPED = "chainproxy_access_log_dropped_total"  # lines dropped (queue full, disk)
 
 _HTTP_5XX = re.compile(r"^http-5\d\d$")

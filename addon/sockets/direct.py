@@ -45,7 +45,7 @@ def internal_error(conn: ClientConn, network: str) -> None:
 
 class DirectAnswers:
     def __init__(self, pipeline: Any, limits: Limits) -> None:
-        self.pipeline = pipeline  # addon/pipeline/runner.py's RpcPipeline
+        self.pipeline = pipeline  # addon/hooks/pipeline.py's RpcPipeline
         self.limits = limits  # the read limits in force (each config sets them)
 
     def attach(self, conn: ClientConn, master: Any) -> None:

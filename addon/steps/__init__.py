@@ -1,2 +1,2 @@
 """The pipeline's steps, one module each, named after the step (the order is
-``addon/pipeline/runner.py``'s ``STEPS``). Each is ``step(rpc, runtime)``."""
+``addon/hooks/pipeline.py``'s ``STEPS``). Each is ``step(rpc, runtime)``."""

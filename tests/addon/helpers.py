@@ -15,8 +15,8 @@ from mitmproxy.test import tflow
 
 from addon.addons import Guard
 from addon.cache.store import MemoryStore
+from addon.hooks.pipeline import RpcPipeline
 from addon.pipeline.context import RpcContext
-from addon.pipeline.runner import RpcPipeline
 from addon.quota.local import RateLimiter
 from addon.quota.redis_limiter import SharedLimiter
 from addon.redislink.link import RedisLink

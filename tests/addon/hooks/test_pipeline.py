@@ -11,8 +11,8 @@ from typing import Any
 from mitmproxy.test import tflow
 
 from addon.addons import Guard
+from addon.hooks.pipeline import RpcPipeline
 from addon.pipeline.context import META_KEY, SIDECAR_PATH_KEY
-from addon.pipeline.runner import RpcPipeline
 from addon.rpc.later import Later
 from addon.runtime import RuntimeHolder
 from addon.upstream.forward import TransportError
