@@ -19,9 +19,9 @@ from addon.hooks.shipping import ShipperAddon
 from addon.hooks.snapshot import SnapshotRefresher
 from addon.hooks.websocket import WebSocketRpc
 from addon.mitm.limits import ReadLimits
+from addon.mitm.responses import json_response
 from addon.mitm.tuning import ProxyTuning
 from addon.pipeline.context import WS_KEY
-from addon.pipeline.reply import json_response
 from addon.rpc.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.runtime import RuntimeHolder
 

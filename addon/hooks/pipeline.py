@@ -28,9 +28,10 @@ from collections.abc import Awaitable, Sequence
 from mitmproxy import http
 
 from addon.hooks.prewarm import Prewarmer
+from addon.mitm.responses import json_response
 from addon.pipeline.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.pipeline.gate import open_message, open_rpc
-from addon.pipeline.reply import deliver, json_response
+from addon.pipeline.reply import deliver
 from addon.pipeline.runner import Runner, Step
 from addon.rpc.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.runtime import Runtime, RuntimeHolder

@@ -36,11 +36,11 @@ from mitmproxy.utils.asyncio_utils import create_task
 from addon.hooks.drain import wait_until
 from addon.mitm import internals as mitm_internals
 from addon.mitm import limits as mitm_limits
+from addon.mitm.responses import json_response
 from addon.mitm.tuning import DIRECT_OPTION
 from addon.pipeline.context import WS_HEADERS_KEY, WS_KEY
 from addon.pipeline.gate import flow_caller
 from addon.pipeline.paths import RpcRoute, classify
-from addon.pipeline.reply import json_response
 from addon.quota.local import Decision
 from addon.quota.refusal import quota_error
 from addon.quota.tiers import Caller

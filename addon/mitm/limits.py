@@ -60,7 +60,7 @@ from mitmproxy.proxy.layers import websocket as mitm_ws
 from mitmproxy.proxy.layers.http import _http1
 
 from addon.mitm import internals as mitm_internals
-from addon.pipeline.reply import json_response
+from addon.mitm.responses import json_response
 from addon.rpc.jsonrpc import INVALID_REQUEST, error_obj
 
 log = logging.getLogger("chainproxy")
