@@ -12,6 +12,7 @@ from addon.hooks.drain import Drain
 from addon.hooks.idle import IdleConnections
 from addon.hooks.passthrough import SidecarPassthrough
 from addon.hooks.pipeline import RpcPipeline
+from addon.hooks.prewarm import Prewarmer
 from addon.hooks.read_limits import ReadLimitsAddon
 from addon.hooks.session import HttpSession
 from addon.hooks.settings import Settings
@@ -49,7 +50,7 @@ def build_addons() -> list[Any]:
     rpc = RpcPipeline(holder)
     sockets = WebSocketRpc(holder, rpc, limits)
     return [
-        Settings(holder, limits),  # the config → the runtime every part reads
+        Settings(holder, limits, Prewarmer(holder)),  # the config → the runtime every part reads
         ReadLimitsAddon(limits),  # mitmproxy's missing read limits: patched in on load, out on done
         IdleConnections(holder),  # a connection with no request for read_timeout_s: closed
         ProxyTuning(),  # mitmproxy options, fast dispatch / lean mode

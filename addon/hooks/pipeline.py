@@ -27,7 +27,6 @@ from collections.abc import Awaitable, Sequence
 
 from mitmproxy import http
 
-from addon.hooks.prewarm import Prewarmer
 from addon.mitm.responses import json_response
 from addon.pipeline.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.pipeline.gate import open_message, open_rpc
@@ -82,7 +81,6 @@ class RpcPipeline:
     def __init__(self, holder: RuntimeHolder, steps: Sequence[Step] = STEPS) -> None:
         self.holder = holder
         self.runner = Runner(steps, finished=_finished)
-        self.prewarm = Prewarmer(holder)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -107,8 +105,6 @@ class RpcPipeline:
         if rt is None:
             flow.response = json_response(503, _NOT_CONFIGURED)
             return None
-        if rt.on_new_head is None:
-            self.prewarm.install(rt)
         rpc = open_rpc(flow, rt)
         if rpc is None:
             return None
@@ -142,8 +138,6 @@ class RpcPipeline:
         if rt is None:
             reply = Reply(503, _NOT_CONFIGURED, "error")
             return RpcContext(sock.network, 0.0, origin, reply=reply), None
-        if rt.on_new_head is None:
-            self.prewarm.install(rt)
         rpc = open_message(content, sock, origin, rt)
         return rpc, self.runner.run(rpc, rt)
 

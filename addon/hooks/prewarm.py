@@ -53,11 +53,6 @@ class Prewarmer:
         self.holder = holder
         self._runs: dict[str, asyncio.Task[None]] = {}
 
-    def install(self, rt: Runtime) -> None:
-        """Called with each runtime the pipeline sees (reloads hand it on)."""
-        if rt.on_new_head is None:
-            rt.on_new_head = self.new_head
-
     def new_head(self, network: str) -> None:
         rt = self.holder.runtime
         if rt is None or not rt.demand.enabled or rt.cache is None:

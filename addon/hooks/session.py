@@ -1,5 +1,5 @@
 """The one pooled HTTP session for upstream calls and the sidecar: opened when
-mitmproxy runs (a config reload hands it on, see ``Runtime.inherit``), closed
+mitmproxy runs (a config reload hands it on, see ``Runtime.reload``), closed
 when the addon is unloaded."""
 
 from __future__ import annotations
