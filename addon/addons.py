@@ -9,6 +9,7 @@ from typing import Any
 from mitmproxy import http
 
 from addon.hooks.drain import Drain
+from addon.hooks.holder import RuntimeHolder
 from addon.hooks.idle import IdleConnections
 from addon.hooks.passthrough import SidecarPassthrough
 from addon.hooks.pipeline import RpcPipeline
@@ -24,7 +25,6 @@ from addon.mitm.responses import json_response
 from addon.mitm.tuning import ProxyTuning
 from addon.pipeline.context import WS_KEY
 from addon.rpc.jsonrpc import INTERNAL_ERROR, error_obj
-from addon.runtime import RuntimeHolder
 
 log = logging.getLogger("chainproxy")
 

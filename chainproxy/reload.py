@@ -14,7 +14,7 @@ and nothing changes. Then:
 * with one proxy process it gets SIGHUP and applies the new config in place
   (``addon/hooks/settings.py``): no socket closes, and the subscriptions, quota
   windows whose settings held, caches and upstream health carry over
-  (``Runtime.inherit``). Code is not reloaded that way.
+  (``Runtime.reload``). Code is not reloaded that way.
 
 The launcher writes its pid to ``data_dir/run/chainproxy.pid`` and each
 reload's outcome to ``data_dir/run/reload.json`` (``chainproxy reload`` waits

@@ -20,19 +20,23 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(type_checking: bool = False) -> dict[str, set[str]]:
     """Module -> product modules it imports (``TYPE_CHECKING`` blocks left out:
-    they never run)."""
+    they never run; ``type_checking``: counted too, as a layering sees them)."""
     mods = modules()
     g: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(), str(path))
-        skip = {
-            id(n)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)
-        }
+        skip = (
+            set()
+            if type_checking
+            else {
+                id(n)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                for n in ast.walk(node)
+            }
+        )
         for node in ast.walk(tree):
             if id(node) in skip:
                 continue

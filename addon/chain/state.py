@@ -1,5 +1,5 @@
 """What this proxy process knows of each network's chain, in one place; it
-outlives config reloads (``Runtime.inherit`` hands it on whole).
+outlives config reloads (``Runtime.reload`` hands it on whole).
 
 * ``tips`` / ``finalized``: the heights the sidecar's probes report (the
   routing snapshot): how far the healthy nodes are, for routing and caching.

@@ -22,7 +22,7 @@ from typing import Any
 
 from mitmproxy import ctx, http
 
-from addon.runtime import RuntimeHolder
+from addon.hooks.holder import RuntimeHolder
 
 log = logging.getLogger("chainproxy")
 

@@ -27,13 +27,14 @@ from collections.abc import Awaitable, Sequence
 
 from mitmproxy import http
 
+from addon.hooks.holder import RuntimeHolder
 from addon.mitm.responses import json_response
 from addon.pipeline.context import WS_KEY, Origin, Reply, RpcContext, Socket
 from addon.pipeline.gate import open_message, open_rpc
 from addon.pipeline.reply import deliver
 from addon.pipeline.runner import Runner, Step
 from addon.rpc.jsonrpc import INTERNAL_ERROR, error_obj
-from addon.runtime import Runtime, RuntimeHolder
+from addon.runtime import Runtime
 from addon.steps.allowlist import allowlist
 from addon.steps.cache_lookup import cache_lookup
 from addon.steps.cache_store import cache_store

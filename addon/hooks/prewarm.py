@@ -27,11 +27,12 @@ import logging
 from collections.abc import Sequence
 
 from addon.chain.head_pinning import pin
+from addon.hooks.holder import RuntimeHolder
 from addon.pipeline.context import Reply, RpcContext
 from addon.pipeline.runner import Runner
 from addon.reporting.live_metrics import PREWARM
 from addon.rpc.jsonrpc import Call, Parsed
-from addon.runtime import Runtime, RuntimeHolder
+from addon.runtime import Runtime
 from addon.steps.cache_lookup import cache_lookup
 from addon.steps.cache_store import cache_store
 from addon.steps.forward_pending import forward_pending

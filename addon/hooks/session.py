@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mitmproxy.utils.asyncio_utils import create_task
 
-from addon.runtime import RuntimeHolder
+from addon.hooks.holder import RuntimeHolder
 from addon.upstream.forward import new_session
 from addon.upstream.hedge import cancel_outraced
 

@@ -19,9 +19,10 @@ import signal
 
 from mitmproxy import ctx, exceptions
 
+from addon.hooks.holder import RuntimeHolder
 from addon.hooks.prewarm import Prewarmer
 from addon.mitm import limits as mitm_limits
-from addon.runtime import Runtime, RuntimeHolder
+from addon.runtime import Runtime
 from common.config import ConfigError, load_config, with_overrides
 
 log = logging.getLogger("chainproxy")

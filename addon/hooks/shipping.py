@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from addon.hooks.holder import RuntimeHolder
 from addon.reporting.usage import UsageShipper
-from addon.runtime import RuntimeHolder
 
 
 class ShipperAddon:

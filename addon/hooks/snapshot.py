@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from addon.hooks.holder import RuntimeHolder
 from addon.reporting.sidecar_client import SidecarError
-from addon.runtime import RuntimeHolder
 from addon.upstream.snapshot import SnapshotError, apply_snapshot
 
 log = logging.getLogger("chainproxy.snapshot")

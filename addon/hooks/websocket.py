@@ -34,6 +34,7 @@ from mitmproxy import ctx, http
 from mitmproxy.utils.asyncio_utils import create_task
 
 from addon.hooks.drain import wait_until
+from addon.hooks.holder import RuntimeHolder
 from addon.mitm import internals as mitm_internals
 from addon.mitm import limits as mitm_limits
 from addon.mitm.responses import json_response
@@ -46,7 +47,7 @@ from addon.quota.refusal import quota_error
 from addon.quota.tiers import Caller
 from addon.reporting.live_metrics import refusal_policy
 from addon.rpc.jsonrpc import LIMIT_EXCEEDED, Refusal, dumps, error_obj
-from addon.runtime import Runtime, RuntimeHolder
+from addon.runtime import Runtime
 from addon.sockets.conn import SLOW_CLIENT_CLOSE, ClientConn
 from addon.sockets.direct import DirectAnswers, internal_error, reply
 from addon.sockets.sink import FLOW_HEADER, Sink

@@ -2,7 +2,8 @@
 (``Lasting``) and the policy the current config decides (``Policy``), split
 by lifetime. A reload keeps the one and builds the other again
 (``Runtime.reload``); the ``Settings`` addon builds them from the YAML file
-and the other addons read the pair through the shared ``RuntimeHolder``.
+and the other addons read the pair through the shared ``RuntimeHolder``
+(``addon/hooks/holder.py``).
 
 Plain code (no mitmproxy), so tests build one from a dict-made config. The
 steps never import this module: each names what it reads of it (a Protocol
@@ -202,13 +203,6 @@ for _name in _LASTING:
     setattr(Runtime, _name, _through("lasting", _name))
 for _name in _POLICY:
     setattr(Runtime, _name, _through("policy", _name))
-
-
-class RuntimeHolder:
-    """The one mutable slot the addons share: replaced whole on reconfigure."""
-
-    def __init__(self) -> None:
-        self.runtime: Runtime | None = None
 
 
 def _hub_settings(p: ProxyConfig) -> HubSettings:

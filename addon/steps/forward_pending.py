@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
 
+from addon.chain.routing_hints import hints
 from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
 from addon.reporting.live_metrics import LiveMetrics
@@ -19,7 +20,6 @@ from addon.upstream.fair_wait import FairWait
 from addon.upstream.forward import TOO_MANY, Budget, ForwardResult, forward
 from addon.upstream.hedge import Hedger
 from addon.upstream.pool import UpstreamPool
-from addon.upstream.routing_hints import hints
 from addon.upstream.transport import Transport
 from common.config import Config
 

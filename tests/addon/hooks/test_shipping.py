@@ -9,8 +9,9 @@ from typing import Any
 
 from aiohttp import web
 
+from addon.hooks.holder import RuntimeHolder
 from addon.hooks.shipping import ShipperAddon
-from addon.runtime import Runtime, RuntimeHolder
+from addon.runtime import Runtime
 from addon.upstream.transport import new_session
 from common.config import Config, parse_config
 from tests.addon.helpers import usage_record

@@ -12,8 +12,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from addon.hooks.holder import RuntimeHolder
 from addon.hooks.snapshot import MAX_BACKOFF_S, SnapshotRefresher
-from addon.runtime import Runtime, RuntimeHolder
+from addon.runtime import Runtime
 from addon.upstream.pool import TIER_LAGGING, TIER_SYNCED, TIER_UNPROBED
 from addon.upstream.snapshot import SnapshotError
 from common.config import Config, parse_config

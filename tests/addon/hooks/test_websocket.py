@@ -17,8 +17,8 @@ from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from addon.hooks import websocket as ws
+from addon.hooks.holder import RuntimeHolder
 from addon.pipeline.context import WS_KEY, Origin, Reply, RpcContext, Socket
-from addon.runtime import RuntimeHolder
 from addon.sockets.conn import MAX_IN_FLIGHT
 
 
