@@ -101,3 +101,61 @@ def test_nothing_in_addon_shadows_a_real_module() -> None:
     ours = {p.stem if p.is_file() else p.name for p in (REPO / "addon").iterdir()}
     ours = {n for n in ours if not n.startswith(("_", "."))}
     assert sorted(ours & real) == []
+
+
+def addon_packages() -> dict[str, set[str]]:
+    """The package-level import graph of addon/: ``addon.<subpackage>`` per
+    sub-package, a module directly in addon/ a node of its own;
+    ``TYPE_CHECKING`` imports included (a layering is about what a module
+    names, not only what runs)."""
+
+    def node(module: str) -> str | None:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == "addon" and len(parts) > 1 else None
+
+    out: dict[str, set[str]] = {}
+    for name, deps in graph(type_checking=True).items():
+        a = node(name)
+        if a is None:
+            continue
+        out.setdefault(a, set())
+        for d in deps:
+            b = node(d)
+            if b is not None and b != a:
+                out[a].add(b)
+                out.setdefault(b, set())
+    return out
+
+
+def test_addon_packages_import_one_way() -> None:
+    # docs/ARCHITECTURE.md, "Floors": each package of addon/ imports only
+    # packages below it (rpc at the bottom, hooks at the top)
+    assert cycles(addon_packages()) == []
+
+
+def test_addon_floors_are_in_order() -> None:
+    g = addon_packages()
+    assert g["addon.rpc"] == set()  # the vocabulary imports nothing of the addon
+    assert g["addon.mitm"] <= {"addon.rpc"}  # the adapter: no domain package
+    below_hooks = {p for p in g if p not in ("addon.hooks", "addon.addons", "addon.rpcproxy")}
+    assert not any("addon.hooks" in g[p] for p in below_hooks)
+    steps = {m for m, deps in graph(type_checking=True).items() if m.startswith("addon.steps")}
+    g_mod = graph(type_checking=True)
+    assert not {m for m in steps if any(d.startswith("addon.runtime") for d in g_mod[m])}
+
+
+def test_only_hooks_touch_the_holder() -> None:
+    allowed = ("addon.hooks.", "addon.addons", "addon.rpcproxy")
+    touching = set()
+    for name, path in modules().items():
+        if not name.startswith("addon") or name.startswith(allowed):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module == "addon.hooks.holder":
+                touching.add(name)
+            if isinstance(n, ast.ImportFrom | ast.Import) and any(
+                a.name in ("RuntimeHolder", "addon.hooks.holder") for a in n.names
+            ):
+                touching.add(name)
+    assert touching == set()

@@ -19,7 +19,7 @@ import hashlib
 import re
 from typing import Any
 
-from addon.chain.blocks import answered_header, is_block_hash, parse_height
+from addon.rpc.blocks import answered_header, is_block_hash, parse_height
 
 _HEX = re.compile(r"^0x(?:[0-9a-fA-F]{2})*$")
 

@@ -6,10 +6,9 @@ delivers it."""
 from __future__ import annotations
 
 from addon.pipeline.context import Reply, RpcContext
-from addon.runtime import Runtime
 
 
-def respond(rpc: RpcContext, rt: Runtime) -> None:
+def respond(rpc: RpcContext, rt: object) -> None:
     assert rpc.parsed is not None
     if rpc.error_status is not None and not rpc.parsed.is_batch:
         result = rpc.result

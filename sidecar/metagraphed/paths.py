@@ -1,5 +1,6 @@
 """Where Metagraphed's API is served: every path under ``BASE``, and at the
-root where chainproxy's own API (docs/OPERATIONS.md#dashboard-and-json-api, a contract) leaves the path free
+root where chainproxy's own API (docs/OPERATIONS.md#dashboard-and-json-api, a
+contract) leaves the path free
 (``ROOT_PATHS`` and ``/api/v1/providers/…``). Shared by the handlers, the app's
 error middleware and the OpenAPI document."""
 

@@ -18,9 +18,9 @@ from mitmproxy.test import taddons, tflow
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
+from addon.hooks import websocket as ws
+from addon.hooks.holder import RuntimeHolder
 from addon.pipeline.context import WS_KEY, Origin, Reply, RpcContext, Socket
-from addon.runtime import RuntimeHolder
-from addon.sockets import handler as ws
 from addon.sockets.conn import MAX_IN_FLIGHT
 
 
@@ -79,7 +79,7 @@ def _capture_injections(tctx: Any) -> list[tuple[bool, bytes, bool]]:
 
 
 def test_sockets_opened_before_a_hot_reload_are_still_answered() -> None:
-    # Was: addon/sockets/handler.py websocket_message (lines 139-142): after a hot
+    # Was: addon/hooks/websocket.py websocket_message (lines 139-142): after a hot
     # reload (``done`` on the old addon, a fresh WebSocketRpc loaded), a socket
     # opened before the reload has no ``_Conn`` in the new instance, so its
     # messages are neither dropped nor answered: they are relayed to the old

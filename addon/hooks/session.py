@@ -1,12 +1,12 @@
 """The one pooled HTTP session for upstream calls and the sidecar: opened when
-mitmproxy runs (a config reload hands it on, see ``Runtime.inherit``), closed
+mitmproxy runs (a config reload hands it on, see ``Runtime.reload``), closed
 when the addon is unloaded."""
 
 from __future__ import annotations
 
 from mitmproxy.utils.asyncio_utils import create_task
 
-from addon.runtime import RuntimeHolder
+from addon.hooks.holder import RuntimeHolder
 from addon.upstream.forward import new_session
 from addon.upstream.hedge import cancel_outraced
 

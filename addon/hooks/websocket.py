@@ -3,7 +3,7 @@ for the clients that speak nothing else (the bittensor SDK,
 async-substrate-interface, substrate-interface with a ``ws://`` URL).
 
 Every message a client sends is one JSON-RPC body (a call or a batch) and goes
-through exactly the steps of a POST (``addon/pipeline/runner.py``), as the client
+through exactly the steps of a POST (``addon/hooks/pipeline.py``), as the client
 identified once at the handshake: same allowlist, same per-client quota (each
 call counts, a subscribe too), same cache, upstream choice, failover and usage
 records. The answer body is sent back as one text message; the HTTP status a
@@ -33,24 +33,25 @@ from typing import Any
 from mitmproxy import ctx, http
 from mitmproxy.utils.asyncio_utils import create_task
 
-from addon.drain import wait_until
+from addon.hooks.drain import wait_until
+from addon.hooks.holder import RuntimeHolder
 from addon.mitm import internals as mitm_internals
 from addon.mitm import limits as mitm_limits
+from addon.mitm.responses import json_response
 from addon.mitm.tuning import DIRECT_OPTION
 from addon.pipeline.context import WS_HEADERS_KEY, WS_KEY
 from addon.pipeline.gate import flow_caller
-from addon.pipeline.jsonrpc import LIMIT_EXCEEDED, Refusal, dumps, error_obj
 from addon.pipeline.paths import RpcRoute, classify
-from addon.pipeline.reply import json_response
 from addon.quota.local import Decision
+from addon.quota.refusal import quota_error
 from addon.quota.tiers import Caller
 from addon.reporting.live_metrics import refusal_policy
-from addon.runtime import Runtime, RuntimeHolder
+from addon.rpc.jsonrpc import LIMIT_EXCEEDED, Refusal, dumps, error_obj
+from addon.runtime import Runtime
 from addon.sockets.conn import SLOW_CLIENT_CLOSE, ClientConn
 from addon.sockets.direct import DirectAnswers, internal_error, reply
 from addon.sockets.sink import FLOW_HEADER, Sink
 from addon.sockets.slots import LEASE_S, RETRY_AFTER_S
-from addon.steps.rate_limit import quota_error
 from common.config.model import WebSocketConfig
 
 log = logging.getLogger("chainproxy")
@@ -88,7 +89,7 @@ class WebSocketRpc:
     ) -> None:
         self.holder = holder
         self.pipeline = (
-            pipeline  # the RPC pipeline (addon/pipeline/runner.py): ``message`` per message
+            pipeline  # the RPC pipeline (addon/hooks/pipeline.py): ``message`` per message
         )
         # refusals of the WebSocket message limit (by default one never installed: none)
         self.read_limits = read_limits if read_limits is not None else mitm_limits.ReadLimits()
@@ -260,7 +261,7 @@ class WebSocketRpc:
         reply(conn, rpc)
 
     async def drain(self, deadline: float) -> int:
-        """Going away (``addon/drain.py``): each socket's calls in flight are
+        """Going away (``addon/hooks/drain.py``): each socket's calls in flight are
         answered, its subscriptions end, what it was already sent is flushed,
         then it is closed with 1001, all by ``deadline`` (loop time). New
         messages meanwhile are still answered. Returns the sockets closed."""

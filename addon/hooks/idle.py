@@ -24,8 +24,8 @@ import logging
 
 from mitmproxy import connection, ctx, http
 
+from addon.hooks.holder import RuntimeHolder
 from addon.mitm import internals as mitm_internals
-from addon.runtime import RuntimeHolder
 
 log = logging.getLogger("chainproxy")
 

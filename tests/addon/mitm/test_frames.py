@@ -1,4 +1,4 @@
-"""The direct reads' frame reader (addon/sockets/frames.py) against wsproto,
+"""The direct reads' frame reader (addon/mitm/frames.py) against wsproto,
 the parser mitmproxy's WebSocket layer uses: whatever bytes a client sends,
 the reader's messages followed by what wsproto makes of the bytes it hands
 back are exactly what wsproto makes of them all. So a socket read directly
@@ -15,7 +15,7 @@ import wsproto.events
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.sockets.frames import BINARY, PING, PONG, TEXT, FrameReader, pong_frame, unmask
+from addon.mitm.frames import BINARY, PING, PONG, TEXT, FrameReader, pong_frame, unmask
 
 LIMIT = 4096
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from addon.chain.blocks import PRUNING_WINDOW, BlockIndex
-from addon.pipeline.jsonrpc import Call
-from addon.upstream.routing_hints import hints
+from addon.chain.routing_hints import hints
+from addon.rpc.blocks import PRUNING_WINDOW, BlockIndex
+from addon.rpc.jsonrpc import Call
 
 
 def h(n: int) -> str:

@@ -10,7 +10,7 @@ at start-up one error line (mitmdump then exits 1); on a later reload the
 change is refused and the last good config keeps serving.
 
 SIGHUP re-reads the file in place (systemd's ``ExecReload``, the launcher's
-reload with one proxy process): no socket closes, and ``Runtime.inherit``
+reload with one proxy process): no socket closes, and ``Runtime.reload``
 carries the subscriptions, quota windows, caches and upstream health over.
 Without the handler a SIGHUP would end mitmdump (it handles only INT and TERM).
 """
@@ -23,9 +23,11 @@ import signal
 
 from mitmproxy import ctx, exceptions
 
+from addon.hooks.holder import RuntimeHolder
+from addon.hooks.prewarm import Prewarmer
 from addon.mitm import limits as mitm_limits
 from addon.mitm import versions as mitm_versions
-from addon.runtime import Runtime, RuntimeHolder
+from addon.runtime import Runtime
 from common.config import ConfigError, load_config, with_overrides
 
 log = logging.getLogger("chainproxy")
@@ -46,9 +48,15 @@ _BACKSTOP_MIN = 8 * 1_048_576
 
 
 class Settings:
-    def __init__(self, holder: RuntimeHolder, read_limits: mitm_limits.ReadLimits) -> None:
+    def __init__(
+        self,
+        holder: RuntimeHolder,
+        read_limits: mitm_limits.ReadLimits,
+        prewarm: Prewarmer | None = None,
+    ) -> None:
         self.holder = holder
         self.read_limits = read_limits  # gets each config's limits (addon/mitm/limits.py)
+        self.prewarm = prewarm  # wired into the first runtime: fetch ahead at each new head
 
     def load(self, loader) -> None:  # type: ignore[no-untyped-def]
         loader.add_option(
@@ -104,9 +112,11 @@ class Settings:
         old = self.holder.runtime
         if old is not None and old.config == config:
             return False  # unchanged (or a rolled-back bad change): keep limiter and health state
-        runtime = Runtime.build(config)
-        if old is not None:
-            runtime.inherit(old)  # its HTTP session included
+        if old is None:
+            on_new_head = self.prewarm.new_head if self.prewarm is not None else None
+            runtime = Runtime.build(config, on_new_head=on_new_head)
+        else:
+            runtime = old.reload(config)  # its long-lived part (the HTTP session too) kept
         try:
             runtime.open_storage()
         except OSError as e:

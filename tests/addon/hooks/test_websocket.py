@@ -1,4 +1,4 @@
-"""addon/sockets/handler.py, one unit at a time: which handshakes it takes, what it
+"""addon/hooks/websocket.py, one unit at a time: which handshakes it takes, what it
 does with each message (client's dropped and answered, the sink's dropped,
 injected answers let through, history trimmed), and the message → POST
 hand-over to the pipeline. The pipeline here is a stand-in; the real one over
@@ -16,9 +16,9 @@ from mitmproxy.test import taddons, tflow
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
+from addon.hooks import websocket as ws
+from addon.hooks.holder import RuntimeHolder
 from addon.pipeline.context import WS_KEY, Origin, Reply, RpcContext, Socket
-from addon.runtime import RuntimeHolder
-from addon.sockets import handler as ws
 from addon.sockets.conn import MAX_IN_FLIGHT
 
 

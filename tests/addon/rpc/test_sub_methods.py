@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from addon.subs.methods import (
+from addon.rpc.sub_methods import (
     SUBSCRIBE,
     UNSUBSCRIBE,
     BadParams,

@@ -22,7 +22,7 @@ from typing import Any
 
 from mitmproxy import ctx, http
 
-from addon.runtime import RuntimeHolder
+from addon.hooks.holder import RuntimeHolder
 
 log = logging.getLogger("chainproxy")
 
@@ -38,7 +38,7 @@ async def wait_until(done: Callable[[], bool], deadline: float) -> None:
 class Drain:
     def __init__(self, holder: RuntimeHolder, sockets: Any) -> None:
         self.holder = holder
-        self.sockets = sockets  # addon/sockets/handler.py's WebSocketRpc: its drain()
+        self.sockets = sockets  # addon/hooks/websocket.py's WebSocketRpc: its drain()
         self.inflight: set[str] = set()  # HTTP flows not yet answered
         self.draining = False
         self._task: asyncio.Task[None] | None = None

@@ -8,7 +8,7 @@
   ask ``chain_getBlockHash(n)`` before reading state at that hash) into the
   ``BlockIndex``.
 
-The facts are read from each call's ``facts`` (parsed once, ``addon.chain.blocks``).
+The facts are read from each call's ``facts`` (parsed once, ``addon.rpc.blocks``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from addon.chain.blocks import PRUNING_WINDOW, BlockIndex
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.blocks import PRUNING_WINDOW, BlockIndex
+from addon.rpc.jsonrpc import Call
 
 _STATE_PREFIXES = ("state_", "childstate_")
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addon.pipeline.jsonrpc import (
+from addon.rpc.jsonrpc import (
     INVALID_REQUEST,
     PARSE_ERROR,
     BadItem,

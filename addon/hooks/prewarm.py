@@ -4,7 +4,8 @@ pinned to the new block, so the first client after a block gets a cache hit,
 or joins the call already in flight (coalescing), instead of waiting.
 
 A pre-warm read goes through the same steps as a client's cache miss (cache,
-forward, learn, store) as one more client (``prewarm``): it takes a node's
+forward, learn, store), on the same loop (``addon/pipeline/runner.py``), as
+one more client (``prewarm``): it takes a node's
 budget like any call, but never waits for one (when capacity is scarce,
 clients come first) and is neither charged to a quota nor recorded as usage.
 Pinned by the proxy, it stops at the first node that does not know the block
@@ -23,13 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from addon.chain.head_pinning import pin
-from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call, Parsed
+from addon.hooks.holder import RuntimeHolder
+from addon.pipeline.context import Reply, RpcContext
+from addon.pipeline.runner import Runner
 from addon.reporting.live_metrics import PREWARM
-from addon.runtime import Runtime, RuntimeHolder
+from addon.rpc.jsonrpc import Call, Parsed
+from addon.runtime import Runtime
 from addon.steps.cache_lookup import cache_lookup
 from addon.steps.cache_store import cache_store
 from addon.steps.forward_pending import forward_pending
@@ -40,8 +43,22 @@ log = logging.getLogger("chainproxy.prewarm")
 CLIENT = "prewarm"  # its name in the fair wait and the budgets
 _AT_ONCE = 4  # pre-warm reads in flight per network
 
-Step = Callable[[RpcContext, Runtime], Awaitable[None] | None]
-STEPS: tuple[Step, ...] = (cache_lookup, forward_pending, learn, cache_store)
+
+def ahead(rpc: RpcContext, rt: Runtime) -> None:
+    """Before the forward: a read the cache answered is not fetched (the run
+    stops); one that goes upstream is noted as warmed before it is sent, so a
+    client that joins it counts as served by the pre-warm."""
+    if not rpc.pending():
+        rt.metrics.count_extra(PREWARM, network=rpc.network, outcome="skipped")
+        rpc.reply = _CACHED  # already cached: nothing to do
+        return
+    for p in rpc.plans.values():
+        rt.demand.warmed(rpc.network, p.keys)
+
+
+_CACHED = Reply(200, None, "skipped")
+# the client path's steps a cache miss takes, on the runner every call runs on
+RUNNER = Runner((cache_lookup, ahead, forward_pending, learn, cache_store))
 
 
 class _Always:
@@ -52,11 +69,6 @@ class Prewarmer:
     def __init__(self, holder: RuntimeHolder) -> None:
         self.holder = holder
         self._runs: dict[str, asyncio.Task[None]] = {}
-
-    def install(self, rt: Runtime) -> None:
-        """Called with each runtime the pipeline sees (reloads hand it on)."""
-        if rt.on_new_head is None:
-            rt.on_new_head = self.new_head
 
     def new_head(self, network: str) -> None:
         rt = self.holder.runtime
@@ -110,16 +122,9 @@ class Prewarmer:
         rpc.answers = [None]
         # pinned by the proxy with nothing to go back to: stop at the first miss
         rpc.pinned, rpc.min_block, rpc.unpinned = block_hash, number, {}
-        for step in STEPS:
-            if step is forward_pending:
-                if not rpc.pending():
-                    rt.metrics.count_extra(PREWARM, network=network, outcome="skipped")
-                    return  # already cached: nothing to do
-                for p in rpc.plans.values():  # before the call: a client may join it
-                    rt.demand.warmed(network, p.keys)
-            pending = step(rpc, rt)
-            if pending is not None:
-                await pending
+        pending = RUNNER.run(rpc, rt)
+        if pending is not None:
+            await pending
         ok = rpc.result is not None and rpc.result.kind == "ok" and rpc.error_status is None
         if ok:
             rt.metrics.count_extra(PREWARM, network=network, outcome="fetched")

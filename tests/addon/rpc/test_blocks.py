@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from addon.chain.blocks import BlockIndex, block_numbers, parse_height
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.blocks import BlockIndex, block_numbers, parse_height
+from addon.rpc.jsonrpc import Call
 
 
 @pytest.mark.parametrize(

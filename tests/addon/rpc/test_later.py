@@ -1,4 +1,4 @@
-"""``Later`` (``addon/redislink/later.py``): a result handed on by callback as it
+"""``Later`` (``addon/rpc/later.py``): a result handed on by callback as it
 arrives, awaitable by whoever must wait, without a coroutine of its own."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from addon.redislink.later import Later
+from addon.rpc.later import Later
 
 
 def test_callbacks_run_in_order_when_resolved_and_at_once_after() -> None:

@@ -11,9 +11,9 @@ import logging
 import aiohttp
 from mitmproxy import http
 
+from addon.hooks.holder import RuntimeHolder
+from addon.mitm.responses import json_response, make_headers
 from addon.pipeline.context import SIDECAR_PATH_KEY
-from addon.pipeline.reply import json_response, make_headers
-from addon.runtime import RuntimeHolder
 
 log = logging.getLogger("chainproxy")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from addon.chain.blocks import BlockFacts, block_facts
+from addon.rpc.blocks import BlockFacts, block_facts
 from common.jsontext import dumps as dumps  # re-exported: the pipeline's JSON
 from common.jsontext import loads
 

@@ -11,10 +11,10 @@ from typing import Any
 from mitmproxy.test import tflow
 
 from addon.addons import Guard
+from addon.hooks.holder import RuntimeHolder
+from addon.hooks.pipeline import RpcPipeline
 from addon.pipeline.context import META_KEY, SIDECAR_PATH_KEY
-from addon.pipeline.runner import RpcPipeline
-from addon.redislink.later import Later
-from addon.runtime import RuntimeHolder
+from addon.rpc.later import Later
 from addon.upstream.forward import TransportError
 from tests.addon.helpers import (
     A,
