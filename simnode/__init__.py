@@ -10,7 +10,9 @@ Library use::
 Command: ``python -m simnode --port 9944 --name sim-a`` (see ``--help``).
 
 Faults and counters are also controllable over HTTP: ``POST /_sim/control`` (JSON
-object of fault keys, see :class:`Faults`), ``POST /_sim/reset``, ``GET /_sim/state``.
+object of fault keys, see :class:`Faults`), ``POST /_sim/reset``, ``GET /_sim/state``;
+``GET /_sim/arrivals`` is the node's log of each request's arrival, methods and
+sender (``simnode.arrivals``).
 """
 
 from .chain import FINNEY_GENESIS, PRUNING_DEPTH, Chain, ChainConfig

@@ -1,6 +1,8 @@
 """The control endpoints under ``/_sim/``: ``GET /_sim/state``,
 ``POST /_sim/control`` (a JSON object of fault keys, see ``Faults``),
-``POST /_sim/reset``; any other ``/_sim/`` path is a 404, never an RPC call."""
+``POST /_sim/reset``, ``GET /_sim/arrivals[?since=<unix time>]`` (the log of
+requests received, ``simnode.arrivals``); any other ``/_sim/`` path is a 404,
+never an RPC call."""
 
 from __future__ import annotations
 
@@ -9,12 +11,15 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from .arrivals import ArrivalLog
 from .faults import Faults
 from .replies import json_response
 
 
 class Controlled(Protocol):
     """What the control endpoints need of their node (``SimNode``)."""
+
+    arrivals: ArrivalLog
 
     @property
     def faults(self) -> Faults: ...
@@ -36,6 +41,14 @@ def add_control_routes(app: web.Application, node: Controlled) -> None:
 
     async def reset(request: web.Request) -> web.StreamResponse:
         return json_response(node.reset())
+
+    async def arrivals(request: web.Request) -> web.StreamResponse:
+        since = request.query.get("since")
+        try:
+            after = None if since is None else float(since)
+        except ValueError:
+            return json_response({"error": "since must be a number"}, status=400)
+        return json_response(node.arrivals.to_json(after))
 
     async def control(request: web.Request) -> web.StreamResponse:
         try:
@@ -62,4 +75,5 @@ def add_control_routes(app: web.Application, node: Controlled) -> None:
     app.router.add_get("/_sim/state", state)
     app.router.add_post("/_sim/control", control)
     app.router.add_post("/_sim/reset", reset)
+    app.router.add_get("/_sim/arrivals", arrivals)
     app.router.add_route("*", "/_sim/{tail:.*}", unknown)

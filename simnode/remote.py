@@ -34,6 +34,11 @@ class RemoteNode:
     def state(self) -> Any:
         return http_json(f"{self.url}/_sim/state")
 
+    def arrivals(self, since: float | None = None) -> Any:
+        """The requests the node received (``simnode.arrivals``), oldest first."""
+        query = "" if since is None else f"?since={since!r}"
+        return http_json(f"{self.url}/_sim/arrivals{query}")["arrivals"]
+
     def rpc(self, method: str, params: list[Any] | None = None) -> Any:
         """One JSON-RPC call; the whole answer (result or error)."""
         doc = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}

@@ -2,8 +2,9 @@
 
 RPC: POST on any path except ``/_sim/...``; a GET with a WebSocket upgrade on
 any such path is JSON-RPC over WebSocket (``simnode.ws``). Control:
-``POST /_sim/control``, ``POST /_sim/reset``, ``GET /_sim/state``
-(``simnode.control``); the faults themselves are in ``simnode.faults``.
+``POST /_sim/control``, ``POST /_sim/reset``, ``GET /_sim/state``,
+``GET /_sim/arrivals`` (``simnode.control``, ``simnode.arrivals``); the faults
+themselves are in ``simnode.faults``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .arrivals import METHODS_KEPT, Arrival, ArrivalLog
 from .chain import FINNEY_GENESIS, Chain, ChainConfig
 from .control import add_control_routes
 from .faults import FAULT_KEYS, GARBAGE_HTML, Faults, FaultState, faulted_answer
@@ -80,6 +82,7 @@ class SimNode:
         self._bytes_out = 0  # bytes of the RPC answers sent (HTTP bodies, WS messages)
         self._rate = CallRate()  # calls received (HTTP and WS) per sliding 1 s
         self._rate_limited = 0  # HTTP requests answered 429 by the ``limit_rps`` fault
+        self.arrivals = ArrivalLog()  # each request's arrival, methods and sender
         self._on_die = on_die
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -204,6 +207,7 @@ class SimNode:
         self._calls = {}
         self._bytes_out = 0
         self._rate.clear()
+        self.arrivals.clear()
         self._rate_limited = 0
         self.dispatcher.submitted = 0
         return self.state()
@@ -250,11 +254,23 @@ class SimNode:
     def rate_limited(self) -> int:
         return self._rate_limited
 
-    def count(self, parsed: Parsed) -> None:
-        """One request (an HTTP POST or a WebSocket message) and each call in it
-        (for the call rate, each entry of a batch, valid or not, is a call)."""
+    def count(self, parsed: Parsed, request: web.Request, transport: str = "http") -> None:
+        """One request (an HTTP POST or a WebSocket message on ``request``'s
+        connection) and each call in it (for the call rate, each entry of a
+        batch, valid or not, is a call)."""
+        now = self._clock()
         self._requests += 1
-        self._rate.add(self._clock(), len(parsed.entries))
+        self._rate.add(now, len(parsed.entries))
+        self.arrivals.add(
+            Arrival(
+                t=now,
+                transport=transport,
+                calls=len(parsed.entries),
+                methods=tuple(getattr(e, "method", "") for e in parsed.entries[:METHODS_KEPT]),
+                agent=request.headers.get("User-Agent", ""),
+                peer=_peer(request),
+            )
+        )
         calls = self._calls
         for entry in parsed.entries:
             if type(entry) is Call:
@@ -264,7 +280,7 @@ class SimNode:
 
     async def _handle_rpc(self, request: web.Request) -> web.StreamResponse:
         parsed = parse(await request.read())
-        self.count(parsed)
+        self.count(parsed, request)
         if self.fault_state.slow or self._stopping:
             return await self._faulted(request, parsed)
         body = self.dispatcher.respond(parsed)
@@ -294,3 +310,8 @@ class SimNode:
             body = body[: len(body) // 2]
         self._bytes_out += len(body)
         return web.Response(body=body, content_type=JSON_CT)
+
+
+def _peer(request: web.Request) -> str:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""

@@ -37,7 +37,7 @@ class Served(Protocol):
     @property
     def stopping(self) -> bool: ...
 
-    def count(self, parsed: Parsed) -> None: ...
+    def count(self, parsed: Parsed, request: web.Request, transport: str = "http") -> None: ...
 
     def count_bytes(self, n: int) -> None: ...
 
@@ -113,7 +113,7 @@ class WebSocketRpc:
     ) -> None:
         node = self.node
         parsed = parse(data)
-        node.count(parsed)
+        node.count(parsed, request, "ws")
         if not parsed.batch and parsed.entries and is_subscription_call(parsed.entries[0]):
             answer, sub_id = subs.answer(parsed.entries[0])  # type: ignore[arg-type]
             await _send(ws, json.dumps(answer))

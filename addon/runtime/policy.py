@@ -106,6 +106,7 @@ def build_policy(
             clock=clock,
             adaptive=p.upstream_limits.adaptive,
             heavy_per_node=p.upstream_limits.heavy_per_node,
+            leave_for_probes=True,  # the sidecar's probes of the same nodes
         )
         policy.budgets = policy.local_budgets = local
         for pool in pools.values():

@@ -131,4 +131,4 @@ class Admission:
     @property
     def retry_after(self) -> int:
         """Whole seconds for ``Retry-After``, at least 1."""
-        return max(1, math.ceil(self.retry_after_s))
+        return max(1, math.ceil(round(self.retry_after_s, 3)))  # 1.0000001 s is 1

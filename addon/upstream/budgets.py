@@ -10,11 +10,29 @@ finds the node's real limit and stops provoking 429s (AIMD, the shape TCP uses
 to share a link without being told its capacity). A learned rate paces single
 calls only: a failover or a batch held back by a guess would fail or starve.
 
-The rate is a sliding window, exactly: a node with ``max_rps: 20`` is never
-sent a 21st call within any second (a token bucket would allow a burst of
-twice that across a refill). A batch sent to a node counts its calls, up to
-the whole budget (a batch larger than the budget is sent alone, into an empty
-window, rather than never). In flight counts requests (a batch is one).
+The rate is a sliding window **as the node counts it**: a node with
+``max_rps: 20`` never receives a 21st call within any second (a token bucket
+would allow a burst of twice that across a refill). The node counts a call
+when it reads it, at a time the proxy does not know: between the proxy taking
+budget and the node reading the request lie the event loop, a connection, the
+network and the node's own loop, tens to hundreds of ms on a busy machine (a
+margin on the window does not bound that). What the proxy does know is that
+the node read the call before it answered. So a call counts in the window
+from the moment it takes budget (in flight, it may arrive at any moment) until
+``WINDOW_S`` after its attempt ended (the answer read, or the attempt given
+up): the next call that takes its place is sent at least a second after the
+node read it, however long either took on the way. The price: a node answering
+in ``L`` seconds is sent at most ``max_rps`` calls every ``1 + L`` seconds.
+
+A batch sent to a node counts its calls, up to the whole budget (a batch
+larger than the budget is sent alone, into an empty window, rather than
+never). In flight counts requests (a batch is one).
+
+A configured budget covers every call the proxy sends the node: clients'
+calls and their failover attempts, hedges (an outraced one until it ends),
+pre-warm reads and cross-checks. The sidecar's probes go to the same URL from
+another process, on their own schedule: they are not counted here, so a
+configured budget leaves them room (``PROBE_CALLS``, ``PROBE_REQUESTS``).
 
 With Redis, the configured budgets are kept there instead
 (``addon/upstream/shared_budgets.py``), for every proxy of the deployment at
@@ -40,12 +58,27 @@ LEARN_CUT_EVERY_S = 1.0
 # instead of pacing the node at one call a second for the next 20 s.
 LEARN_MIN_SEEN = 5
 LEARN_CEILING = 100_000.0  # a learned rate grown past this is dropped: unlimited again
-# The window is a little longer than a second: between the proxy taking budget
-# and the node reading the request lie the event loop, a connection and the
-# network, so two calls sent a second apart may arrive closer (tens of ms on a
-# busy machine: measured at the node, 1.05 s let a 21st call in at 20/s).
-WINDOW_S = 1.1
-_MAX_KEPT = 100_000  # send times kept per node (bounded however high a rate)
+# How long after its attempt ended a call still counts: the node's window. The
+# node read the call before it answered, and reads the next one after it was
+# sent, so a second between the end of one and the sending of another is more
+# than a second between their arrivals at the node, whatever the delays.
+WINDOW_S = 1.0
+_MAX_KEPT = 100_000  # end times kept per node (bounded however high a rate)
+# The sidecar's probes of a node (``sidecar/probing/probes/node.py``): a full
+# probe is at most 7 calls (a batch of 5, then one of 2), a head probe 4 (3,
+# then 1), each one request at a time, and the two may run in the same second.
+# With ``leave_for_probes`` (the runtime's books), the proxy sends a node at most
+# ``max_rps - PROBE_CALLS`` calls a second and ``max_concurrency -
+# PROBE_REQUESTS`` requests at once (at least 1 of each), so the node gets no
+# more than its budget with the probes. A learned rate leaves no room: it was
+# learned from what the node refused, probes included.
+PROBE_CALLS = 11
+PROBE_REQUESTS = 2
+
+
+def proxy_share(limit: int | None, probes: int) -> int | None:
+    """What is left of a node's ``limit`` once ``probes`` are set aside (at least 1)."""
+    return None if limit is None else max(1, limit - probes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +86,9 @@ class Ticket:
     """A call's place in a node's budget, given back when the call ends."""
 
     endpoint: str
-    member: str = ""  # its entry in the shared in-flight set (Redis), if any
+    member: str = ""  # its entry in the shared window and in-flight set (Redis), if any
     heavy: bool = False  # it holds one of the node's places for heavy reads
+    calls: int = 1  # the calls it counts in the node's window (a batch's)
 
 
 @dataclass(slots=True)
@@ -63,7 +97,8 @@ class NodeBudget:
     max_concurrency: int | None = None
     learned_rps: float | None = None
     learned_at: float = 0.0
-    sent: deque[float] = field(default_factory=lambda: deque(maxlen=_MAX_KEPT))
+    ended: deque[float] = field(default_factory=lambda: deque(maxlen=_MAX_KEPT))
+    open_calls: int = 0  # calls taken whose attempt has not ended: in the window
     inflight: int = 0
     heavy_inflight: int = 0
 
@@ -81,11 +116,11 @@ class NodeBudget:
         return grown
 
     def recent(self, now: float) -> int:
-        """Calls sent in the last second."""
-        sent = self.sent
-        while sent and sent[0] <= now - WINDOW_S:
-            sent.popleft()
-        return len(sent)
+        """Calls in the window: in flight, or ended within ``WINDOW_S``."""
+        ended = self.ended
+        while ended and ended[0] <= now - WINDOW_S:
+            ended.popleft()
+        return self.open_calls + len(ended)
 
     def wait_s(self, now: float, calls: int, retry: bool = False) -> float:
         """0 when ``calls`` more fit now; else how long until they may.
@@ -100,15 +135,18 @@ class NodeBudget:
             used = self.recent(now)
             over = used + min(calls, limit) - limit
             if over > 0:
-                # the call that must leave the window for these to fit
-                wait = self.sent[over - 1] + WINDOW_S - now
+                # the calls that must leave the window for these to fit: the
+                # ended ones first, oldest first; one still in flight leaves
+                # a window after it ends, a window from now at the soonest
+                ended = self.ended
+                wait = ended[over - 1] + WINDOW_S - now if over <= len(ended) else WINDOW_S
         if self.max_concurrency is not None and self.inflight >= self.max_concurrency:
             wait = max(wait, CONCURRENCY_POLL_S)
         return wait
 
     def use(self, now: float) -> float:
         """How much of its budget is in use (0..1): the larger of the rate's
-        last second and the places in flight; 0 without a budget."""
+        window and the places in flight; 0 without a budget."""
         used = 0.0
         rate = self.rps(now)
         if rate is not None:
@@ -118,11 +156,16 @@ class NodeBudget:
         return min(used, 1.0)
 
     def take(self, now: float, calls: int, heavy: bool = False) -> None:
-        self.sent.extend([now] * max(1, calls))
+        """``calls`` (a request) sent: in the window until they end."""
+        self.open_calls += max(1, calls)
         self.inflight += 1
         self.heavy_inflight += heavy
 
-    def release(self, heavy: bool = False) -> None:
+    def release(self, now: float, calls: int = 1, heavy: bool = False) -> None:
+        """The request of ``calls`` ended at ``now``: they count a window more."""
+        calls = max(1, calls)
+        self.open_calls = max(0, self.open_calls - calls)
+        self.ended.extend([now] * calls)
         self.inflight = max(0, self.inflight - 1)
         if heavy:
             self.heavy_inflight = max(0, self.heavy_inflight - 1)
@@ -157,24 +200,30 @@ class Budgets:
         clock: Callable[[], float],
         adaptive: bool = True,
         heavy_per_node: int = 0,
+        leave_for_probes: bool = False,
     ) -> None:
         self.clock = clock
         self.adaptive = adaptive
         # heavy reads (answers priced by their bytes) in flight per node at most
         # (0: no cap), so a node's other threads stay free for light calls
         self.heavy_per_node = heavy_per_node
+        calls, requests = (PROBE_CALLS, PROBE_REQUESTS) if leave_for_probes else (0, 0)
         self.nodes: dict[str, NodeBudget] = {
-            e.id: NodeBudget(e.max_rps, e.max_concurrency) for e in endpoints
+            e.id: NodeBudget(
+                proxy_share(e.max_rps, calls), proxy_share(e.max_concurrency, requests)
+            )
+            for e in endpoints
         }
 
     def inherit(self, old: Budgets) -> None:
-        """Learned rates and calls in flight outlive a config reload."""
+        """Learned rates, the window and calls in flight outlive a config
+        reload: a node kept is the same ``NodeBudget`` (the old book's calls
+        still in flight end into it), with the new config's limits."""
         for eid, node in self.nodes.items():
             prev = old.nodes.get(eid)
             if prev is not None:
-                node.learned_rps, node.learned_at = prev.learned_rps, prev.learned_at
-                node.sent, node.inflight = prev.sent, prev.inflight
-                node.heavy_inflight = prev.heavy_inflight
+                prev.max_rps, prev.max_concurrency = node.max_rps, node.max_concurrency
+                self.nodes[eid] = prev
 
     def node(self, endpoint: str) -> NodeBudget:
         node = self.nodes.get(endpoint)
@@ -197,9 +246,10 @@ class Budgets:
     def try_take(
         self, endpoint: str, calls: int, heavy: bool = False, retry: bool = False
     ) -> Ticket | float:
-        """A ticket if ``calls`` fit in the node's budget now (they are counted),
-        else the seconds until they may. ``heavy``: a read priced by its bytes;
-        ``retry``: a failover attempt (a learned rate does not hold it back)."""
+        """A ticket if ``calls`` fit in the node's budget now (they are counted
+        until the ticket is released, and a window after), else the seconds
+        until they may. ``heavy``: a read priced by its bytes; ``retry``: a
+        failover attempt (a learned rate does not hold it back)."""
         now = self.clock()
         node = self.node(endpoint)
         wait = node.wait_s(now, calls, retry)
@@ -209,18 +259,20 @@ class Budgets:
             return wait
         heavy = heavy and self.heavy_per_node > 0
         node.take(now, calls, heavy)
-        return Ticket(endpoint, heavy=heavy)
+        return Ticket(endpoint, heavy=heavy, calls=max(1, calls))
 
     def release(self, ticket: Ticket) -> None:
-        self.node(ticket.endpoint).release(ticket.heavy)
+        """The ticket's attempt ended (answered, failed, timed out or given up):
+        its calls count one window more, from now."""
+        self.node(ticket.endpoint).release(self.clock(), ticket.calls, ticket.heavy)
 
     def rate_limited(self, endpoint: str) -> None:
         if self.adaptive:
             self.node(endpoint).rate_limited(self.clock())
 
     def snapshot(self) -> dict[str, dict[str, float | int | None]]:
-        """Per node with a budget: the rate in force, calls in the last second,
-        in flight (the metrics and the dashboard)."""
+        """Per node with a budget: the rate in force, calls in its window (in
+        flight or ended within it), in flight (the metrics and the dashboard)."""
         now = self.clock()
         out: dict[str, dict[str, float | int | None]] = {}
         for eid, node in self.nodes.items():

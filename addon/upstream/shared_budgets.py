@@ -3,15 +3,19 @@
 ``max_rps: 20`` is the node's limit, not each process's: with two proxies each
 keeping its own window the node would get 40. One Lua script per call sent
 checks and takes both budgets atomically, on Redis's clock: the node's
-sliding window of send times (a list, newest first, as the client quota's)
-and its calls in flight (a sorted set of leases, each ending at the call's
-timeout plus a margin, so a proxy that dies mid-call frees its places by
-itself). The lease is removed when the call ends, without waiting for it.
+sliding window (``budgets.py``: a call counts while in flight and for a window
+after it ended) and its calls in flight. Calls in flight are leases (a sorted
+set each: the window's calls, and the requests for ``max_concurrency``), each
+ending at the call's timeout plus a margin, so a proxy that dies mid-call
+frees its places by itself; the ended calls are a list of end times, newest
+first. When the call ends, a second script (sent without waiting for it) moves
+its calls from the leases to the end times, at Redis's time then.
 
 Without Redis (down, or slow past ``redis.timeout_ms``) each process keeps
 the whole budget locally (``addon/upstream/budgets.py``): during an outage a
 deployment of N proxies may send a node up to N times its budget, and says
-so in ``chainproxy_redis_fallbacks_total{store="budgets"}``.
+so in ``chainproxy_redis_fallbacks_total{store="budgets"}``. A call whose end
+could not be told to Redis counts there until its lease runs out.
 """
 
 from __future__ import annotations
@@ -23,30 +27,36 @@ import socket
 from collections.abc import Awaitable
 
 from addon.redislink.link import RedisLink, RedisUnavailable
-from addon.upstream.budgets import CONCURRENCY_POLL_S, Budgets, Ticket
+from addon.upstream.budgets import CONCURRENCY_POLL_S, WINDOW_S, Budgets, Ticket
 
-# The window is ``budgets.WINDOW_S`` (1.1 s: arrival jitter). KEYS: the node's
-# send times, its leases. ARGV: max_rps (0: none), calls, max_concurrency (0:
-# none), lease member, lease ms. Returns 0 (taken) or the ms until they fit.
-_SCRIPT = """
+# KEYS: the node's ended calls (their end times), its requests in flight, its
+# calls in flight. ARGV: max_rps (0: none), calls, max_concurrency (0: none),
+# lease member, lease ms, window ms. Returns 0 (taken) or the ms until they fit.
+_TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rps = tonumber(ARGV[1])
 local calls = tonumber(ARGV[2])
 local conc = tonumber(ARGV[3])
 local lease = tonumber(ARGV[5])
+local window = tonumber(ARGV[6])
 local wait = 0
 local n = math.min(calls, math.max(rps, 1))
 if rps > 0 then
   while true do
     local last = redis.call('LINDEX', KEYS[1], -1)
-    if not last or tonumber(last) > now - 1100 then break end
+    if not last or tonumber(last) > now - window then break end
     redis.call('RPOP', KEYS[1])
   end
-  local used = redis.call('LLEN', KEYS[1])
-  local over = used + n - rps
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  local ended = redis.call('LLEN', KEYS[1])
+  local over = ended + redis.call('ZCARD', KEYS[3]) + n - rps
   if over > 0 then
-    wait = math.max(1, tonumber(redis.call('LINDEX', KEYS[1], used - over)) + 1100 - now)
+    if over <= ended then
+      wait = math.max(1, tonumber(redis.call('LINDEX', KEYS[1], ended - over)) + window - now)
+    else
+      wait = window
+    end
   end
 end
 if conc > 0 then
@@ -55,9 +65,8 @@ if conc > 0 then
 end
 if wait > 0 then return wait end
 if rps > 0 then
-  for i = 1, n do redis.call('LPUSH', KEYS[1], now) end
-  redis.call('LTRIM', KEYS[1], 0, rps - 1)
-  redis.call('PEXPIRE', KEYS[1], 1100)
+  for i = 1, n do redis.call('ZADD', KEYS[3], now + lease, ARGV[4] .. '#' .. i) end
+  redis.call('PEXPIRE', KEYS[3], lease)
 end
 if conc > 0 then
   redis.call('ZADD', KEYS[2], now + lease, ARGV[4])
@@ -66,6 +75,25 @@ end
 return 0
 """
 
+# The call ended: the same KEYS; ARGV: lease member, calls it counted (0: no
+# rate), max_rps, window ms.
+_END = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREM', KEYS[2], ARGV[1])
+local n = tonumber(ARGV[2])
+if n > 0 then
+  for i = 1, n do
+    redis.call('ZREM', KEYS[3], ARGV[1] .. '#' .. i)
+    redis.call('LPUSH', KEYS[1], now)
+  end
+  redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[3]) - 1)
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
+end
+return 0
+"""
+
+_WINDOW_MS = round(WINDOW_S * 1000)
 _LEASE_MARGIN_S = 5.0
 # one sequence per process: a reload's new book must not reuse the old one's
 # lease names while its calls are still in flight
@@ -79,7 +107,8 @@ class SharedBudgets:
         self.link = link
         self.local = local
         self.lease_ms = round((lease_s + _LEASE_MARGIN_S) * 1000)
-        self._sha = link.pipe.script(_SCRIPT)
+        self._take_sha = link.pipe.script(_TAKE)
+        self._end_sha = link.pipe.script(_END)
         self._member_prefix = f"{socket.gethostname()}:{os.getpid()}:"
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -102,20 +131,28 @@ class SharedBudgets:
             return self.local.try_take(endpoint, calls, heavy)
         return self._take(endpoint, calls, heavy)
 
+    def _keys(self, endpoint: str) -> tuple[str, str, str]:
+        key = self.link.key
+        return (
+            key("ub", endpoint, "ended"),
+            key("ub", endpoint, "inflight"),
+            key("ub", endpoint, "open"),
+        )
+
     async def _take(self, endpoint: str, calls: int, heavy: bool) -> Ticket | float:
         node = self.local.node(endpoint)
         member = self._member_prefix + str(next(_IDS))
         command = (
             "EVALSHA",
-            self._sha,
-            2,
-            self.link.key("ub", endpoint, "rps"),
-            self.link.key("ub", endpoint, "inflight"),
+            self._take_sha,
+            3,
+            *self._keys(endpoint),
             node.max_rps or 0,
             calls,
             node.max_concurrency or 0,
             member,
             self.lease_ms,
+            _WINDOW_MS,
         )
         try:
             wait_ms = await self.link.run("budgets", lambda: self.link.pipe.submit(*command))
@@ -125,15 +162,26 @@ class SharedBudgets:
             return int(wait_ms) / 1000
         heavy = heavy and self.local.heavy_per_node > 0
         node.take(self.local.clock(), calls, heavy)  # this process's view (gauges, lanes)
-        return Ticket(endpoint, member if node.max_concurrency is not None else "", heavy)
+        return Ticket(endpoint, member, heavy, max(1, calls))
 
     def release(self, ticket: Ticket) -> None:
         self.local.release(ticket)
         link = self.link
         if ticket.member and link.up:
-            key = link.key("ub", ticket.endpoint, "inflight")
-            zrem = link.run("budgets", lambda: link.pipe.submit("ZREM", key, ticket.member))
-            task = asyncio.ensure_future(_quietly(zrem))
+            rps = self.local.node(ticket.endpoint).max_rps or 0
+            counted = min(ticket.calls, max(rps, 1)) if rps > 0 else 0
+            command = (
+                "EVALSHA",
+                self._end_sha,
+                3,
+                *self._keys(ticket.endpoint),
+                ticket.member,
+                counted,
+                max(rps, 1),
+                _WINDOW_MS,
+            )
+            end = link.run("budgets", lambda: link.pipe.submit(*command))
+            task = asyncio.ensure_future(_quietly(end))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -145,4 +193,4 @@ async def _quietly(op: Awaitable[object]) -> None:
     try:
         await op
     except RedisUnavailable:
-        pass  # the lease runs out by itself
+        pass  # the leases run out by themselves

@@ -1,0 +1,36 @@
+"""The room a configured budget leaves for the sidecar's probes
+(``budgets.PROBE_CALLS``) is what the probes send, counted by the node itself
+in its log of arrivals: a full probe of an archive node with the genesis
+checked (the most a probe asks) and a head probe."""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+
+from addon.upstream.budgets import PROBE_CALLS
+from common.config import FINNEY_GENESIS, Endpoint
+from sidecar.probing.probes import probe_node_rpc
+from sidecar.probing.results import LIVE
+from simnode import SimNode
+
+
+async def test_the_probes_of_a_node_fit_in_the_room_left_for_them() -> None:
+    node = SimNode(genesis=FINNEY_GENESIS, archive=True, start_height=5000, epoch=time.time() - 600)
+    await node.start()
+    try:
+        endpoint = Endpoint(url=node.url, provider="p", kind="node-rpc", network="finney", id="e")
+        async with aiohttp.ClientSession() as session:
+            for kind in ("full", "head"):
+                result = await probe_node_rpc(
+                    endpoint, session, kind=kind, timeout_s=5, genesis=FINNEY_GENESIS
+                )
+                assert result.classification == LIVE, result
+        arrivals = node.arrivals.to_json()["arrivals"]
+    finally:
+        await node.stop()
+    full, head = arrivals[:2], arrivals[2:]
+    assert [a["calls"] for a in full] == [5, 2] and [a["calls"] for a in head] == [3, 1]
+    # the two may fall in the same second: the room left is just enough for both
+    assert sum(a["calls"] for a in arrivals) == PROBE_CALLS
