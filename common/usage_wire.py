@@ -41,6 +41,7 @@ never removed nor given another meaning.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import uuid
@@ -304,7 +305,7 @@ def decode_batch(
     nets = tuple(networks)
     max_minute = math.floor((now + FUTURE_TOLERANCE_S) / 60)
     parsed = tuple(
-        _parse_rollup(r, lambda i=i: f"rollups[{i}]", nets, max_minute)
+        _parse_rollup(r, functools.partial("rollups[{}]".format, i), nets, max_minute)
         for i, r in enumerate(rollups)
     )
     return Decoded(batch_id.lower(), sent_at, parsed, doc.get("metrics"))

@@ -22,6 +22,7 @@ import logging
 import signal
 
 from mitmproxy import ctx, exceptions
+from mitmproxy.addonmanager import Loader
 
 from addon.hooks.holder import RuntimeHolder
 from addon.hooks.prewarm import Prewarmer
@@ -58,7 +59,7 @@ class Settings:
         self.read_limits = read_limits  # gets each config's limits (addon/mitm/limits.py)
         self.prewarm = prewarm  # wired into the first runtime: fetch ahead at each new head
 
-    def load(self, loader) -> None:  # type: ignore[no-untyped-def]
+    def load(self, loader: Loader) -> None:
         loader.add_option(
             OPTION, str, "", "Path to the chainproxy YAML config (e.g. configs/finney.yaml)."
         )

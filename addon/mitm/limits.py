@@ -257,10 +257,10 @@ class SlowRequests:
         return len(self._open)
 
     def track(self, layer: Any) -> None:
-        entry = self._open.get(id(layer))
-        if entry is not None and entry[0]() is layer and entry[1] == layer.stream_id:
+        entry, stream_id = self._open.get(id(layer)), layer.stream_id
+        if entry is not None and entry[0]() is layer and entry[1] == stream_id:
             return  # timed since this request's first byte
-        self._open[id(layer)] = (weakref.ref(layer), layer.stream_id, self.clock())
+        self._open[id(layer)] = (weakref.ref(layer), stream_id, self.clock())
         if self._timer is None:
             self._schedule()
 

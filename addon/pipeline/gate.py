@@ -22,7 +22,7 @@ from addon.pipeline.request_ids import new_request_id, request_id_of
 from addon.quota.local import client_identity
 from addon.quota.quotas import Quotas
 from addon.quota.tiers import KEY_HEADER, KEY_PARAM, BadKey, Caller, take_key
-from addon.rpc.jsonrpc import POLICY_REFUSED, BadItem, Refusal, error_obj, parse_body
+from addon.rpc.jsonrpc import POLICY_REFUSED, BadItem, Parsed, Refusal, error_obj, parse_body
 from common.config import Config
 
 
@@ -133,7 +133,7 @@ def flow_caller(flow: http.HTTPFlow, rt: GateNeeds) -> Caller | Refusal:
 def _parse(rpc: RpcContext, body: bytes, rt: GateNeeds) -> RpcContext:
     p = rt.config.proxy
     if len(body) > p.max_body_bytes:
-        parsed: Refusal | object = Refusal(
+        parsed: Refusal | Parsed = Refusal(
             413,
             -32600,
             f"body too large: {len(body)} bytes, the limit is {p.max_body_bytes}",
@@ -144,9 +144,8 @@ def _parse(rpc: RpcContext, body: bytes, rt: GateNeeds) -> RpcContext:
     if isinstance(parsed, Refusal):
         rpc.reply = Reply.refusal(parsed)  # no step runs; counted in the live metrics
         return rpc
-    rpc.parsed = parsed  # type: ignore[assignment]
+    rpc.parsed = parsed
     rpc.answers = [
-        error_obj(i.id, i.code, i.message) if isinstance(i, BadItem) else None
-        for i in rpc.parsed.items
+        error_obj(i.id, i.code, i.message) if isinstance(i, BadItem) else None for i in parsed.items
     ]
     return rpc

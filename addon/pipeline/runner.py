@@ -23,7 +23,7 @@ from addon.rpc.later import Later
 
 log = logging.getLogger("chainproxy")
 
-Step = Callable[[RpcContext, Any], Awaitable[Any] | None]
+Step = Callable[[RpcContext, Any], Awaitable[Any] | Later[Any] | None]
 # called once a run ends with a reply (not when its client went away)
 Finished = Callable[[RpcContext, Any], None]
 

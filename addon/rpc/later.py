@@ -44,7 +44,7 @@ class Later[T]:
             raise self._error
         if self._value is _UNSET:
             raise asyncio.InvalidStateError("Later is not done")
-        return self._value  # type: ignore[no-any-return]
+        return self._value
 
     def then(self, fn: Callable[[Later[T]], None]) -> None:
         """``fn(self)`` when done (now, if it already is)."""

@@ -62,7 +62,8 @@ _POLICY = (
 
 
 class Runtime:
-    __slots__ = ("lasting", "policy")
+    if not TYPE_CHECKING:  # a type checker reads the fields below as the class's own
+        __slots__ = ("lasting", "policy")
 
     if TYPE_CHECKING:  # the fields of both parts, as read through (``_through``)
         clock: Callable[[], float]

@@ -100,6 +100,7 @@ async def _send(
 ) -> ForwardResult:
     """One forward of the pending calls (shared with identical calls in flight)."""
     assert rpc.parsed is not None
+    # the pending items are Calls: a BadItem is answered at parse time, never pending
     calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
     tip = rt.chain.tips.get(rpc.network)
     hint = hints(calls, tip=tip, index=rt.chain.blocks)

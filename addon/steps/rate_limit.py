@@ -18,6 +18,14 @@ from addon.rpc.jsonrpc import Call
 from addon.rpc.later import Later
 
 
+class QuotaNeeds(Protocol):
+    """What taking units reads of the runtime (``take_units``: this step and
+    the byte reservation)."""
+
+    @property
+    def quotas(self) -> Quotas: ...
+
+
 class RateLimitNeeds(Protocol):
     """What the rate_limit step reads of the runtime."""
 
@@ -51,7 +59,7 @@ def rate_limit(rpc: RpcContext, rt: RateLimitNeeds) -> Later[Decision] | None:
     return take_units(rpc, rt, units)
 
 
-def take_units(rpc: RpcContext, rt: RateLimitNeeds, units: int) -> Later[Decision] | None:
+def take_units(rpc: RpcContext, rt: QuotaNeeds, units: int) -> Later[Decision] | None:
     """Take ``units`` from the call's client, all or nothing, or refuse the call
     (429, the batch whole); a ``Later`` when the quota is in Redis: the decision
     is applied by its first callback, as the reply is read, and the runner goes

@@ -13,8 +13,8 @@ def respond(rpc: RpcContext, rt: object) -> None:
     if rpc.error_status is not None and not rpc.parsed.is_batch:
         result = rpc.result
         if result is not None and result.kind == "capacity":  # a policy: it says when
-            headers = (("Retry-After", str(result.retry_after)),)
-            rpc.reply = Reply(rpc.error_status, rpc.answers[0], "refused", headers)
+            retry = (("Retry-After", str(result.retry_after)),)
+            rpc.reply = Reply(rpc.error_status, rpc.answers[0], "refused", retry)
             return
         rpc.reply = Reply(rpc.error_status, rpc.answers[0], "error")
         return

@@ -216,7 +216,7 @@ def provider_rows(config: Config) -> list[Row]:
     """One row per provider of the registry, by slug. ``kind``, ``authority`` and
     ``website_url`` are Metagraphed's curation, which chainproxy does not have: null."""
     slugs = vocab.provider_slugs(e.provider for e in config.endpoints)
-    rows = []
+    rows: list[Row] = []
     for name, slug in slugs.items():
         mine = [e for e in config.endpoints if e.provider == name]
         rows.append(

@@ -50,7 +50,8 @@ def rpc_usage(
     updated: float | None,
 ) -> dict[str, Any]:
     networks = tuple(config.proxy.networks)
-    total, per_net, per_endpoint = Counts(), {n: Counts() for n in networks}, {}
+    total, per_net = Counts(), {n: Counts() for n in networks}
+    per_endpoint: dict[str, Counts] = {}
     for (net, eid), c in totals.counts.items():
         if net not in per_net:
             continue

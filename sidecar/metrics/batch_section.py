@@ -160,8 +160,9 @@ def _gauge_map(
 def _gauges(doc: Any) -> Gauges:
     if type(doc) is not dict:
         raise BatchError("metrics.gauges must be an object")
-    plain = {k: _count(doc.get(k, 0), f"metrics.gauges.{k}") for k in GAUGES}
-    maps = {k: _gauge_map(doc, k, "method", _method) for k in SUBSCRIPTION_GAUGES}
+    # the fields by name, as the wire names them (``common.metrics_wire``)
+    plain: dict[str, Any] = {k: _count(doc.get(k, 0), f"metrics.gauges.{k}") for k in GAUGES}
+    maps: dict[str, Any] = {k: _gauge_map(doc, k, "method", _method) for k in SUBSCRIPTION_GAUGES}
     maps |= {k: _gauge_map(doc, k, "endpoint", _endpoint) for k in UPSTREAM_GAUGES}
     maps |= {k: _gauge_map(doc, k, "mechanism", _mechanism) for k in MECHANISM_GAUGES}
     return Gauges(**plain, **maps)

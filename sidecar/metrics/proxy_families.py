@@ -74,8 +74,8 @@ def live_counter_families(c: Counters) -> Iterator[Metric]:
         " bad-body, soft:<reason>, ...)",
         labels=["endpoint", "result"],
     )
-    for key, n in sorted(c.attempts.items()):
-        attempts.add_metric(list(key), n)
+    for attempt, n in sorted(c.attempts.items()):
+        attempts.add_metric(list(attempt), n)
     failovers = CounterMetricFamily(
         "chainproxy_failovers", "Calls that failed over to another upstream", labels=["network"]
     )

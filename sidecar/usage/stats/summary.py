@@ -136,7 +136,7 @@ def summarize(
     labels = endpoint_labels(infos.values())
 
     endpoint_requests = sum(c.requests for c in per_endpoint.values())
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "endpoint": labels[eid],
             "id": eid,
