@@ -115,8 +115,13 @@ async def _run(stages: list[Any], flows: list[Any]) -> float:
     return elapsed / len(flows) * 1e6
 
 
-async def main_async(quick: bool) -> dict[str, float]:
-    n, rounds = (1000, 3) if quick else (5000, 9)
+# (calls per round, rounds) of the main measure and of --costs, by size
+SIZES = {"full": (5000, 9), "quick": (1000, 3), "smoke": (100, 1)}
+COSTS = {"full": (2000, 7, 50_000), "quick": (1000, 5, 20_000), "smoke": (100, 1, 1000)}
+
+
+async def main_async(size: str) -> dict[str, float]:
+    n, rounds = SIZES[size]
     miss_body = json.dumps(
         {"jsonrpc": "2.0", "id": 1, "method": "chain_getHeader", "params": []}
     ).encode()
@@ -174,10 +179,9 @@ def _quota_steps(rpc: Any, rt: Runtime, n: int) -> float:
     return ((t2 - t1) - (t1 - t0)) / n * 1e6
 
 
-async def costs_async(quick: bool) -> dict[str, float]:
+async def costs_async(size: str) -> dict[str, float]:
     """The hit path and its quota steps with the unit costs on and off."""
-    n, rounds = (1000, 5) if quick else (2000, 7)
-    steps_n = 20_000 if quick else 50_000
+    n, rounds, steps_n = COSTS[size]
     hit_body = json.dumps(
         {"jsonrpc": "2.0", "id": 1, "method": "chain_getHeader", "params": [PINNED]}
     ).encode()
@@ -199,14 +203,16 @@ async def costs_async(quick: bool) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="the smallest size: does it run")
     ap.add_argument("--json", action="store_true", help="one JSON line instead of text")
     ap.add_argument("--costs", action="store_true", help="unit costs on vs off, hit path")
     args = ap.parse_args()
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
     if args.costs:
-        res = asyncio.run(costs_async(args.quick))
+        res = asyncio.run(costs_async(size))
         print_results(res, args.json, lambda k, v: f"{k}: {v:.2f} µs CPU per request")
         return
-    res = asyncio.run(main_async(args.quick))
+    res = asyncio.run(main_async(size))
     print_results(
         res, args.json, lambda k, v: f"addon stages, {k} path: {v:.0f} µs CPU per request"
     )

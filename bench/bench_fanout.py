@@ -1,5 +1,8 @@
 """Subscription fan-out: N subscribers of ``chain_subscribeNewHeads`` over S
 client sockets through chainproxy (real mitmdump + addon), fed by one node.
+Each socket is a client of its own, from a loopback address of its own (as S
+SDK processes would be): the proxy's per-client socket cap
+(``proxy.websocket.max_connections_per_client``, 32) stays at its default.
 
 The node is a small WebSocket server in this process that emits a head on
 demand and stamps when it sent it (one clock for node and clients: the same
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -95,6 +99,11 @@ class Node:
             await ws.send_str(self._note(sid, self.head))
 
 
+def client_ips(n: int) -> list[str]:
+    """``n`` loopback source addresses, one client each (127.0.9.2, 127.0.9.3, ...)."""
+    return [f"127.0.{9 + i // 250}.{2 + i % 250}" for i in range(n)]
+
+
 def proc_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -136,8 +145,14 @@ async def run(subscribers: int, sockets: int, blocks: int, interval_s: float) ->
         await asyncio.to_thread(wait_http, f"http://127.0.0.1:{proxy_port}/rpc/", proxy)
         url = f"ws://127.0.0.1:{proxy_port}/rpc/v1/finney"
         per_socket = subscribers // sockets
-        async with aiohttp.ClientSession() as s:
-            conns = [await s.ws_connect(url, max_msg_size=0) for _ in range(sockets)]
+        async with contextlib.AsyncExitStack() as stack:
+            # one client per socket, each from an address of its own: the proxy counts
+            # sockets per client address (proxy.websocket.max_connections_per_client)
+            conns = []
+            for ip in client_ips(sockets):
+                connector = aiohttp.TCPConnector(local_addr=(ip, 0))
+                s = await stack.enter_async_context(aiohttp.ClientSession(connector=connector))
+                conns.append(await s.ws_connect(url, max_msg_size=0))
 
             async def reader(ws: aiohttp.ClientWebSocketResponse) -> None:
                 async for msg in ws:

@@ -1,6 +1,6 @@
 """Benchmark of the usage statistics: ingest rate and 7-day summary time.
 
-    python bench/bench_stats.py [--quick]
+    python bench/bench_stats.py [--quick | --smoke]
 
 Fills a temporary ``usage.sqlite3`` with 10M calls' worth of per-minute rollups
 over 7 days (2 networks, 5 upstream endpoints + the cache, 5 methods: ~35
@@ -14,7 +14,8 @@ same path as the API minus HTTP (``json.loads`` + ``parse_batch`` +
   a batch), merged into existing rows (the conflict path): records/s = rollups/s;
 * restart: reopening the store and the first summary.
 
-``--quick`` uses 1M calls and fewer runs. Stops by itself well within 2 minutes.
+``--quick`` uses 1M calls and fewer runs; ``--smoke`` (does it still run?) the
+last 2 hours only, 20k calls, one run. Stops by itself well within 2 minutes.
 """
 
 from __future__ import annotations
@@ -77,13 +78,16 @@ def _bucket_pools(n_endpoints: int, rng: random.Random) -> list[list[int]]:
     return pools
 
 
-def _batches(config, total_requests: int, rng: random.Random):  # type: ignore[no-untyped-def]
-    """One JSON body per minute of the 7 days before NOW, ~total_requests calls."""
+def _batches(config, total_requests: int, rng: random.Random, minutes_back: int | None = None):  # type: ignore[no-untyped-def]
+    """One JSON body per minute of the 7 days before NOW (or of the last
+    ``minutes_back`` minutes), ~total_requests calls."""
     eps = [(e.id, e.network) for e in config.endpoints]
     keys = [(eid, net, i) for i, (eid, net) in enumerate(eps)]
     keys += [(None, net, len(eps)) for net in config.proxy.networks]  # cache hits
     pools = _bucket_pools(len(eps), rng)
     first = int((NOW - WINDOW_S) // 60)
+    if minutes_back is not None:
+        first = int(NOW // 60) - minutes_back
     minutes = range(first, int(NOW // 60) + 1)
     per_rollup = max(1, round(total_requests / (len(minutes) * len(keys) * len(METHODS))))
     for minute in minutes:
@@ -144,9 +148,11 @@ def _summary_ms(store: UsageStore, config, network: str | None, runs: int) -> fl
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1M calls, fewer runs")
+    ap.add_argument("--smoke", action="store_true", help="2 hours, 20k calls: does it run")
     args = ap.parse_args()
-    total = 1_000_000 if args.quick else 10_000_000
-    runs = 5 if args.quick else 11
+    total = 20_000 if args.smoke else 1_000_000 if args.quick else 10_000_000
+    runs = 1 if args.smoke else 5 if args.quick else 11
+    minutes_back = 120 if args.smoke else None
     rng = random.Random(7)
     config = _config()
     nets = config.proxy.networks
@@ -154,8 +160,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "usage.sqlite3"
         store = UsageStore(path)
-        print(f"filling 7 days with ~{total:,} calls ...", flush=True)
-        spent, records, rollups = _ingest(store, nets, _batches(config, total, rng))
+        span = "the last 2 hours" if args.smoke else "7 days"
+        print(f"filling {span} with ~{total:,} calls ...", flush=True)
+        spent, records, rollups = _ingest(store, nets, _batches(config, total, rng, minutes_back))
         rows = store.row_counts()
         size = path.stat().st_size + Path(str(path) + "-wal").stat().st_size
         print(
@@ -174,7 +181,7 @@ def main() -> int:
         # merged into rows that exist after the first batch (the conflict path).
         last = int(NOW // 60)
         eids = [e.id for e in config.endpoints if e.network == "finney"]
-        n_batches = 20 if args.quick else 60
+        n_batches = 2 if args.smoke else 20 if args.quick else 60
         bodies = []
         for i in range(n_batches):
             rollups_ = [

@@ -30,6 +30,9 @@ class Params:
     stats_quick: bool
     extras: bool  # also measure the references (nginx, mitmproxy's own dispatch)
     wall_limit_s: float  # the runner stops itself after this
+    # --smoke: every scenario once at its smallest size, no pinning, nothing timed
+    # that matters: does each benchmark still run and produce its figures?
+    smoke: bool = False
 
 
 FULL = Params(
@@ -62,6 +65,22 @@ QUICK = Params(
     extras=False,
     wall_limit_s=240,
 )
+SMOKE = Params(
+    reps=1,
+    scale_reps=1,
+    tput_s=0.25,  # (wrk, where installed, runs 1 s at least)
+    lat_s=0.25,
+    fault_reps=1,
+    kill_reps=1,
+    slow_s=0.5,
+    kill_s=1.5,
+    warm_s=0,
+    mem_clients=5_000,
+    stats_quick=True,
+    extras=False,
+    wall_limit_s=300,
+    smoke=True,
+)
 
 
 @dataclass
@@ -78,18 +97,28 @@ class Context:
     def __post_init__(self) -> None:
         self.stack = Stack(self.tmp)
         cpus = sorted(CPUS)
-        self.proxy_cpus = {cpus[-1]} if len(cpus) >= 2 else None
-        self.other_cpus = {cpus[0]} if len(cpus) >= 2 else None
+        pin = len(cpus) >= 2 and not self.p.smoke  # a smoke run times nothing: no pinning
+        self.proxy_cpus = {cpus[-1]} if pin else None
+        self.other_cpus = {cpus[0]} if pin else None
         self.nginx = nginx_path()
 
-    def wait_routes(self, sidecar: str, healthy: int, timeout: float = 30.0) -> None:
-        """Until the sidecar's routing snapshot has ``healthy`` upstreams in tier 0."""
+    def wait_routes(
+        self, sidecar: str, healthy: int, timeout: float = 30.0, settle_s: float = 1.5
+    ) -> None:
+        """Until the sidecar's routing snapshot has ``healthy`` upstreams in tier 0,
+        and ``settle_s`` more (the addon refreshes its snapshot every second)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError, ValueError):
                 doc = http_json(f"{sidecar}/api/v1/internal/routes/finney", timeout=2)
                 if sum(1 for u in doc["upstreams"] if u["tier"] == 0) >= healthy:
-                    time.sleep(1.5)  # the addon refreshes its snapshot every second
+                    time.sleep(settle_s)
                     return
             time.sleep(0.2)
         print(f"  (warning: {sidecar} has not seen {healthy} healthy upstream(s))", flush=True)
+
+    def pause(self, seconds: float, smoke_s: float = 0.0) -> None:
+        """A settling wait of a scenario (queues draining, counters reaching the
+        sidecar): ``seconds``, or ``smoke_s`` in a smoke run, whose figures are
+        not read for what they say."""
+        time.sleep(smoke_s if self.p.smoke else seconds)

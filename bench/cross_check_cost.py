@@ -145,18 +145,18 @@ class CrossCheckCost:
         doc["data_dir"] = str(ctx.tmp / "cc-off")
         off = on.with_name("cc-off.yaml")
         off.write_text(yaml.safe_dump(doc))
-        st.start_sidecar("sidecar-cc", on, self.sidecar)
-        for name, cfg in (("on", on), ("off", off)):
-            _, self.targets[name] = st.start_chainproxy(
-                f"cc-{name}", cfg, self.sidecar, cpus=ctx.proxy_cpus
-            )
+        started = st.start_sidecar_and_proxies(
+            ("sidecar-cc", on, self.sidecar), [("cc-on", on), ("cc-off", off)], cpus=ctx.proxy_cpus
+        )
+        for name, (_, url) in zip(("on", "off"), started, strict=True):
+            self.targets[name] = url
         ctx.wait_routes(self.sidecar, 3)
         # a finalized block whose height both proxies learn from its header
         self.block = self.nodes[0].rpc("chain_getFinalizedHead")["result"]
         for url in self.targets.values():
             doc = {"jsonrpc": "2.0", "id": 1, "method": "chain_getHeader", "params": [self.block]}
             asyncio.run(self._post(url + "/rpc/v1/finney", doc))
-        time.sleep(3)  # the probes' finalized height reaches the proxies' snapshots
+        ctx.pause(3, 0.5)  # the probes' finalized height reaches the proxies' snapshots
 
     @staticmethod
     async def _post(url: str, doc: Any) -> Any:
@@ -167,8 +167,8 @@ class CrossCheckCost:
         return sum(n.state()["calls"].get("state_getStorage", 0) for n in self.nodes)
 
     def run(self) -> None:
-        quick = self.ctx.p.stats_quick
-        reps, n = (1, 2000) if quick else (3, 4000)
+        p = self.ctx.p
+        reps, n = (1, 100) if p.smoke else (1, 2000) if p.stats_quick else (3, 4000)
         print(
             f"\n[18] cross-check cost: {reps} x {n:,} distinct finalized reads per run", flush=True
         )
@@ -182,13 +182,13 @@ class CrossCheckCost:
                 up0 = self._upstream()
                 url = self.targets[run] + "/rpc/v1/finney"
                 errors, ls = asyncio.run(_load(url, self.block, tag, n, 100 + tag))
-                time.sleep(1.5)  # the checks run after the clients' answers
+                self.ctx.pause(1.5, 0.2)  # the checks run after the clients' answers
                 up = self._upstream() - up0
                 t = totals[run]
                 t[0], t[1], t[2] = t[0] + up, t[1] + n, t[2] + errors
                 lat[run] += ls
                 print(f"  18. {run}: {up:,} upstream for {n:,} calls, {errors} errors", flush=True)
-        time.sleep(3)  # the proxy's next usage batch carries its counters
+        self.ctx.pause(3, 0.5)  # the proxy's next usage batch carries its counters
         after = sidecar_metric(self.sidecar, METRIC)
         outcomes = {k: after[k] - before.get(k, 0.0) for k in sorted(after)}
         share = extra_share(tuple(totals["on"][:2]), tuple(totals["off"][:2]))  # type: ignore[arg-type]

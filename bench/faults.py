@@ -77,9 +77,10 @@ class FaultBench:
                 }
             },
         )
-        st.start_sidecar("sidecar-b", self.config_b, self.sidecar_b)
-        proc, url = st.start_chainproxy(
-            "chainproxy-sim", self.config_b, self.sidecar_b, cpus=self.ctx.proxy_cpus
+        [(proc, url)] = st.start_sidecar_and_proxies(
+            ("sidecar-b", self.config_b, self.sidecar_b),
+            [("chainproxy-sim", self.config_b)],
+            cpus=self.ctx.proxy_cpus,
         )
         self.cp_sim = Target(CP, url, [proc.pid])
         if self.ctx.nginx:
@@ -119,7 +120,7 @@ class FaultBench:
         # correction would count each 300 ms call ~17 times). Each connection keeps
         # its own slots (bench/pyload.py), so both runs offer the same arrivals.
         systems = [t for t in (self.cp_sim, self.rr) if t is not None]
-        for t in systems:
+        for t in systems if not p.smoke else ():
             run_load(
                 t.url + RPC_PATH,
                 FAULT_BODY,

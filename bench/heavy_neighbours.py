@@ -39,7 +39,7 @@ import yaml
 from bench.context import Context
 from bench.report import f0, f2
 from bench.results import json_results
-from bench.scripts import run_script
+from bench.scripts import run_script, size_args
 from bench.stack import Node
 from chainproxy.supervisor import wait_http
 
@@ -237,14 +237,14 @@ class HeavyNeighbours:
             units_cfg, "hn-counting", rate_limit={**QUOTA, "costs": {"enabled": False}}
         )
         lane_cfg = self._variant(units_cfg, "hn-lane", upstream_limits={"heavy_per_node": 1})
-        st.start_sidecar("sidecar-hn", units_cfg, sidecar)
-        for name, cfg in (("units", units_cfg), ("counting", counting_cfg), (LANE, lane_cfg)):
-            _, self.targets[name] = st.start_chainproxy(
-                f"hn-{name.split()[0]}{'-lane' if name == LANE else ''}",
-                cfg,
-                sidecar,
-                cpus=ctx.proxy_cpus,
-            )
+        variants = (("units", units_cfg), ("counting", counting_cfg), (LANE, lane_cfg))
+        started = st.start_sidecar_and_proxies(
+            ("sidecar-hn", units_cfg, sidecar),
+            [(f"hn-{k.split()[0]}{'-lane' if k == LANE else ''}", cfg) for k, cfg in variants],
+            cpus=ctx.proxy_cpus,
+        )
+        for (name, _), (_, url) in zip(variants, started, strict=True):
+            self.targets[name] = url
         ctx.wait_routes(sidecar, 3)
 
     def _variant(self, base: Path, name: str, **proxy: Any) -> Path:
@@ -263,8 +263,8 @@ class HeavyNeighbours:
         return sum(n.state()["bytes_out"] for n in self.nodes)
 
     def run(self) -> None:
-        quick = self.ctx.p.stats_quick
-        reps, seconds = (1, 12.0) if quick else (2, 25.0)
+        p = self.ctx.p
+        reps, seconds = (1, 1.0) if p.smoke else (1, 12.0) if p.stats_quick else (2, 25.0)
         print(f"\n[13] heavy neighbours: {reps} x {seconds:.0f} s per run", flush=True)
         names = (*RUNS, FAST)
         tallies: dict[str, list[Tally]] = {k: [] for k in names}
@@ -284,13 +284,11 @@ class HeavyNeighbours:
                 upstream[name] += self._bytes() - before
                 tallies[name].append(t)
                 self._slow(PER_MIB_MS)
-                time.sleep(2)  # the nodes' queues drain
+                self.ctx.pause(2, 0.2)  # the nodes' queues drain
         runs = {k: summarise(tallies[k], upstream[k], seconds * len(tallies[k])) for k in names}
         for k in names:
             print(f"  13. {k}: {runs[k]}", flush=True)
-        cpu = json_results(
-            run_script("bench_addon.py", "--costs", "--json", *(["--quick"] if quick else []))
-        )
+        cpu = json_results(run_script("bench_addon.py", "--costs", "--json", *size_args(self.ctx)))
         self._report(runs, verdict(runs), cpu)
         self.ctx.report.data["heavy_neighbours"] = {"runs": runs, "cpu": cpu}
 

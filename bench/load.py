@@ -63,6 +63,7 @@ def run_load(
     tool: str | None = None,
     rate: float = 0.0,
     distinct: bool = False,
+    xff: int = 0,
 ) -> LoadResult:
     """Closed-loop load against ``url`` for ``duration_s``; returns the summary.
 
@@ -72,9 +73,10 @@ def run_load(
     requests that connection did not send meanwhile), so one 300 ms call on one
     connection becomes ~L/I slow samples. ``rate`` (requests/s, pyload only):
     paced instead of closed-loop. ``distinct`` (pyload only): every call a
-    ``state_getStorage`` of a new key instead of ``body``."""
+    ``state_getStorage`` of a new key instead of ``body``. ``xff`` (pyload only):
+    an ``X-Forwarded-For`` on every call, rotating over that many addresses."""
     samples: tuple[float, ...] = ()
-    if (tool or generator()) == "wrk" and not rate and not distinct:
+    if (tool or generator()) == "wrk" and not rate and not distinct and not xff:
         with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
             lua = _LUA.replace("{{", "{").replace("}}", "}")
             f.write(lua.replace("{body}", body.decode()))
@@ -119,6 +121,7 @@ def run_load(
             "--samples",
             samples_file,
             *(["--distinct"] if distinct else []),
+            *(["--xff", str(xff)] if xff else []),
         ]
         try:
             out = subprocess.run(

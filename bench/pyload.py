@@ -2,7 +2,9 @@
 streams, keep-alive): the fallback for machines without ``wrk``, and the
 generator of the latency-under-a-slow-upstream scenario. ``--distinct``: every
 call a new ``state_getStorage`` key instead of the body (never cached, never
-shared with another call). Prints one ``BENCHJSON {...}`` line in the same
+shared with another call). ``--xff N``: every call with an ``X-Forwarded-For``
+from the next of N client addresses (as ``bench/redis_stack.py``'s wrk script
+sends them). Prints one ``BENCHJSON {...}`` line in the same
 shape as the wrk script of ``bench/load.py``.
 
     python bench/pyload.py --url http://127.0.0.1:8080/rpc/v1/finney \
@@ -96,6 +98,11 @@ async def _worker(
         writer.close()
 
 
+def xff_address(i: int) -> str:
+    """Client address ``i`` of an ``--xff`` rotation: 10.x.y.z."""
+    return f"10.{i // 65536}.{(i // 256) % 256}.{i % 256}"
+
+
 def _pct(sorted_ms: list[float], p: float) -> float:
     if not sorted_ms:
         return 0.0
@@ -108,9 +115,10 @@ async def main_async(
     parts = urlsplit(args.url)
     path = parts.path or "/"
 
-    def post(b: bytes) -> bytes:
+    def post(b: bytes, i: int = 0) -> bytes:
+        xff = f"X-Forwarded-For: {xff_address(i % args.xff)}\r\n" if args.xff else ""
         return (
-            f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n{xff}"
             f"Content-Type: application/json\r\nContent-Length: {len(b)}\r\n\r\n"
         ).encode() + b
 
@@ -120,7 +128,7 @@ async def main_async(
 
     def request() -> bytes:
         if not args.distinct:
-            return fixed
+            return post(body, next(counter)) if args.xff else fixed
         i = next(counter)
         doc = {
             "jsonrpc": "2.0",
@@ -128,7 +136,7 @@ async def main_async(
             "method": "state_getStorage",
             "params": [miss_key(nonce, i)],
         }
-        return post(json.dumps(doc).encode())
+        return post(json.dumps(doc).encode(), i)
 
     lat: list[float] = []
     errs = {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0}
@@ -180,6 +188,12 @@ def main() -> None:
         "--distinct",
         action="store_true",
         help="instead of the body: state_getStorage of a key no call asked before, every call",
+    )
+    ap.add_argument(
+        "--xff",
+        type=int,
+        default=0,
+        help="an X-Forwarded-For on every call, rotating over this many client addresses",
     )
     args = ap.parse_args()
     with open(args.body_file, "rb") as f:

@@ -139,7 +139,8 @@ def bench_step(ctx: Any) -> None:
     clients and stack stay out of the runner), its result in the report."""
     r = ctx.report
     print("\n[12] upstream calls, real client (async-substrate-interface on chopsticks)")
-    argv = [sys.executable, __file__, "--json", *(["--quick"] if ctx.p.stats_quick else [])]
+    size = ["--smoke"] if ctx.p.smoke else ["--quick"] if ctx.p.stats_quick else []
+    argv = [sys.executable, __file__, "--json", *size]
     # within the quick run's wall limit (240 s): it takes ~30 s quick, ~60 s in full
     timeout = 150 if ctx.p.stats_quick else 300
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -147,6 +148,7 @@ def bench_step(ctx: Any) -> None:
     if result is None or "skipped" in result:
         why = (result or {}).get("skipped") or done.stderr[-500:]
         r.row("12. real-client sync", "-", f"not measured: {why}", "-")
+        r.fail(f"not measured: {why}")
         return
     print(table(result), flush=True)
     share = {
@@ -154,6 +156,8 @@ def bench_step(ctx: Any) -> None:
         for x in result["runs"]
     }
     wrong = sum(len(x["wrong_answers"]) + len(x["errors"]) for x in result["runs"])
+    if wrong:
+        r.fail(f"{wrong} wrong answers or errors (the table above shows the first)")
     r.row(
         f"12. real-client sync ({result['clients']} asi clients x {result['blocks']} blocks),"
         " upstream ÷ client calls",
@@ -169,10 +173,13 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=5)
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="3 clients, 2 blocks")
+    ap.add_argument("--smoke", action="store_true", help="1 client, 1 block: does it run")
     ap.add_argument("--json", action="store_true", help="one result line for bench/run.py")
     ap.add_argument("--dir", type=Path, help="keep logs and configs here (default: a temp dir)")
     args = ap.parse_args()
-    clients, blocks = (3, 2) if args.quick else (args.clients, args.blocks)
+    clients, blocks = (
+        (1, 1) if args.smoke else (3, 2) if args.quick else (args.clients, args.blocks)
+    )
     with contextlib.suppress(OSError):  # bench/run.py pinned us to one core: all of them
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
     started = time.monotonic()

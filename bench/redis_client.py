@@ -52,12 +52,14 @@ from common.config import RedisConfig, parse_config
 CHECKS = 6_000
 
 
-async def _cpu_per_call(call: Callable[[int], Awaitable[Any]], concurrency: int) -> float:
+async def _cpu_per_call(
+    call: Callable[[int], Awaitable[Any]], concurrency: int, checks: int = CHECKS
+) -> float:
     """µs of this process's CPU per call, after a warm-up."""
-    for i in range(200):
+    for i in range(min(200, checks)):
         await call(i)
     started = time.process_time()
-    per = CHECKS // concurrency
+    per = max(1, checks // concurrency)
 
     async def lane(k: int) -> None:
         for i in range(per):
@@ -67,7 +69,7 @@ async def _cpu_per_call(call: Callable[[int], Awaitable[Any]], concurrency: int)
     return (time.process_time() - started) * 1e6 / (per * concurrency)
 
 
-async def _measure(url: str) -> dict[str, float]:
+async def _measure(url: str, checks: int = CHECKS) -> dict[str, float]:
     link = RedisLink(RedisConfig(url=url, key_prefix="bench10e:", timeout_ms=1000, safe_url=url))
     limiter = SharedLimiter(link, RateLimiter(10**9, 60, clock=time.monotonic))
     client = aioredis.Redis.from_url(url, decode_responses=False)
@@ -84,14 +86,14 @@ async def _measure(url: str) -> dict[str, float]:
     out = {}
     for name, fn in (("pipe", pipe_check), ("redis-py", redispy_check)):
         for c in (1, 32):
-            out[f"{name} c={c}"] = await _cpu_per_call(fn, c)
+            out[f"{name} c={c}"] = await _cpu_per_call(fn, c, checks)
     await link.close()
     await client.aclose()
     return out
 
 
-def client_cost(url: str) -> dict[str, float]:
-    return asyncio.run(_measure(url))
+def client_cost(url: str, checks: int = CHECKS) -> dict[str, float]:
+    return asyncio.run(_measure(url, checks))
 
 
 MISS = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "chain_getHeader", "params": []}).encode()

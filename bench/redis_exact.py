@@ -117,6 +117,9 @@ def command_calls(redis_url: str) -> dict[str, int]:
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
 
 
+SCRIPT_BATCH = 1_000  # quota checks per pipeline in script_cost
+
+
 def script_cost(
     redis_url: str, redis_pid: int, sizes: tuple[int, ...], budget_s: float = 0.3
 ) -> dict[int, float]:
@@ -134,15 +137,19 @@ def script_cost(
             for start in range(0, n, 10_000):
                 client.rpush(key, *([now_ms] * min(10_000, n - start)))
             client.pexpire(key, 120_000)
-            # ~budget_s of Redis CPU per size (a guess of 5 µs + 0.3 µs per entry),
-            # many clock ticks (10 ms) at every size
-            count = max(50, min(50_000, round(budget_s * 1e6 / (5 + 0.3 * n))))
-            pipe = client.pipeline(transaction=False)
-            for _ in range(count):
-                pipe.evalsha(sha, 1, key, 1_000_000_000, 60_000, 1, 0)
-            c0 = cpu_seconds(redis_pid)
-            pipe.execute()
-            out[n] = (cpu_seconds(redis_pid) - c0) / count * 1e6
+            # batches until ~budget_s of Redis CPU (at least 2 clock ticks of 10 ms)
+            # per size: a check costs ~10 µs at any size, so a count guessed from the
+            # size can fall within one tick and read 0
+            total, spent = 0, 0.0
+            while spent < max(budget_s, 0.02) and total < 500_000:
+                pipe = client.pipeline(transaction=False)
+                for _ in range(SCRIPT_BATCH):
+                    pipe.evalsha(sha, 1, key, 1_000_000_000, 60_000, 1, 0)
+                c0 = cpu_seconds(redis_pid)
+                pipe.execute()
+                spent += cpu_seconds(redis_pid) - c0
+                total += SCRIPT_BATCH
+            out[n] = spent / total * 1e6
             client.delete(key)
     finally:
         client.close()

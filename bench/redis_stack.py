@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from bench.load import _LUA, LoadResult, parse_result
+from bench.load import _LUA, LoadResult, generator, parse_result, run_load
 from bench.measure import RPC_PATH
 from bench.stack import Stack
 from bench.throughput import MISS_BODY
@@ -46,14 +46,12 @@ end
 
 
 def missing_tools() -> str | None:
-    """Why scenario 10 cannot run here, or None."""
-    missing = [t for t in ("redis-server", "haproxy", "wrk") if find_tool(t) is None]
+    """Why scenario 10 cannot run here, or None (without wrk, ``bench/pyload.py``
+    sends the load)."""
+    missing = [t for t in ("redis-server", "haproxy") if find_tool(t) is None]
     if not missing:
         return None
-    return (
-        f"{', '.join(missing)} not installed "
-        "(make scale-deps installs redis-server and haproxy, make bench-deps wrk)"
-    )
+    return f"{', '.join(missing)} not installed (make scale-deps installs them)"
 
 
 def start_redis(stack: Stack, name: str, cpus: set[int] | None = None) -> tuple[Child, str]:
@@ -146,7 +144,19 @@ def xff_load(
 ) -> LoadResult:
     """Closed-loop wrk load on ``url`` + the RPC path, each request from the next
     of ``identities`` client addresses (``X-Forwarded-For``); ``distinct``: every
-    request a ``state_getStorage`` of a key no request asked before, not ``body``."""
+    request a ``state_getStorage`` of a key no request asked before, not ``body``.
+    Without wrk, ``bench/pyload.py`` sends the same."""
+    if generator() != "wrk":
+        return run_load(
+            url + RPC_PATH,
+            body,
+            connections=connections,
+            duration_s=duration_s,
+            timeout_s=timeout_s,
+            tool="pyload",
+            distinct=distinct,
+            xff=identities,
+        )
     lua = _LUA.replace("{{", "{").replace("}}", "}").replace("{body}", body.decode())
     lua += _XFF_REQUEST.replace("{identities}", str(identities))
     if distinct:
@@ -207,7 +217,7 @@ def alternate(
 ) -> dict[str, list[XRun]]:
     """Every side once per repetition, the order rotated; ``sent[0]`` += the
     requests (warm-up included) sent to sides that use Redis."""
-    for s in sides:
+    for s in sides if warm_s > 0 else ():
         warm = xff_load(s.url, MISS_BODY, connections=conns, duration_s=warm_s)
         sent[0] += warm.requests if "redis" in s.parts else 0
     out: dict[str, list[XRun]] = {s.name: [] for s in sides}

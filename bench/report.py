@@ -1,6 +1,7 @@
 """The benchmark report: one table row per measure as it is taken (printed at
-once, so a long run shows progress), one line per goal, and the data for the
-``--json`` file."""
+once, so a long run shows progress), one line per goal, the data for the
+``--json`` file, and which scenarios failed (``fail``: the runner exits
+non-zero naming them)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,19 @@ class Report:
     rows: list[tuple[str, str, str, str]] = field(default_factory=list)  # what, base, subj, ratio
     goals: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)  # scenario -> why
+    current: str = ""  # the scenario the runner is in (``fail`` names it)
 
     def row(self, what: str, base: str, subject: str, r: str) -> None:
         self.rows.append((what, base, subject, r))
         print(f"  {what}: {base} | {subject} | {r}", flush=True)
+
+    def fail(self, why: str, scenario: str | None = None) -> None:
+        """The scenario (the current one by default) did not measure what it
+        measures: the run goes on, and ends with a non-zero exit naming it."""
+        key = scenario or self.current or "?"
+        self.failures[key] = f"{self.failures[key]}; {why}" if key in self.failures else why
+        print(f"  FAILED {key}: {why}", flush=True)
 
     def goal(self, line: str) -> None:
         self.goals.append(line)

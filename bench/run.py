@@ -1,7 +1,7 @@
 """``make bench``: chainproxy measured side by side with bare mitmdump, a direct
 call and nginx, on 127.0.0.1, plus the statistics, memory and addon benchmarks.
 
-    python bench/run.py [--quick] [--only 1,2,lean] [--json PATH]
+    python bench/run.py [--quick | --smoke] [--only 1,2,addon] [--json PATH]
 
 Starts its own upstreams (``bench/trivial_upstream.py``: a fast JSON-RPC server
 over a frozen simulated chain; three ``simnode`` nodes for the fault
@@ -32,12 +32,20 @@ repetition) and reports medians over the repetitions; ratios are taken between
 medians measured in the same run. Prints one table and one line per goal; a
 full run takes ~11 minutes, ``--quick`` under 3. Every process is started here
 and stopped here (also on Ctrl-C), and each has a time limit of its own.
+
+A scenario fails when it raises, when a script of its own exits non-zero or
+prints no result, when a stack it needs did not start, when it reports a
+figure as ``?`` or no figure at all, or when it says it could not measure
+(``Report.fail``); the others still run, the report is still printed, and the
+run exits 1, naming the failed scenarios last. ``--smoke`` runs every scenario
+once at its smallest size (no pinning, seconds per scenario, no figure worth
+reading): does every benchmark still run? ``tests/bench/test_bench_smoke.py``
+runs it in ``make test``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import signal
@@ -53,7 +61,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import scripts
-from bench.context import CPUS, FULL, QUICK, Context
+from bench.context import CPUS, FULL, QUICK, SMOKE, Context
 from bench.cross_check_cost import WALL_S as CROSS_CHECK_WALL_S
 from bench.cross_check_cost import CrossCheckCost
 from bench.faults import FaultBench
@@ -62,7 +70,9 @@ from bench.load import generator
 from bench.real_client_sync import bench_step as real_client_sync
 from bench.redis_scale import RedisScale
 from bench.report import Report
+from bench.smoke import lanes, run_lanes
 from bench.stack import nginx_path
+from bench.steps import SCENARIOS, Step, WallLimit, conclude, run_steps, wall_limit
 from bench.throughput import Throughput
 from bench.true_miss import WALL_S as TRUE_MISS_WALL_S
 from bench.true_miss import TrueMiss
@@ -73,29 +83,6 @@ from bench.validator_fleet import WALL_S as FLEET_WALL_S
 from bench.validator_fleet import ValidatorFleet
 from bench.websocket import WALL_S as WS_WALL_S
 from bench.websocket import WebSocketBench
-
-SCENARIOS = (
-    "1",
-    "2",
-    "3",
-    "15",
-    "16",
-    "7",
-    "4",
-    "5",
-    "11",
-    "13",
-    "14",
-    "17",
-    "18",
-    "12",
-    "10",
-    "6",
-    "8",
-    "9",
-    "addon",
-)
-Step = tuple[str, Callable[[], None]]
 
 
 def machine() -> dict[str, Any]:
@@ -137,9 +124,10 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
     steps: list[Step] = []
     if only & {"1", "2", "3", "15", "16", "7"}:
         tp = Throughput(ctx, before)
-        steps.append(("setup: trivial upstream, sidecar, proxies", tp.start))
+        setup = "setup: trivial upstream, sidecar, proxies"
+        steps.append(Step(setup, tp.start))
         steps += [
-            (k, f)
+            Step(k, f, setup)
             for k, f in (
                 ("1", tp.miss_path),
                 ("2", tp.hit_path),
@@ -152,48 +140,46 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
         ]
     if only & {"4", "5"}:
         fb = FaultBench(ctx)
-        steps.append(("setup: simulated nodes, sidecar, proxies", fb.start))
+        setup = "setup: simulated nodes, sidecar, proxies"
+        steps.append(Step(setup, fb.start))
         steps += [
-            (k, f) for k, f in (("4", fb.slow_upstream), ("5", fb.killed_upstream)) if k in only
+            Step(k, f, setup)
+            for k, f in (("4", fb.slow_upstream), ("5", fb.killed_upstream))
+            if k in only
         ]
-    steps.append(("stop the stacks", ctx.stack.stop))
-    if "11" in only:  # simulated nodes with fast blocks, four proxies of its own
-        uc = UpstreamCalls(ctx)
-        steps += [
-            ("setup: simulated nodes, sidecar, chainproxy on/off, bare mitmdump", uc.start),
-            ("11", uc.run),
-            ("stop the upstream-calls stack", ctx.stack.stop),
-        ]
-    if "13" in only:  # simulated nodes slow per MiB, light and heavy clients, two proxies
-        hn = HeavyNeighbours(ctx)
-        steps += [
-            ("setup: byte-slow simulated nodes, sidecar, chainproxy units/counting", hn.start),
-            ("13", hn.run),
-            ("stop the heavy-neighbours stack", ctx.stack.stop),
-        ]
-    if "14" in only:  # rate-limiting simulated nodes, four proxies (upstream_limits off/on)
-        ul = UpstreamLimits(ctx)
-        steps += [
-            ("setup: rate-limiting simulated nodes, sidecar, chainproxy before/after", ul.start),
-            ("14", ul.run),
-            ("stop the upstream-limits stack", ctx.stack.stop),
-        ]
-    # issue 25: a validator fleet with pre-warm on/off; the cross-check's cost
-    for k, scenario in (("17", ValidatorFleet), ("18", CrossCheckCost)):
+    steps.append(Step("stop the stacks", ctx.stack.stop))
+    # each of these a stack of its own: set up, the scenario, stopped
+    own: list[tuple[str, str, Callable[[Context], Any]]] = [
+        # simulated nodes with fast blocks, four proxies of its own
+        ("11", "simulated nodes, sidecar, chainproxy on/off, bare mitmdump", UpstreamCalls),
+        # simulated nodes slow per MiB, light and heavy clients, two proxies
+        ("13", "byte-slow simulated nodes, sidecar, chainproxy units/counting", HeavyNeighbours),
+        # rate-limiting simulated nodes, four proxies (upstream_limits off/on)
+        ("14", "rate-limiting simulated nodes, sidecar, chainproxy before/after", UpstreamLimits),
+        # issue 25: a validator fleet with pre-warm on/off; the cross-check's cost
+        ("17", "simulated nodes with fast blocks, sidecar, pre-warm on/off", ValidatorFleet),
+        ("18", "simulated nodes, sidecar, cross-check on/off", CrossCheckCost),
+    ]
+    for k, what, scenario in own:
         if k in only:
             sc = scenario(ctx)
-            steps += [(f"setup: {k}", sc.start), (k, sc.run), (f"stop {k}", ctx.stack.stop)]
+            steps += [
+                Step(f"setup {k}: {what}", sc.start),
+                Step(k, sc.run, f"setup {k}: {what}"),
+                Step(f"stop {k}", ctx.stack.stop),
+            ]
     if "12" in only:  # chopsticks, real clients and two proxies, in a process of its own
-        steps.append(("12", partial(real_client_sync, ctx)))
+        steps.append(Step("12", partial(real_client_sync, ctx)))
     if "10" in only:  # a stack of its own, alone on the machine
         rs = RedisScale(ctx)
+        setup = "setup 10: redis-server, sidecar, workers, HAProxy"
         steps += [
-            ("setup: redis-server, sidecar, workers, HAProxy", rs.start),
-            ("10", rs.run),
-            ("stop the Redis stack", ctx.stack.stop),
+            Step(setup, rs.start),
+            Step("10", rs.run, setup),
+            Step("stop the Redis stack", ctx.stack.stop),
         ]
     steps += [
-        (k, partial(f, ctx))
+        Step(k, partial(f, ctx))
         for k, f in (
             ("6", scripts.stats),
             ("8", scripts.memory),
@@ -207,7 +193,17 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer and shorter runs (< 2 min)")
+    ap.add_argument("--quick", action="store_true", help="fewer and shorter runs (< 3 min)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="every scenario once at its smallest size, nothing pinned: does it still run?",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        help="with --smoke: runners side by side (default 3; bench/smoke.py); timed runs: 1",
+    )
     ap.add_argument(
         "--only",
         default="",
@@ -224,59 +220,69 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main() -> int:
-    args = _parser().parse_args()
-    p = QUICK if args.quick else FULL
+    ap = _parser()
+    args = ap.parse_args()
+    if args.quick and args.smoke:
+        ap.error("--quick or --smoke, not both")
+    p = SMOKE if args.smoke else QUICK if args.quick else FULL
     only = set(args.only.split(",")) if args.only else set(SCENARIOS)
-    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("wall limit")))
-    # scenario 14 brings its own time: its runs are open-loop and fixed in length
-    extra = upstream_limits_wall_s(args.quick) if "14" in only else 0.0
-    for k, wall in (
-        ("15", WS_WALL_S),
-        ("16", TRUE_MISS_WALL_S),
-        ("17", FLEET_WALL_S),
-        ("18", CROSS_CHECK_WALL_S),
-    ):
-        # with --before scenario 15 runs half as many targets again
-        extra += wall[not args.quick] * (1.5 if args.before else 1) if k in only else 0.0
-    signal.alarm(int(p.wall_limit_s + extra))
+    if unknown := only - set(SCENARIOS):
+        ap.error(f"no such scenario: {', '.join(sorted(unknown))}")
+    jobs = args.jobs or (3 if args.smoke and not args.before else 1)
+    if jobs > 1 and (not args.smoke or args.before):
+        ap.error("--jobs > 1 only with --smoke and without --before: timed scenarios run alone")
+    parallel = len(lanes(only, jobs)) > 1
+    signal.signal(signal.SIGALRM, wall_limit)
+    extra = 0.0
+    if not args.smoke:  # a smoke run's limit is its own
+        # scenario 14 brings its own time: its runs are open-loop and fixed in length
+        extra = upstream_limits_wall_s(args.quick) if "14" in only else 0.0
+        for k, wall in (
+            ("15", WS_WALL_S),
+            ("16", TRUE_MISS_WALL_S),
+            ("17", FLEET_WALL_S),
+            ("18", CROSS_CHECK_WALL_S),
+        ):
+            # with --before scenario 15 runs half as many targets again
+            extra += wall[not args.quick] * (1.5 if args.before else 1) if k in only else 0.0
+    signal.alarm(int(p.wall_limit_s + extra + (60 if parallel else 0)))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if len(CPUS) >= 2:
+    if len(CPUS) >= 2 and not args.smoke:
         os.sched_setaffinity(0, {min(CPUS)})  # children inherit; proxies go to the last core
 
     started = time.monotonic()
     info = machine()
-    print("chainproxy benchmarks" + (" (quick)" if args.quick else ""))
+    size = " (smoke: smallest sizes, figures not worth reading)" if args.smoke else ""
+    print("chainproxy benchmarks" + (" (quick)" if args.quick else size))
     for k, v in info.items():
         print(f"  {k}: {v}")
     if info["load generator"] != "wrk":
         print("  (wrk not found: using bench/pyload.py, which costs more CPU; make bench-deps)")
     if not nginx_path():
-        print("  (nginx not found: no nginx reference, round-robin baseline or scale-out)")
+        print(
+            "  (nginx not found: no nginx reference or round-robin baseline; scale-out"
+            " balanced by HAProxy; make bench-deps)"
+        )
     report = Report()
     report.data["machine"] = info
+    report.data["size"] = "smoke" if args.smoke else "quick" if args.quick else "full"
     with tempfile.TemporaryDirectory(prefix="chainproxy-bench-") as tmp:
         ctx = Context(p, Path(tmp), report)
-        steps = plan(ctx, only, args.before.resolve() if args.before else None)
         try:
-            for name, fn in steps:
-                t0 = time.monotonic()
-                fn()
-                report.data.setdefault("step_s", {})[name] = round(time.monotonic() - t0, 1)
-                print(f"  ({name}: {time.monotonic() - t0:.0f} s)", flush=True)
+            if parallel:
+                print(f"  ({jobs} runners side by side: bench/smoke.py)", flush=True)
+                run_lanes(only, jobs, Path(tmp), report)
+            else:
+                run_steps(plan(ctx, only, args.before.resolve() if args.before else None), report)
+        except WallLimit:
+            print(f"  (the run's wall limit, {p.wall_limit_s + extra:.0f} s, ended it)")
+            for k in sorted(only - set(report.data.get("scenarios", {}))):
+                report.fail("not run to its end: the run's wall limit", k)
         finally:
             ctx.stack.stop()
             signal.alarm(0)
     report.data["elapsed_s"] = round(time.monotonic() - started, 1)
-    report.data["loadavg_end"] = os.getloadavg()
-    report.print()
-    print(
-        f"\n{report.data['elapsed_s']:.0f} s; load average at the end "
-        f"{', '.join(f'{x:.2f}' for x in report.data['loadavg_end'])} "
-        "(other work on the machine makes every number noisier)"
-    )
-    if args.json:
-        args.json.write_text(json.dumps(report.data, indent=1, default=str))
-    return 0
+    return conclude(report, args.json)
 
 
 if __name__ == "__main__":

@@ -216,6 +216,25 @@ class Stack(ProcessStack):
 
     # --- chainproxy ------------------------------------------------------------------
 
+    def start_sidecar_and_proxies(
+        self,
+        sidecar: tuple[str, Path, str],
+        proxies: list[tuple[str, Path]],
+        *,
+        cpus: set[int] | None = None,
+    ) -> list[tuple[Child, str]]:
+        """The sidecar (name, config, URL) and chainproxy processes (name, config)
+        started all at once, each waited for until it answers; the proxies'
+        (process, URL) in order. What each start costs is mostly Python's
+        imports: side by side they take the cores there are."""
+        name, config, url = sidecar
+        side = self.spawn(name, sidecar_argv(config))
+        started = [self.start_chainproxy(n, c, url, cpus=cpus, wait=False) for n, c in proxies]
+        wait_http(f"{url}/healthz", side, 30.0)
+        for proc, proxy_url in started:
+            wait_http(f"{proxy_url}/rpc/", proc)
+        return started
+
     def write_config(
         self,
         name: str,

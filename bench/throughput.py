@@ -31,7 +31,8 @@ from bench.measure import (
 from bench.report import Report, f0, f2, f3, tput
 from bench.stack import NGINX_STREAM_MODULE, http_json, post_raw, sidecar_section
 from bench.trivial_upstream import START_HEIGHT
-from chainproxy.supervisor import wait_http, wait_port
+from chainproxy.supervisor import Child, free_port, wait_http, wait_port
+from chainproxy.workers import find_tool, haproxy_argv
 
 MISS_BODY = b'{"jsonrpc":"2.0","id":0,"method":"chain_getHeader","params":[]}'
 PLAIN_ROW = "chainproxy with mitmproxy's own dispatch"
@@ -277,35 +278,61 @@ class Throughput:
 
     # --- scenario 7: two processes behind a TCP balancer ----------------------------------
 
+    def balancer(self, ports: list[int]) -> tuple[Child, int, str]:
+        """A TCP balancer (round robin per connection) over ``ports``: nginx's
+        stream module, or HAProxy in TCP mode where nginx is not installed."""
+        if self.ctx.nginx and NGINX_STREAM_MODULE.exists():
+            servers = " ".join(f"server 127.0.0.1:{x};" for x in ports)
+            lb, lport = self.ctx.stack.start_nginx(
+                "nginx-tcp-balancer",
+                stream=f"upstream cps {{ {servers} }} server {{ listen 127.0.0.1:{{port}}; "
+                "proxy_pass cps; }",
+            )
+            return lb, lport, "nginx stream"
+        tool = find_tool("haproxy")
+        if tool is None:
+            raise RuntimeError("needs nginx's stream module or HAProxy (make bench-deps)")
+        lport = free_port()
+        cfg = self.ctx.tmp / "haproxy-tcp-balancer.cfg"
+        servers = "\n".join(f"    server s{i} 127.0.0.1:{x}" for i, x in enumerate(ports))
+        cfg.write_text(
+            "global\n    maxconn 4096\n"
+            "defaults\n    mode tcp\n    timeout connect 2s\n"
+            "    timeout client 60s\n    timeout server 60s\n"
+            f"frontend lb\n    bind 127.0.0.1:{lport}\n    default_backend cps\n"
+            f"backend cps\n    balance roundrobin\n{servers}\n"
+        )
+        lb = self.ctx.stack.spawn("haproxy-tcp-balancer", haproxy_argv(tool, cfg))
+        wait_port(lport, lb)
+        return lb, lport, "HAProxy, TCP mode"
+
     def scale_out(self) -> None:
         p, r = self.ctx.p, self.ctx.report
         print("\n[7] scale-out: two chainproxy processes behind a TCP balancer", flush=True)
-        if not self.ctx.nginx or not NGINX_STREAM_MODULE.exists():
-            r.row("7. scale-out", "n/a", "needs nginx + its stream module", "n/a")
-            r.goal("Scale-out: not measured (nginx stream module not installed: make bench-deps)")
-            return
         assert self.config_a is not None
         one = self.targets["chainproxy"]
         proc2, url2 = self.ctx.stack.start_chainproxy(
             "chainproxy-2", self.config_a, self.sidecar_a, cpus=self.ctx.other_cpus
         )
-        ports = [one.url.rsplit(":", 1)[1], url2.rsplit(":", 1)[1]]
-        servers = " ".join(f"server 127.0.0.1:{x};" for x in ports)
-        lb, lport = self.ctx.stack.start_nginx(
-            "nginx-tcp-balancer",
-            stream=f"upstream cps {{ {servers} }} server {{ listen 127.0.0.1:{{port}}; "
-            "proxy_pass cps; }",
+        lb, lport, kind = self.balancer(
+            [int(one.url.rsplit(":", 1)[1]), int(url2.rsplit(":", 1)[1])]
         )
         two = Target(
             "two processes + TCP balancer", f"http://127.0.0.1:{lport}", [*one.pids, proc2.pid]
         )
         # the second process is new: let it open its upstream connections first
-        runs = alternate([one, two], MISS_BODY, 32, p.tput_s, p.scale_reps, max(2.0, p.warm_s))
+        warm = p.warm_s if p.smoke else max(2.0, p.warm_s)
+        runs = alternate([one, two], MISS_BODY, 32, p.tput_s, p.scale_reps, warm)
         a, b = runs[one.name], runs[two.name]
         rs = ratio(rps(b), rps(a))
-        r.row("7. scale-out, miss path, c=32", tput("1 process", a), tput("2 processes", b), f2(rs))
+        r.row(
+            f"7. scale-out, miss path, c=32 ({kind})",
+            tput("1 process", a),
+            tput("2 processes", b),
+            f2(rs),
+        )
         r.goal(
-            f"Scale-out (2 processes sharing one diskcache, nginx stream balancer, ÷ 1 process;"
+            f"Scale-out (2 processes sharing one diskcache, {kind} balancer, ÷ 1 process;"
             f" expect ≤ 2): {f2(rs)}  [{f0(rps(b))} vs {f0(rps(a))} req/s; the second process,"
             " the balancer, the load generator and the upstream share the other core]"
         )

@@ -198,17 +198,20 @@ class UpstreamLimits:
         base, self.sidecar = st.write_config(
             "ul-sidecar", [n.url for n in self.nodes], data_dir=ctx.tmp / "ul-sidecar"
         )
-        st.start_sidecar("sidecar-ul", base, self.sidecar)
-        procs = []
-        for limit in LIMITS:
-            for run in RUNS:
-                cfg = self._variant(base, f"ul-{run}-{limit}", enabled=run == "after")
-                proc, self.targets[limit, run] = st.start_chainproxy(
-                    f"ul-{run}-{limit}", cfg, self.sidecar, cpus=ctx.proxy_cpus, wait=False
+        keys = [(limit, run) for limit in LIMITS for run in RUNS]
+        started = st.start_sidecar_and_proxies(
+            ("sidecar-ul", base, self.sidecar),
+            [
+                (
+                    f"ul-{run}-{limit}",
+                    self._variant(base, f"ul-{run}-{limit}", enabled=run == "after"),
                 )
-                procs.append((proc, self.targets[limit, run]))
-        for proc, url in procs:
-            wait_http(f"{url}/rpc/", proc)
+                for limit, run in keys
+            ],
+            cpus=ctx.proxy_cpus,
+        )
+        for key, (_, url) in zip(keys, started, strict=True):
+            self.targets[key] = url
         ctx.wait_routes(self.sidecar, 3)
 
     def _variant(self, base: Path, name: str, *, enabled: bool) -> Path:
@@ -230,7 +233,8 @@ class UpstreamLimits:
     def _run(self, limit: int, run: str, tag: int, seconds: float) -> RunResult:
         for n in self.nodes:
             n.reset()
-        self.ctx.wait_routes(self.sidecar, 3)  # the last run's 429s may have failed probes
+        # the last run's 429s may have failed probes
+        self.ctx.wait_routes(self.sidecar, 3, settle_s=0.3 if self.ctx.p.smoke else 1.5)
         for n in self.nodes:
             n.control(limit_rps=limit)
         mid: list[NodeCounts] = []
@@ -250,7 +254,8 @@ class UpstreamLimits:
         )
 
     def run(self) -> None:
-        seconds = 12.0 if self.ctx.p.stats_quick else 30.0
+        p = self.ctx.p
+        seconds = 2.0 if p.smoke else 12.0 if p.stats_quick else 30.0
         print(
             f"\n[14] upstream limits: {OFFERED_RPS:.0f} calls/s offered for {seconds:.0f} s"
             f" to 3 nodes limited to {' or '.join(map(str, LIMITS))} calls/s each",
@@ -264,7 +269,7 @@ class UpstreamLimits:
                 s = summarise(self._run(limit, run, tag, seconds))
                 results.setdefault(limit, {})[run] = s
                 print(f"  14. limit {limit}/s, {run}: {s}", flush=True)
-                time.sleep(1.5)  # the nodes' windows and the proxies' back-offs clear
+                self.ctx.pause(1.5)  # the nodes' windows and the proxies' back-offs clear
         v = verdict(results)
         self._report(results, v, seconds)
         self.ctx.report.data["upstream_limits"] = {

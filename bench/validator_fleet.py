@@ -44,6 +44,7 @@ from chainproxy.supervisor import wait_http
 
 CLIENTS = 20
 BLOCK_S = 3.0
+SMOKE_BLOCK_S = 1.0  # bench/run.py --smoke: a block a second (nothing timed is read)
 NODE_LATENCY_MS, PER_MIB_MS, BYTE_SLOTS = 40.0, 500.0, 4
 POLL_S = 1.0
 WARM = 2  # blocks of each variant that build the demand, not measured
@@ -247,11 +248,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _unsynced(phase: Phase) -> list[int]:
+    """The measured blocks no sync has ended for yet."""
+    done = {s.block for s in phase.syncs}
+    return [b for b in phase.measured if b not in done]
+
+
 async def run_phase(
-    proxy: str, pid: int, nodes: list[str], trigger: str, blocks: int, net: int
+    proxy: str,
+    pid: int,
+    nodes: list[str],
+    trigger: str,
+    blocks: int,
+    net: int,
+    block_s: float = BLOCK_S,
 ) -> Phase:
     """``WARM + blocks`` blocks of the fleet on ``proxy`` (process ``pid``;
-    ``net``: the third byte of the clients' addresses)."""
+    ``net``: the third byte of the clients' addresses; ``block_s``: the nodes'
+    block time)."""
     http, ws_url = f"{proxy}/rpc/v1/finney", f"{proxy.replace('http', 'ws', 1)}/rpc/v1/finney"
     phase = Phase()
     ips = [f"127.0.{net}.{i + 2}" for i in range(CLIENTS)]
@@ -271,14 +285,19 @@ async def run_phase(
                     continue
                 seen.append(n)
                 if len(seen) == WARM:  # mid-block, before the first measured one
-                    await asyncio.sleep(BLOCK_S / 2)
+                    await asyncio.sleep(block_s / 2)
                     before, cpu = await _node_reads(nodes), cpu_seconds(pid)
                 elif len(seen) == WARM + blocks:
-                    await asyncio.sleep(BLOCK_S / 2)
+                    await asyncio.sleep(block_s / 2)
                     after, phase.proxy_cpu_s = await _node_reads(nodes), cpu_seconds(pid) - cpu
                     phase.upstream = {m: after[m] - before[m] for m in READ_METHODS}
                     phase.measured = seen[WARM:]
                     break
+        # a measured block none of whose syncs has ended yet has no first client:
+        # let one end (bounded) before the clients stop
+        deadline = time.monotonic() + 4 * block_s
+        while _unsynced(phase) and time.monotonic() < deadline:  # noqa: ASYNC110 - bounded
+            await asyncio.sleep(0.05)
     finally:
         for t in tasks:
             t.cancel()
@@ -293,29 +312,33 @@ class ValidatorFleet:
         self.targets: dict[str, str] = {}
         self.pids: dict[str, int] = {}
         self.sidecar = ""
+        self.block_s = SMOKE_BLOCK_S if ctx.p.smoke else BLOCK_S
 
     def start(self) -> None:
         st, ctx = self.ctx.stack, self.ctx
         epoch = time.time() - 3600
         self.nodes = [
-            st.start_node(f"vf-{c}", epoch=epoch, block_time=BLOCK_S, wait=False) for c in "abc"
+            st.start_node(f"vf-{c}", epoch=epoch, block_time=self.block_s, wait=False)
+            for c in "abc"
         ]
+        # a smoke run's blocks are short: answers not slowed per MiB, so a sync
+        # still ends within its block on a busy machine
+        per_mib = 0.0 if ctx.p.smoke else PER_MIB_MS
         for n in self.nodes:
             wait_http(f"{n.url}/_sim/state", n.proc)
-            n.control(
-                latency_ms=NODE_LATENCY_MS, latency_per_mib_ms=PER_MIB_MS, byte_slots=BYTE_SLOTS
-            )
+            n.control(latency_ms=NODE_LATENCY_MS, latency_per_mib_ms=per_mib, byte_slots=BYTE_SLOTS)
         base, self.sidecar = st.write_config(
             "vf-on", [n.url for n in self.nodes], data_dir=ctx.tmp / "vf-on"
         )
         self._edit(base, base, wss=True)
         off = self._edit(base, base.with_name("vf-off.yaml"), prewarm={"max_reads": 0})
-        st.start_sidecar("sidecar-vf", base, self.sidecar)
-        for name, cfg in (("on", base), ("off", off)):
-            proc, self.targets[name] = st.start_chainproxy(
-                f"vf-{name}", cfg, self.sidecar, cpus=ctx.proxy_cpus
-            )
-            self.pids[name] = proc.pid
+        started = st.start_sidecar_and_proxies(
+            ("sidecar-vf", base, self.sidecar),
+            [("vf-on", base), ("vf-off", off)],
+            cpus=ctx.proxy_cpus,
+        )
+        for name, (proc, url) in zip(PREWARM, started, strict=True):
+            self.targets[name], self.pids[name] = url, proc.pid
         ctx.wait_routes(self.sidecar, 3)
 
     def _edit(self, src: Path, dst: Path, *, wss: bool = False, **proxy: Any) -> Path:
@@ -329,11 +352,11 @@ class ValidatorFleet:
         return dst
 
     def run(self) -> None:
-        quick = self.ctx.p.stats_quick
-        rounds, blocks = (1, 4) if quick else (2, 6)
+        p = self.ctx.p
+        rounds, blocks = (1, 1) if p.smoke else (1, 4) if p.stats_quick else (2, 6)
         variants = [(t, w) for t in TRIGGERS for w in PREWARM]
         print(
-            f"\n[17] validator fleet: {CLIENTS} clients, a block every {BLOCK_S:.0f} s,"
+            f"\n[17] validator fleet: {CLIENTS} clients, a block every {self.block_s:.0f} s,"
             f" {rounds} x {WARM}+{blocks} blocks per variant",
             flush=True,
         )
@@ -345,12 +368,14 @@ class ValidatorFleet:
             k = r % len(variants)
             for trig, warm in [*variants[k:], *variants[:k]]:
                 net += 1
-                p = asyncio.run(
-                    run_phase(self.targets[warm], self.pids[warm], urls, trig, blocks, net)
+                phase = asyncio.run(
+                    run_phase(
+                        self.targets[warm], self.pids[warm], urls, trig, blocks, net, self.block_s
+                    )
                 )
-                phases[trig, warm].append(p)
-                print(f"  17. {trig}, pre-warm {warm}: {summarise([p])}", flush=True)
-        time.sleep(3)  # the proxy's next usage batch carries its counters
+                phases[trig, warm].append(phase)
+                print(f"  17. {trig}, pre-warm {warm}: {summarise([phase])}", flush=True)
+        self.ctx.pause(3, 0.5)  # the proxy's next usage batch carries its counters
         after = sidecar_metric(self.sidecar, "chainproxy_prewarm_total")
         prewarm = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in OUTCOMES}
         runs = {v: summarise(ps) for v, ps in phases.items()}

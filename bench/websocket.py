@@ -169,12 +169,13 @@ class WebSocketBench:
         print("\n[15] JSON-RPC over WebSocket: hits and misses, 1 and 32 sockets", flush=True)
         hit = ["chain_getHeader", [self.tp.pinned_hash]]
         at = head_hash(self.tp.trivial)  # misses read at the head: stored, as pinned reads are
-        reps = 3 if p.extras else 1  # full / quick
-        seconds = 1.25 if p.extras else 1.0
+        reps = 3 if p.extras else 1  # full / quick (and smoke)
+        seconds = 1.25 if p.extras else 0.15 if p.smoke else 1.0
         subjects = self.subjects()
         results: dict[tuple[str, str, str], list[Run]] = {}
         for s in subjects:  # warm: sockets, upstream connections, the hit in the cache
-            measure_one(s, SHAPES[0] if s.ws else SHAPES[2], "hit", 0.5, hit, at=at)
+            if not p.smoke:
+                measure_one(s, SHAPES[0] if s.ws else SHAPES[2], "hit", 0.5, hit, at=at)
         for shape in SHAPES:
             pairs = plan_runs(subjects, shape)
             for rep in range(reps):

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.soak.chaos import Chaos
-from bench.soak.plan import schedule
+from bench.soak.plan import Action, schedule
 from bench.soak.report import Result, figures, render, write
 from bench.soak.stack import SoakStack
 from bench.soak.tally import Tally
@@ -52,8 +52,13 @@ async def settle_usage(sidecar_url: str, expected: int, timeout_s: float = 90.0)
     return last
 
 
-async def soak(stack: SoakStack, seconds: float, seed: int) -> Result:
-    actions = schedule(seconds, list(stack.nodes), seed=seed, redis=stack.with_redis)
+async def soak(
+    stack: SoakStack, seconds: float, seed: int, actions: list[Action] | None = None
+) -> Result:
+    """Traffic for ``seconds`` with the chaos of ``actions`` (by default the
+    seeded ``schedule``); the figures once the clients stopped."""
+    if actions is None:
+        actions = schedule(seconds, list(stack.nodes), seed=seed, redis=stack.with_redis)
     started = time.monotonic()
     tally = Tally()
     clients = Clients(stack.url, tally, seed=seed, started=started)

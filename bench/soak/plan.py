@@ -112,6 +112,26 @@ def _reloads(planned: list[Action], start: float, end: float, rng: random.Random
     return out
 
 
+SMOKE_S = 32.0  # tests/e2e/test_soak_smoke.py: the soak's length
+
+
+def smoke_plan(nodes: list[str]) -> list[Action]:
+    """The smoke test's chaos, packed into ``SMOKE_S`` seconds: one of each kind
+    the soak's goals rest on (a proxy stopped by SIGTERM and started again,
+    Redis and the sidecar killed and restarted, a node rate-limited to 3 calls
+    a second and, while it is limited, another killed: the first node stays
+    whole), all over ~12 s before the end, as ``schedule`` keeps a quiet end."""
+    first, second, third = nodes[:3]
+    del first  # untouched throughout
+    return [
+        Action(4.0, "proxy", "proxy", 2.0),
+        Action(7.0, "redis", "redis", 3.0),
+        Action(9.0, "rate_limit", third, 8.0),
+        Action(11.0, "kill", second, 5.0),
+        Action(18.0, "sidecar", "sidecar", 1.6),
+    ]
+
+
 def faulted_at(actions: list[Action], t: float, nodes: list[str]) -> set[str]:
     """The nodes under a fault at time ``t``."""
     return {a.target for a in actions if a.target in nodes and a.at <= t < a.until}

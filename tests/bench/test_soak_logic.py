@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import itertools
 
-from bench.soak.plan import LIMIT_FAULTS, NODE_ACTIONS, NODE_FAULTS, faulted_at, schedule
+from bench.soak.plan import (
+    LIMIT_FAULTS,
+    NODE_ACTIONS,
+    NODE_FAULTS,
+    SMOKE_S,
+    faulted_at,
+    schedule,
+    smoke_plan,
+)
 from bench.soak.tally import HeadLog, judge_item
 from simnode.faults import check_fault
 
@@ -25,6 +33,18 @@ def test_the_plan_never_faults_every_node_and_is_replayable() -> None:
             assert all(x.until <= y.at for x, y in itertools.pairwise(same))
     assert "redis" not in {a.kind for a in schedule(600, NODES, seed=1, redis=False)}
     assert {a.kind for a in schedule(3600, NODES, seed=3)} >= set(NODE_ACTIONS)
+
+
+def test_the_smoke_plan_has_each_kind_the_smoke_test_checks_and_a_whole_node() -> None:
+    plan = smoke_plan(NODES)
+    assert {a.kind for a in plan} == {"kill", "proxy", "sidecar", "redis", "rate_limit"}
+    limited = next(a for a in plan if a.kind == "rate_limit")
+    killed = next(a for a in plan if a.kind == "kill")
+    assert limited.at < killed.at and killed.until <= limited.until  # killed while limited
+    assert all(a.until <= SMOKE_S - 10 for a in plan)  # a quiet end, as schedule keeps
+    for a in plan:
+        for t in (a.at, a.at + a.duration / 2):
+            assert len(faulted_at(plan, t, NODES)) <= len(NODES) - 1
 
 
 def test_every_node_fault_is_one_the_simulated_node_takes() -> None:
