@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from redis import exceptions as redis_errors
 
-from addon.redislink.pipe import RedisPipe
+from addon.redislink.pipe import RedisPipe, _Waiter
 from common.config import RedisConfig
 
 log = logging.getLogger("chainproxy.redis")
@@ -98,7 +98,7 @@ class RedisLink:
         connection's ``data_received``, or ``done(UNAVAILABLE)`` (the fallback
         counted) from the bound's timer or on an error reply."""
         bounded = _Bounded(self, store, done)
-        self.pipe.send(command, bounded.reply, packed)
+        bounded.queued = self.pipe.send(command, bounded.reply, packed)
 
     def fallback(self, store: str) -> None:
         """A request of ``store`` served locally because the link is down."""
@@ -152,9 +152,23 @@ class _Bounded:
     the other is ignored (a late reply still arrives in order and is dropped).
     One timer, and the same rule as ``_LagGuard``: a timer that fires late means
     this process's loop was busy (the reply may sit unread in the socket), so
-    the deadline moves on, up to ``_HARD_CAP_S``."""
+    the deadline moves on, up to ``_HARD_CAP_S``. And the bound is Redis's time
+    from when the command left this process: a command written to the
+    connection only lately (it waited behind a busy loop turn, on a connected
+    link) gets the whole bound from then. A timer can be on time and still find
+    the command written in the same loop turn: a burst of requests fills one
+    turn, and the timer that ends it sees Redis had no time at all."""
 
-    __slots__ = ("_done", "_handle", "_link", "_loop", "_started", "_store", "finished")
+    __slots__ = (
+        "_done",
+        "_handle",
+        "_link",
+        "_loop",
+        "_started",
+        "_store",
+        "finished",
+        "queued",
+    )
 
     def __init__(self, link: RedisLink, store: str, done: Callable[[Any], None]) -> None:
         self._link, self._store, self._done = link, store, done
@@ -162,6 +176,7 @@ class _Bounded:
         self._started = started = loop.time()
         self._handle = loop.call_at(started + link.timeout_s, self._due, started + link.timeout_s)
         self.finished = False
+        self.queued: _Waiter | None = None  # the pipe's entry: when the command was written
 
     def reply(self, reply: Any) -> None:
         if self.finished:
@@ -180,13 +195,27 @@ class _Bounded:
         if self.finished:
             return
         now = self._loop.time()
-        if now - due > _LATE_S and now - self._started < _HARD_CAP_S:
-            nxt = min(now + self._link.timeout_s, self._started + _HARD_CAP_S)
+        if now - self._started < _HARD_CAP_S and (nxt := self._redis_due(now, due)) > now:
+            nxt = min(nxt, self._started + _HARD_CAP_S)
             self._handle = self._loop.call_at(nxt, self._due, nxt)
             return
         self.finished = True
         self._link.failed(self._store, TimeoutError())
         self._done(UNAVAILABLE)
+
+    def _redis_due(self, now: float, due: float) -> float:
+        """When Redis's own time for this call runs out (``now`` or earlier: it has)."""
+        timeout = self._link.timeout_s
+        if now - due > _LATE_S:  # the timer is late: the loop was busy
+            return now + timeout
+        queued = self.queued
+        if queued is None:
+            return now
+        if queued.written_at is None:  # not written yet
+            # still in this process's buffer behind a busy turn; while
+            # connecting it is Redis's (the network's) time
+            return now + timeout if self._link.pipe.connected else now
+        return queued.written_at + timeout
 
 
 class _LagGuard:

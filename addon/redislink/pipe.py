@@ -23,12 +23,21 @@ A caller that gives up (its deadline) only cancels its own future; the reply
 still arrives in order and is dropped. A lost connection fails every waiting
 future (and calls every callback) with ``ConnectionError``; the next command
 reconnects.
+
+The connect's bound follows the rule of the calls' (``addon/redislink/link.py``):
+it is Redis's time, not ours. A deadline timer that fires late means this
+process's loop was busy (a worker starting, a burst of requests) and the
+connection may already be made, its completion not yet read: the deadline moves
+on, up to ``_CONNECT_CAP_S``. Timing out there on the loop's account looked
+like a refused connection, so the link went down and the quota was local for a
+second on a loaded machine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import ssl
 from collections import deque
@@ -42,6 +51,10 @@ from redis.connection import parse_url
 log = logging.getLogger("chainproxy.redis")
 
 MAX_IN_FLIGHT = 20_000  # commands written and not answered: beyond, Redis is not keeping up
+_LATE_S = 0.005  # a deadline timer this late: the event loop, not Redis, held the connect
+# However busy the loop, a connect is given up after this. No request waits on it
+# as such: each queued command has its own bound (``RedisLink.call``).
+_CONNECT_CAP_S = 5.0
 
 
 def pack(command: tuple[Any, ...]) -> bytes:
@@ -66,7 +79,7 @@ Reply = Callable[[Any], None]  # called with the reply, or the exception instead
 
 
 class _Waiter:
-    __slots__ = ("callback", "command", "future", "retried")
+    __slots__ = ("callback", "command", "future", "retried", "written_at")
 
     def __init__(
         self,
@@ -79,6 +92,8 @@ class _Waiter:
         self.future = future
         self.callback = callback
         self.retried = False
+        # loop time it was written to the connection (None: still in this process)
+        self.written_at: float | None = None
 
 
 class RedisPipe(asyncio.Protocol):
@@ -119,16 +134,26 @@ class RedisPipe(asyncio.Protocol):
             self._send(_Waiter(command, fut))
         return fut
 
-    def send(self, command: tuple[Any, ...], callback: Reply, packed: bytes | None = None) -> None:
+    def send(
+        self, command: tuple[Any, ...], callback: Reply, packed: bytes | None = None
+    ) -> _Waiter | None:
         """Queue one command; ``callback(reply)`` from ``data_received`` (or
         ``callback(error)``: a ``ResponseError``, or ``ConnectionError`` when the
         connection fails — at once if it cannot be used). ``packed``: the
-        command already in RESP (a caller that sends the same one often)."""
+        command already in RESP (a caller that sends the same one often).
+        Returns its place in the queue (``written_at``: when it left this
+        process), or None when it was refused at once."""
         refused = self._refused()
         if refused is not None:
             _call(callback, refused)
-        else:
-            self._send(_Waiter(command, None, callback), packed)
+            return None
+        w = _Waiter(command, None, callback)
+        self._send(w, packed)
+        return w
+
+    @property
+    def connected(self) -> bool:
+        return self._transport is not None
 
     def connect(self) -> None:
         """Open the connection now (in the background), so the first requests do
@@ -184,8 +209,12 @@ class RedisPipe(asyncio.Protocol):
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                await loop.create_connection(lambda: self, self.host, self.port, ssl=context)
+            async with asyncio.timeout(None) as bound:
+                deadline = _LagAwareDeadline(loop, bound, self.connect_timeout_s)
+                try:
+                    await loop.create_connection(lambda: self, self.host, self.port, ssl=context)
+                finally:
+                    deadline.cancel()
         except (OSError, TimeoutError) as e:
             self._fail_all(redis_errors.ConnectionError(f"cannot connect to redis: {e}"))
 
@@ -223,6 +252,10 @@ class RedisPipe(asyncio.Protocol):
         if self._transport is not None and self._out:
             out, self._out = self._out, []
             self._transport.write(b"".join(out))
+            # the unwritten commands are always the last ones waiting
+            now = asyncio.get_running_loop().time()
+            for w in itertools.islice(reversed(self._waiting), len(out)):
+                w.written_at = now
 
     # -- replies -------------------------------------------------------------------
 
@@ -275,6 +308,33 @@ class RedisPipe(asyncio.Protocol):
         self._waiting.append(w)
         self._flush()
         return True
+
+
+class _LagAwareDeadline:
+    """Expires ``bound`` (an ``asyncio.timeout``) ``step`` seconds from now if
+    its timer fires on time; a timer that fires late (the loop was busy) moves
+    the deadline ``step`` on instead, up to ``_CONNECT_CAP_S`` from the start."""
+
+    __slots__ = ("_bound", "_handle", "_loop", "_step", "_until")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, bound: asyncio.Timeout, step: float
+    ) -> None:
+        self._loop, self._bound, self._step = loop, bound, step
+        now = loop.time()
+        self._until = now + max(step, _CONNECT_CAP_S)
+        self._handle = loop.call_at(now + step, self._due, now + step)
+
+    def _due(self, due: float) -> None:
+        now = self._loop.time()
+        if now - due > _LATE_S and now < self._until:
+            nxt = min(now + self._step, self._until)
+            self._handle = self._loop.call_at(nxt, self._due, nxt)
+        else:
+            self._bound.reschedule(now)  # expires: the connect is cancelled, TimeoutError
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 def _call(callback: Reply, reply: Any) -> None:

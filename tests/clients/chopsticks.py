@@ -44,10 +44,13 @@ class Chopsticks:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def rpc(self, method: str, params: Any = None) -> Any:
-        return rpc(self.url, method, params)
+    def rpc(self, method: str, params: Any = None, timeout: float = 30.0) -> Any:
+        return rpc(self.url, method, params, timeout)
 
-    def wait_ready(self, timeout: float = 120.0) -> None:
+    def wait_ready(self, timeout: float = 600.0) -> None:
+        """Until it answers (or exits): its start-up runs the runtime to build
+        block #1, which a loaded machine makes slow; the timeout says it hung."""
+
         def answers() -> bool:
             try:
                 self.rpc("chain_getHeader")
@@ -58,8 +61,10 @@ class Chopsticks:
         wait_until(answers, self.proc, f"{self.url} not answering", timeout, poll_s=0.25)
 
     def new_blocks(self, count: int = 1) -> int:
-        """Build ``count`` blocks (``dev_newBlock``); the new best height."""
-        self.rpc("dev_newBlock", [{"count": count}])
+        """Build ``count`` blocks (``dev_newBlock``); the new best height. Building
+        runs the runtime: on a loaded machine it takes what it takes (the timeout
+        only says chopsticks hung)."""
+        self.rpc("dev_newBlock", [{"count": count}], timeout=300.0)
         return self.best()
 
     def best(self) -> int:

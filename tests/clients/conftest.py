@@ -31,11 +31,19 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The chopsticks set-ups are shared fixtures (the session's chain, a module's
+    # own): each lands in whichever test happens to come first, and on a loaded
+    # machine a start-up alone took 90 of the 120 s a test is given. So a test's
+    # timeout covers the test itself; a set-up is bounded by its own waits, each
+    # on a condition (chopsticks answering, a child alive) with a hang guard.
+    timeout = config.getoption("timeout", None) or config.getini("timeout")
     for item in items:
         if HERE in item.path.parents:
             item.add_marker(pytest.mark.clients)
             item.add_marker(pytest.mark.e2e)
+            if timeout and item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(float(timeout), func_only=True))
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,14 @@ block (``dev_newBlock``, straight to chopsticks), tell every client to sync
 and wait for all of them. Upstream calls are the fronts' ``rpc`` counts over
 the run's blocks (the sidecar's probes are counted apart, by User-Agent);
 client calls are what the clients counted on their own sockets.
+
+Nothing here expects chopsticks to be quick: one node runs the runtime for
+every call, one at a time, so a block's burst of runtime calls can queue for
+tens of seconds on a loaded machine. The proxies get ``PATIENT_FAILOVER`` (the
+default 5 s attempt and 15 s deadline cut such a sync off with "deadline of
+15s passed before an upstream answered", and a timed-out attempt sent the call
+again, to the same node, adding to its queue and to the counts), and a client
+is waited for until it answers or exits: ``HANG_S`` only says it hung.
 """
 
 from __future__ import annotations
@@ -40,6 +48,17 @@ FEATURES_OFF: dict[str, Any] = {
     "head_pinning": {"enabled": False},
     "hedge": {"enabled": False},
 }
+# The failover settings of the proxies whose upstream calls are counted: the
+# attempt timeout and the deadline guard against a hung node, never against a
+# slow one (the endpoints are one chopsticks: another attempt cannot be quicker).
+PATIENT_FAILOVER: dict[str, Any] = {
+    "max_attempts": 3,
+    "attempt_timeout_s": 300,
+    "deadline_s": 600,
+    "eject_after": 3,
+    "eject_cooldown_s": 2,
+}
+HANG_S = 600.0  # a client that printed nothing for this long (and is alive) is hung
 # every client of every run has a source address of its own (its own quota)
 _client_ips = (f"127.9.{i // 250}.{i % 250 + 2}" for i in itertools.count())
 
@@ -92,9 +111,12 @@ class SyncClient:
         assert self.proc.stdout is not None
         self.lines = LineReader(self.proc.stdout)
 
-    def step(self, name: str, timeout: float) -> dict[str, Any]:
+    def step(self, name: str, timeout: float = HANG_S) -> dict[str, Any]:
+        """The client's next step, once it prints it (or an error if it exits first)."""
         if not self.lines.wait_for("@@ ", timeout):
-            raise RuntimeError(f"sync client: no {name!r} step in {timeout:g}s:\n{self.lines.text}")
+            exited = self.proc.poll()
+            why = f"exited ({exited})" if exited is not None else f"hung for {timeout:g}s"
+            raise RuntimeError(f"sync client: no {name!r} step, {why}:\n{self.lines.text}")
         doc = json.loads(self.lines.lines[-1].split("@@ ", 1)[1])
         if doc["step"] != name:
             raise RuntimeError(f"sync client: {doc['step']!r} instead of {name!r}")
@@ -105,14 +127,28 @@ class SyncClient:
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
-    def stop(self) -> None:
+    def quit(self) -> None:
+        """Ask it to close its connection and exit (``stopped`` waits for that)."""
         if self.proc.poll() is None:
             try:
                 self.send("quit")
-                self.proc.wait(10)
-            except (OSError, subprocess.TimeoutExpired):
+            except OSError:
                 self.proc.kill()
-                self.proc.wait(5)
+
+    def stopped(self) -> None:
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def stop_all(procs: list[SyncClient]) -> None:
+    """Every client told to quit first, then waited for: they exit together."""
+    for p in procs:
+        p.quit()
+    for p in procs:
+        p.stopped()
 
 
 def upstream_counts(chain: ChainStack) -> Counter[str]:
@@ -131,7 +167,7 @@ def run_syncs(
     procs = [SyncClient(url, workdir / f"{name.replace(' ', '-')}-{i}") for i in range(clients)]
     try:
         for p in procs:  # they connect in parallel; each waits here in turn
-            p.step("ready", 120)
+            p.step("ready")
         before = upstream_counts(chain)
         for b in range(blocks):
             number = chain.node.new_blocks(1)
@@ -139,15 +175,14 @@ def run_syncs(
             for p in procs:  # all at once: the line is all they wait for
                 p.send(f"sync {b}")
             for i, p in enumerate(procs):
-                doc = p.step("sync", 90)
+                doc = p.step("sync")
                 run.client_calls.update(doc["calls"])
                 run.sync_seconds.append(doc["seconds"])
                 run.syncs.append({**doc, "client": i, "block": block})
         # a call is counted as the front reads it, before its answer exists
         run.upstream_calls = upstream_counts(chain) - before
     finally:
-        for p in procs:
-            p.stop()
+        stop_all(procs)
     return run
 
 

@@ -1,14 +1,19 @@
 """What the end-to-end tests share: calls and their replies over HTTP from a
 fresh client address each, a stack of nodes + sidecar + proxy, a WebSocket
-client with subscriptions, and the demo launcher's config and output."""
+client with subscriptions, the demo launcher's config and output, and waits
+that poll for a condition (``wait_until``) instead of sleeping a fixed time."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import json
+import re
 import subprocess
 import time
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from tests.e2e.harness import Stack, base_config, free_port
+from tests.e2e.harness import Stack, base_config, free_port, http_json
 
 _client_ips = (f"127.0.{a}.{b}" for a, b in itertools.product(range(10, 250), range(2, 250)))
 
@@ -215,3 +220,82 @@ async def two_heads(url: str) -> list[dict[str, object]]:
                 if doc.get("method") == "chain_newHead":
                     heads.append(doc["params"]["result"])
     return heads
+
+
+# --- waiting for a condition -------------------------------------------------------------------
+
+
+async def wait_until(
+    cond: Callable[[], Any], timeout: float, what: str, *, step: float = 0.1
+) -> Any:
+    """Poll ``cond`` (a function or a coroutine function) every ``step`` seconds
+    until it returns something true, and return that. After ``timeout`` seconds
+    raise ``AssertionError`` naming ``what`` was awaited and the last value seen:
+    a wait that times out fails the test, it never lets it go on unproven."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"timed out after {timeout:g} s waiting until {what} (last: {value!r:.300})"
+            )
+        await asyncio.sleep(step)
+
+
+# --- the sidecar's /metrics ----------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def metrics_text(base_url: str) -> str:
+    """``GET <base_url>/metrics`` (the sidecar's, or through the proxy)."""
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` whose labels include ``labels`` in a
+    Prometheus text exposition; 0.0 when there is none."""
+    total = 0.0
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m is None or m.group(1) != name:
+            continue
+        have = dict(_LABEL.findall(m.group(2) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def usage_refusals(stack: Stack) -> float:
+    return metric_value(
+        metrics_text(stack.sidecar_url), "chainproxy_refusals_total", policy="allowlist"
+    )
+
+
+async def usage_delivered(stack: Stack, timeout: float = 30.0) -> None:
+    """Every usage batch the proxy made so far has reached the sidecar: a call
+    refused by the allowlist (counted in the live metrics, not in the usage
+    records, from a fresh address: no quota of the test's) is sent now, and its
+    refusal is awaited in the sidecar's /metrics. The proxy delivers its batches
+    oldest first, so the batch carrying it comes after every earlier one. The
+    positive signal a "nothing more arrives" check waits for first."""
+    before = usage_refusals(stack)
+    r = await post(stack.rpc_url(), call("author_submitExtrinsic", ["0x00"]))
+    assert r.status == 403 and r.body["error"]["data"]["policy"] == "allowlist", r.body
+    await wait_until(
+        lambda: usage_refusals(stack) > before,
+        timeout,
+        "the usage batch after the test's calls reached the sidecar",
+        step=0.2,
+    )
+
+
+def sidecar_routes(stack: Stack, network: str = "finney") -> dict[str, Any]:
+    """The routing snapshot the sidecar serves the proxy now."""
+    return http_json(f"{stack.sidecar_url}/api/v1/internal/routes/{network}")  # type: ignore[no-any-return]

@@ -5,10 +5,13 @@ lost connection, a caller that gives up, and a peer that is not Redis."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 
 import pytest
 from redis import exceptions as redis_errors
 
+from addon.redislink import pipe as pipe_module
 from addon.redislink.pipe import RedisPipe, pack
 from tests.redis_server import RedisServer
 
@@ -135,6 +138,51 @@ def test_connect_without_a_running_loop_waits_for_the_first_command() -> None:
     pipe = RedisPipe("redis://127.0.0.1:1/0", connect_timeout_s=0.1)
     pipe.connect()  # no loop here: nothing scheduled, nothing raised
     assert pipe._connecting is None and pipe._transport is None
+
+
+def _hold_the_loop(seconds: float) -> None:
+    """What a worker's start-up or a burst of requests does to its event loop."""
+    time.sleep(seconds)
+
+
+async def test_a_busy_loop_does_not_fail_a_connect_redis_answered(
+    redis_server: RedisServer,
+) -> None:
+    # The connect is under way (its SYN sent) when the loop stops for longer than
+    # the connect's bound; Redis accepted at once. The bound's timer fires late:
+    # the loop's time, not Redis's, so the connect stands (it used to fail as
+    # "cannot connect to redis", which took the link down: the quota went local).
+    pipe = RedisPipe(redis_server.url, connect_timeout_s=0.1)
+    pipe.connect()
+    await asyncio.sleep(0)  # the connect task runs up to its wait for the socket
+    assert pipe._connecting is not None and not pipe._connecting.done()
+    _hold_the_loop(0.3)
+    assert await pipe.ping() == b"PONG"
+    pipe.close()
+
+
+async def test_a_connect_nobody_accepts_still_fails_at_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A listener whose backlog is full drops the SYN: the connect hangs. With the
+    # loop idle the bound's timer is on time, so the connect fails at the bound:
+    # with the cap out of reach, only a timer found late again and again (a loop
+    # busy every 0.2 s for a minute) would keep it waiting.
+    monkeypatch.setattr(pipe_module, "_CONNECT_CAP_S", 3600.0)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=2)  # fills the backlog
+    pipe = RedisPipe(f"redis://127.0.0.1:{port}/0", connect_timeout_s=0.2)
+    try:
+        with pytest.raises(redis_errors.ConnectionError, match="cannot connect"):
+            async with asyncio.timeout(60):
+                await pipe.ping()
+    finally:
+        pipe.close()
+        filler.close()
+        listener.close()
 
 
 # -- send: replies by callback, from the read itself ------------------------------------
