@@ -1,13 +1,17 @@
 """A node's configured budget in a real redis-server, shared by every proxy:
 two processes together never exceed it, a call counts in the window until a
-second after it ended (whichever process sent it), calls in flight are leased
-and given back, and while Redis is down each process keeps the budget itself."""
+second after it ended (whichever process sent it; on Redis's clock to the
+microsecond), calls in flight are leased and given back, and while Redis is
+down each process keeps the budget itself."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+import pytest
+
+from addon.upstream import shared_budgets
 from addon.upstream.budgets import WINDOW_S, Budgets, Ticket
 from addon.upstream.shared_budgets import SharedBudgets
 from common.config import Endpoint
@@ -94,3 +98,42 @@ async def test_a_redis_outage_falls_back_to_the_local_budget(redis_server: Redis
     # this process's own window (it counted the first call too): 2 more, then waits
     assert sum(isinstance(r, Ticket) for r in results) == 2
     await link.close()
+
+
+async def test_a_call_ended_is_counted_a_whole_window_on_redis_clock(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's window is ``(t - 1 s, t]``: the next call may be taken no
+    sooner than a whole window after the end Redis recorded, to the
+    microsecond. End times cut to whole milliseconds let a call in up to 1 ms
+    early, and with the end-to-arrival gaps of a loopback node (about 1 ms) the
+    node saw 21 calls within 0.9999 s. A short window keeps the trials quick;
+    each release is sent late in a millisecond (the system's clock is Redis's
+    on this machine), where a cut end time is the most wrong."""
+    window_ms = 40
+    monkeypatch.setattr(shared_budgets, "_WINDOW_MS", window_ms)
+    link = redis_link(redis_server, timeout_ms=2000)
+    book = SharedBudgets(link, _book(max_rps=1), lease_s=5)
+    shortest = float("inf")
+    ticket = await _take(book)
+    for _ in range(25):
+        assert isinstance(ticket, Ticket)
+        while time.time() % 0.001 < 0.0006:
+            pass
+        released = time.time()  # before Redis records the end
+        book.release(ticket)
+        await asyncio.gather(*book._tasks)
+        ticket = await _take_soonest(book)
+        shortest = min(shortest, time.time() - released)  # after Redis took it
+    assert shortest >= window_ms / 1000, shortest
+    await link.close()
+
+
+async def _take_soonest(book: SharedBudgets) -> Ticket:
+    """A ticket as soon as Redis gives one: asked again at once near the time it said."""
+    while True:
+        got = await _take(book)
+        if isinstance(got, Ticket):
+            return got
+        if got > 0.003:
+            await asyncio.sleep(got - 0.003)
