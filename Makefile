@@ -21,7 +21,7 @@ help:
 	@echo "make inspect  like run, under mitmweb (UI on http://127.0.0.1:8082)"
 	@echo "make check-config  validate $(CONFIG) and say what it deploys (CONFIG=F for another)"
 	@echo "make test     the test suite"
-	@echo "make lint     ruff"
+	@echo "make lint     ruff and mypy"
 	@echo "make bench    benchmarks (QUICK=1 for a short run)"
 	@echo "make bench-real  real clients (async-substrate-interface) on chopsticks: upstream calls"
 	@echo "make soak     chaos soak, SOAK_S seconds (600): figures into docs/RELIABILITY.md"
@@ -61,11 +61,13 @@ check-config: $(STAMP)
 
 test: $(STAMP) js-deps browser-deps asi-deps scale-deps
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) $(ASI_VENV) $(BT_VENV) data .pytest_cache .ruff_cache

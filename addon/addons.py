@@ -8,21 +8,23 @@ from typing import Any
 
 from mitmproxy import http
 
-from addon.drain import Drain
-from addon.mitm.idle import IdleConnections
+from addon.hooks.drain import Drain
+from addon.hooks.holder import RuntimeHolder
+from addon.hooks.idle import IdleConnections
+from addon.hooks.passthrough import SidecarPassthrough
+from addon.hooks.pipeline import RpcPipeline
+from addon.hooks.prewarm import Prewarmer
+from addon.hooks.read_limits import ReadLimitsAddon
+from addon.hooks.session import HttpSession
+from addon.hooks.settings import Settings
+from addon.hooks.shipping import ShipperAddon
+from addon.hooks.snapshot import SnapshotRefresher
+from addon.hooks.websocket import WebSocketRpc
 from addon.mitm.limits import ReadLimits
+from addon.mitm.responses import json_response
 from addon.mitm.tuning import ProxyTuning
-from addon.passthrough import SidecarPassthrough
 from addon.pipeline.context import WS_KEY
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, error_obj
-from addon.pipeline.reply import json_response
-from addon.pipeline.runner import RpcPipeline
-from addon.reporting.shipping import ShipperAddon
-from addon.runtime import RuntimeHolder
-from addon.session import HttpSession
-from addon.settings import Settings
-from addon.sockets.handler import WebSocketRpc
-from addon.upstream.snapshot import SnapshotRefresher
+from addon.rpc.jsonrpc import INTERNAL_ERROR, error_obj
 
 log = logging.getLogger("chainproxy")
 
@@ -48,8 +50,8 @@ def build_addons() -> list[Any]:
     rpc = RpcPipeline(holder)
     sockets = WebSocketRpc(holder, rpc, limits)
     return [
-        Settings(holder, limits),  # the config → the runtime every part reads
-        limits,  # mitmproxy's missing read limits: patched in on load, out on done
+        Settings(holder, limits, Prewarmer(holder)),  # the config → the runtime every part reads
+        ReadLimitsAddon(limits),  # mitmproxy's missing read limits: patched in on load, out on done
         IdleConnections(holder),  # a connection with no request for read_timeout_s: closed
         ProxyTuning(),  # mitmproxy options, fast dispatch / lean mode
         HttpSession(holder),  # the pooled HTTP session (upstreams and sidecar)

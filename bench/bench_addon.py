@@ -32,9 +32,9 @@ from mitmproxy.test import tflow
 
 from addon.addons import build_addons
 from addon.cache.store import DiskCacheStore
-from addon.pipeline.runner import RpcPipeline
+from addon.hooks.pipeline import RpcPipeline
+from addon.hooks.settings import Settings
 from addon.runtime import Runtime
-from addon.settings import Settings
 from addon.steps.charge_bytes import charge_bytes
 from addon.steps.rate_limit import rate_limit
 from bench.results import print_results

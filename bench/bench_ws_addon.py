@@ -4,7 +4,7 @@ floor of the WebSocket path if the proxy read its client sockets itself.
     python bench/bench_ws_addon.py [--quick] [--json]
 
 Each message goes through ``RpcPipeline.message`` (gate, every step) and
-``message_body``, as ``addon/sockets/handler.py``'s ``_answer`` runs it, on a
+``message_body``, as ``addon/hooks/websocket.py``'s ``_answer`` runs it, on a
 fake socket, in one process (the upstream a fake that answers at once, the
 cache the on-disk edge cache). Measured, CPU time per message, median of
 alternating rounds:
@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import wsproto
 import wsproto.events
 
+from addon.hooks.pipeline import RpcPipeline
 from addon.mitm.internals import text_frame
 from addon.pipeline.reply import message_body
-from addon.pipeline.runner import RpcPipeline
 from addon.steps.forward_pending import forward_pending
 from bench.bench_addon import PINNED, _stages
 from bench.results import print_results

@@ -39,11 +39,11 @@ import redis.asyncio as aioredis
 
 from addon.addons import build_addons
 from addon.cache.store import DiskCacheStore
+from addon.hooks.settings import Settings
 from addon.quota.local import RateLimiter
 from addon.quota.redis_limiter import _SCRIPT, SharedLimiter
 from addon.redislink.link import RedisLink
 from addon.runtime import Runtime
-from addon.settings import Settings
 from bench.bench_addon import UPSTREAM, InstantUpstream, _flows
 from chainproxy.supervisor import free_port, spawn
 from chainproxy.workers import find_tool, redis_argv

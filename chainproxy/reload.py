@@ -12,9 +12,9 @@ and nothing changes. Then:
   the replacements run the code and the config on disk now, so this is also
   how a code change is deployed (``git pull``, then ``chainproxy reload``);
 * with one proxy process it gets SIGHUP and applies the new config in place
-  (``addon/settings.py``): no socket closes, and the subscriptions, quota
+  (``addon/hooks/settings.py``): no socket closes, and the subscriptions, quota
   windows whose settings held, caches and upstream health carry over
-  (``Runtime.inherit``). Code is not reloaded that way.
+  (``Runtime.reload``). Code is not reloaded that way.
 
 The launcher writes its pid to ``data_dir/run/chainproxy.pid`` and each
 reload's outcome to ``data_dir/run/reload.json`` (``chainproxy reload`` waits

@@ -7,7 +7,7 @@ For each worker in turn:
 2. take it into the rotation on the spare slot (``Balancer.enable``);
 3. take the old one out (``drain``: HAProxy sends it nothing new) and give
    connections HAProxy was opening to it a moment to land;
-4. SIGTERM it: it drains (``addon/drain.py``): its listening socket closes,
+4. SIGTERM it: it drains (``addon/hooks/drain.py``): its listening socket closes,
    every call in flight is answered, WebSocket clients get close 1001 and
    reconnect through HAProxy to a live worker; it exits within
    ``proxy.drain_s``;

@@ -45,13 +45,17 @@ def add(hist: Hist, ms: float, count: int = 1) -> None:
     hist[b] = hist.get(b, 0) + count
 
 
-def merge_into(into: Hist, other: Mapping[int | str, int]) -> None:
+# a histogram as held (int buckets) or as read off the wire (JSON's str keys)
+AnyHist = Mapping[int, int] | Mapping[str, int] | Mapping[int | str, int]
+
+
+def merge_into(into: Hist, other: AnyHist) -> None:
     for b, n in other.items():
         k = int(b)
         into[k] = into.get(k, 0) + int(n)
 
 
-def merged(hists: Iterable[Mapping[int | str, int]]) -> Hist:
+def merged(hists: Iterable[AnyHist]) -> Hist:
     out: Hist = {}
     for h in hists:
         merge_into(out, h)

@@ -3,7 +3,7 @@
 ``/metrics``). Both sides import the constants from here.
 
 A usage batch ``POST /api/v1/internal/usage`` (``{batch_id, sent_at, rollups}``,
-see ``sidecar.usage.stats.batch``) may carry an optional key ``"metrics"``::
+see ``common.usage_wire``) may carry an optional key ``"metrics"``::
 
     "metrics": {
       "proxy_id": "host:pid",

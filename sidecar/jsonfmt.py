@@ -1,8 +1,8 @@
 """How times and percentages look in every JSON answer of the sidecar (pure).
 
 docs/OPERATIONS.md#dashboard-and-json-api: times are UTC ISO-8601 strings,
-percentages numbers 0-100. One
-definition, so the usage summary, the registry views and the routing snapshot
+percentages numbers 0-100. One definition, so the usage summary, the registry
+documents and the routing snapshot
 cannot drift apart.
 """
 

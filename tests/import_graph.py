@@ -20,19 +20,24 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
-    """Module -> product modules it imports (``TYPE_CHECKING`` blocks left out:
-    they never run)."""
+def graph(*, type_checking: bool = False) -> dict[str, set[str]]:
+    """Module -> product modules it imports. ``TYPE_CHECKING`` blocks are left
+    out (they never run) unless ``type_checking``: a layering drawn for readers
+    counts what a module names in its types too."""
     mods = modules()
     g: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(), str(path))
-        skip = {
-            id(n)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)
-        }
+        skip = (
+            set()
+            if type_checking
+            else {
+                id(n)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                for n in ast.walk(node)
+            }
+        )
         for node in ast.walk(tree):
             if id(node) in skip:
                 continue
@@ -85,4 +90,28 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     for v in sorted(graph):
         if v not in index:
             visit(v)
+    return out
+
+
+def package_graph(root: str, *, type_checking: bool = True) -> dict[str, set[str]]:
+    """``root``'s package-level import graph: a node per sub-package
+    (``root.<pkg>``, all its modules in one) and per module directly in ``root``
+    (``root.<module>``); an edge where a module of one imports a module of
+    another. ``TYPE_CHECKING`` imports count unless told otherwise."""
+
+    def node(module: str) -> str | None:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == root and len(parts) > 1 else None
+
+    out: dict[str, set[str]] = {}
+    for module, deps in graph(type_checking=type_checking).items():
+        a = node(module)
+        if a is None:
+            continue
+        out.setdefault(a, set())
+        for d in deps:
+            b = node(d)
+            if b is not None and b != a:
+                out[a].add(b)
+                out.setdefault(b, set())
     return out

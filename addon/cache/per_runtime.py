@@ -17,7 +17,7 @@ from typing import Any
 
 from addon.cache.rules import KEY_VERSION, plan
 from addon.cache.store import CacheStore
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 
 METADATA = "state_getMetadata"
 

@@ -20,8 +20,8 @@ from collections.abc import Awaitable
 from typing import Any
 
 from addon.cache.store import CacheStore
-from addon.redislink.later import Later
 from addon.redislink.link import UNAVAILABLE, RedisLink, RedisUnavailable
+from addon.rpc.later import Later
 from common.jsontext import dumps, loads
 
 log = logging.getLogger("chainproxy.cache")

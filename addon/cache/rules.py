@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from addon.chain.head_pinning import HASH_POSITION
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 
 KEY_VERSION = "v1"
 _HEX = re.compile(r"^0x[0-9a-fA-F]*$")

@@ -10,7 +10,7 @@ hits included: a read the cache answered is still a read asked for).
 ``candidates`` picks, for a new block, the reads at least ``min_clients``
 distinct clients asked at each of the ``blocks`` blocks before it, the most
 wanted first (clients times the bytes they answer), at most ``max_reads``: those
-are fetched ahead (``addon/pipeline/prewarm.py``), and stop being fetched as
+are fetched ahead (``addon/hooks/prewarm.py``), and stop being fetched as
 soon as clients stop asking. ``warmed``/``touch``/``rotate`` count what the
 pre-warm was worth: fetched, used by a client, or wasted (no client came).
 Everything is bounded: shapes per network, blocks kept per shape, clients
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from addon.pipeline.jsonrpc import Call, dumps
+from addon.rpc.jsonrpc import Call, dumps
 
 MAX_SHAPES = 4096  # reads tracked per network (least recently asked dropped first)
 # Metadata is cached per runtime, not per block (``addon/cache/per_runtime.py``),

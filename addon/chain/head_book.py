@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from addon.chain.blocks import parse_height
 from addon.chain.header_hash import header_hash
+from addon.rpc.blocks import parse_height
 
 
 @dataclass(frozen=True, slots=True)

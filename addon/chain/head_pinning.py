@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 
 # method -> position of its optional block-hash parameter (Substrate's RPC)
 HASH_POSITION: Mapping[str, int] = {

@@ -19,7 +19,7 @@ import hashlib
 import re
 from typing import Any
 
-from addon.chain.blocks import answered_header, is_block_hash, parse_height
+from addon.rpc.blocks import answered_header, is_block_hash, parse_height
 
 _HEX = re.compile(r"^0x(?:[0-9a-fA-F]{2})*$")
 
@@ -49,6 +49,7 @@ def header_hash(header: Any) -> str | None:
         return None
     if not isinstance(logs, list) or not all(isinstance(x, str) and _HEX.match(x) for x in logs):
         return None
+    # is_block_hash checked each is a 0x-hex str; the checker cannot carry that over
     parent, state, extrinsics = (bytes.fromhex(r[2:]) for r in roots)  # type: ignore[index]
     encoded = b"".join(
         [

@@ -1,5 +1,5 @@
 """What this proxy process knows of each network's chain, in one place; it
-outlives config reloads (``Runtime.inherit`` hands it on whole).
+outlives config reloads (``Runtime.reload`` hands it on whole).
 
 * ``tips`` / ``finalized``: the heights the sidecar's probes report (the
   routing snapshot): how far the healthy nodes are, for routing and caching.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from addon.chain.blocks import BlockIndex
 from addon.chain.head_book import HeadBook
+from addon.rpc.blocks import BlockIndex
 
 
 @dataclass(slots=True)

@@ -129,7 +129,7 @@ async def _trigger_event(self: Any, event: Any) -> None:
             args = event.args()
         try:
             if plain:
-                res = func(*args)  # type: ignore[misc]
+                res = func(*args)  # type: ignore[misc]  # func: getattr(addon, name), callable here
                 if res is not None and inspect.isawaitable(res):
                     await res
                 if not hasattr(addon, "addons"):
@@ -207,7 +207,7 @@ def _response_direct(
     return response
 
 
-def response_builder():  # type: ignore[no-untyped-def]
+def response_builder() -> Callable[[int, bytes, tuple[tuple[bytes, bytes], ...]], http.Response]:
     """The direct builder if it yields exactly what ``Response.make`` does on this
     mitmproxy version, else ``Response.make`` itself (and a log line saying so)."""
     if not check_version():
@@ -266,7 +266,7 @@ def pause_reading(transport: asyncio.Transport, reader: Any) -> None:
     # buffer: had it paused it, its next read would resume what we paused.
     # Take the pause over (it pauses again by itself if its buffer fills).
     if isinstance(reader, asyncio.StreamReader) and getattr(reader, "_paused", False):
-        reader._paused = False  # type: ignore[attr-defined]
+        reader._paused = False  # type: ignore[attr-defined]  # asyncio's private flag
 
 
 def client_writer(master: Any, flow: http.HTTPFlow) -> Callable[[list[bytes]], int] | None:

@@ -30,11 +30,12 @@ a hole measured here against mitmproxy itself:
    the socket: one open socket, its unread bytes and an fd, for ever, per
    refused body. The socket is closed when its reader ends, however it ends.
 
-All of it belongs to one mitmproxy addon, ``ReadLimits`` (``build_addons``
-makes one per script load): its limits, its slow-request tracker and its
-refused WebSocket messages are its own, the functions it puts into mitmproxy
-close over it, and ``done`` (a script reload, or the end) puts mitmproxy's own
-functions back, so a reload never stacks patches nor keeps an old instance's.
+All of it belongs to one ``ReadLimits`` (``build_addons`` makes one per
+script load, with its addon ``ReadLimitsAddon``): its limits, its slow-request
+tracker and its refused WebSocket messages are its own, the functions it puts
+into mitmproxy close over it, and ``uninstall`` (the addon's ``done``: a
+script reload, or the end) puts mitmproxy's own functions back, so a reload
+never stacks patches nor keeps an old instance's.
 
 tests/addon/mitm/test_limits.py checks each internal this relies on;
 tests/e2e/test_slow_clients_e2e.py and test_ws_fuzz_e2e.py the behaviour.
@@ -60,8 +61,8 @@ from mitmproxy.proxy.layers import websocket as mitm_ws
 from mitmproxy.proxy.layers.http import _http1
 
 from addon.mitm import internals as mitm_internals
-from addon.pipeline.jsonrpc import INVALID_REQUEST, error_obj
-from addon.pipeline.reply import json_response
+from addon.mitm.responses import json_response
+from addon.rpc.jsonrpc import INVALID_REQUEST, error_obj
 
 log = logging.getLogger("chainproxy")
 
@@ -93,11 +94,12 @@ _READ_BODY = _http1.Http1Connection.read_body
 
 
 class ReadLimits:
-    """The read limits as one mitmproxy addon (see the module's docstring).
+    """The read limits, patched into mitmproxy (see the module's docstring).
 
-    ``load`` installs the patches (with the default limits until the config is
-    read), ``install(limits)`` is the ``Settings`` addon handing over each
-    config's limits, ``done`` removes the patches."""
+    Its addon (``addon/hooks/read_limits.py``) installs the patches on
+    ``load`` (with the default limits until the config is read) and removes
+    them on ``done``; ``install(limits)`` is also the ``Settings`` addon
+    handing over each config's limits."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = Limits()
@@ -105,12 +107,6 @@ class ReadLimits:
         self._refused: dict[str, dict[str, Any]] = {}  # client conn id -> its last message's answer
         self._patches: dict[tuple[Any, str], Any] = {}  # where -> the function of ours there
         self._said = False  # the "mitmproxy has changed" error, logged once
-
-    def load(self, loader: Any) -> None:
-        self.install()
-
-    def done(self) -> None:
-        self.uninstall()
 
     @property
     def installed(self) -> bool:
@@ -261,10 +257,10 @@ class SlowRequests:
         return len(self._open)
 
     def track(self, layer: Any) -> None:
-        entry = self._open.get(id(layer))
-        if entry is not None and entry[0]() is layer and entry[1] == layer.stream_id:
+        entry, stream_id = self._open.get(id(layer)), layer.stream_id
+        if entry is not None and entry[0]() is layer and entry[1] == stream_id:
             return  # timed since this request's first byte
-        self._open[id(layer)] = (weakref.ref(layer), layer.stream_id, self.clock())
+        self._open[id(layer)] = (weakref.ref(layer), stream_id, self.clock())
         if self._timer is None:
             self._schedule()
 

@@ -36,6 +36,7 @@ import logging
 from typing import Any
 
 from mitmproxy import ctx, exceptions
+from mitmproxy.addonmanager import Loader
 
 from addon.mitm import internals as mitm_internals
 
@@ -118,7 +119,7 @@ class ProxyTuning:
     def __init__(self) -> None:
         self._running = False
 
-    def load(self, loader) -> None:  # type: ignore[no-untyped-def]
+    def load(self, loader: Loader) -> None:
         loader.add_option(
             FAST_DISPATCH_OPTION,
             bool,

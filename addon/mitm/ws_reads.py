@@ -10,7 +10,7 @@ docs/BENCHMARKS.md, issue 28). The answers already go straight to the socket
 How: on a plain-text RPC socket (one that has a direct writer), the client's
 ``ConnectionHandler`` gets, on that one instance, a ``server_event`` that
 passes everything to mitmproxy's own except the client's bytes, which go to a
-``FrameReader`` (``addon/sockets/frames.py``): each whole message to
+``FrameReader`` (``addon/mitm/frames.py``): each whole message to
 ``on_message`` (the pipeline; what it returns is awaited before the next read,
 which is the back-pressure), a ping answered with a pong, a pong dropped. The
 reads are taken over only when mitmproxy's WebSocket layer is at a frame
@@ -38,7 +38,7 @@ from mitmproxy.proxy import events
 from mitmproxy.proxy.layers import websocket as mitm_ws
 
 from addon.mitm import internals as mitm_internals
-from addon.sockets.frames import PING, PONG, FrameReader, pong_frame
+from addon.mitm.frames import PING, PONG, FrameReader, pong_frame
 
 log = logging.getLogger("chainproxy")
 

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from addon.pipeline.jsonrpc import Call, Parsed, Refusal, error_obj
 from addon.quota.local import Decision
-from addon.upstream.forward import Attempt, ForwardResult
+from addon.rpc.attempt import Attempt
+from addon.rpc.jsonrpc import Call, Parsed, Refusal, error_obj
+from addon.upstream.forward import ForwardResult
 
 if TYPE_CHECKING:  # a plan is made by the cache stage; the context only holds it
     from addon.cache.rules import Plan

@@ -9,16 +9,35 @@ WebSocket message: its route, its client and tier were settled at the handshake
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 from mitmproxy import http
 
+from addon.mitm.responses import make_headers, refusal_response
 from addon.pipeline.context import SIDECAR_PATH_KEY, Origin, Reply, RpcContext, Socket
-from addon.pipeline.jsonrpc import POLICY_REFUSED, BadItem, Refusal, error_obj, parse_body
 from addon.pipeline.paths import Preflight, SidecarRoute, classify
-from addon.pipeline.reply import finish, make_headers, refusal_response
+from addon.pipeline.reply import finish
 from addon.pipeline.request_ids import new_request_id, request_id_of
 from addon.quota.local import client_identity
+from addon.quota.quotas import Quotas
 from addon.quota.tiers import KEY_HEADER, KEY_PARAM, BadKey, Caller, take_key
-from addon.runtime import Runtime
+from addon.rpc.jsonrpc import POLICY_REFUSED, BadItem, Parsed, Refusal, error_obj, parse_body
+from common.config import Config
+
+
+class GateNeeds(Protocol):
+    """What the gate reads of the runtime: the config, the clock, the tiers."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def quotas(self) -> Quotas: ...
+
 
 _PREFLIGHT_HEADERS = (
     ("Access-Control-Allow-Methods", "POST, OPTIONS"),
@@ -27,7 +46,7 @@ _PREFLIGHT_HEADERS = (
 )
 
 
-def open_rpc(flow: http.HTTPFlow, rt: Runtime) -> RpcContext | None:
+def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
     route = classify(flow.request.method, flow.request.path, rt.config.proxy.networks)
     if isinstance(route, SidecarRoute):
         flow.metadata[SIDECAR_PATH_KEY] = route.path
@@ -56,7 +75,7 @@ def open_rpc(flow: http.HTTPFlow, rt: Runtime) -> RpcContext | None:
     return _parse(rpc, flow.request.raw_content or b"", rt)
 
 
-def open_message(content: bytes, sock: Socket, origin: Origin, rt: Runtime) -> RpcContext:
+def open_message(content: bytes, sock: Socket, origin: Origin, rt: GateNeeds) -> RpcContext:
     rpc = RpcContext(
         sock.network,
         rt.clock(),
@@ -70,7 +89,7 @@ def open_message(content: bytes, sock: Socket, origin: Origin, rt: Runtime) -> R
     return _parse(rpc, content, rt)
 
 
-def flow_caller(flow: http.HTTPFlow, rt: Runtime) -> Caller | Refusal:
+def flow_caller(flow: http.HTTPFlow, rt: GateNeeds) -> Caller | Refusal:
     """Whom a request is charged to: its address (or the one a trusted proxy in
     front of us names in ``X-Forwarded-For``) and its tier, by address or API
     key. The key is taken off the request here, so it is never logged, shown in
@@ -111,10 +130,10 @@ def flow_caller(flow: http.HTTPFlow, rt: Runtime) -> Caller | Refusal:
     return Caller(caller.client, caller.tier, address)
 
 
-def _parse(rpc: RpcContext, body: bytes, rt: Runtime) -> RpcContext:
+def _parse(rpc: RpcContext, body: bytes, rt: GateNeeds) -> RpcContext:
     p = rt.config.proxy
     if len(body) > p.max_body_bytes:
-        parsed: Refusal | object = Refusal(
+        parsed: Refusal | Parsed = Refusal(
             413,
             -32600,
             f"body too large: {len(body)} bytes, the limit is {p.max_body_bytes}",
@@ -125,9 +144,8 @@ def _parse(rpc: RpcContext, body: bytes, rt: Runtime) -> RpcContext:
     if isinstance(parsed, Refusal):
         rpc.reply = Reply.refusal(parsed)  # no step runs; counted in the live metrics
         return rpc
-    rpc.parsed = parsed  # type: ignore[assignment]
+    rpc.parsed = parsed
     rpc.answers = [
-        error_obj(i.id, i.code, i.message) if isinstance(i, BadItem) else None
-        for i in rpc.parsed.items
+        error_obj(i.id, i.code, i.message) if isinstance(i, BadItem) else None for i in parsed.items
     ]
     return rpc

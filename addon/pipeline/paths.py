@@ -13,7 +13,7 @@ import posixpath
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from addon.pipeline.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Refusal
+from addon.rpc.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Refusal
 
 RPC_VERSION = "v1"
 INTERNAL_PREFIX = "/api/v1/internal"

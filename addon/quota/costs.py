@@ -24,8 +24,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from addon.pipeline.jsonrpc import Call
-from addon.subs.methods import UNSUBSCRIBE
+from addon.rpc.jsonrpc import Call
+from addon.rpc.sub_methods import UNSUBSCRIBE
 from common.config.model import CostConfig
 
 # method -> position of its ``count`` parameter

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from addon.quota.local import Decision, RateLimiter
 from addon.quota.redis_limiter import SharedLimiter
 from addon.quota.tiers import TierBook
-from addon.redislink.later import Later
 from addon.redislink.link import RedisLink
+from addon.rpc.later import Later
 from common.config.model import CostConfig, RateLimitConfig, TierConfig
 
 

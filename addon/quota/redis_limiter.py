@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from addon.quota.local import Decision, RateLimiter
-from addon.redislink.later import Later
 from addon.redislink.link import UNAVAILABLE, RedisLink
 from addon.redislink.pipe import bulk
+from addon.rpc.later import Later
 
 # KEYS[1]: the client's list. ARGV: limit, window (ms), cost, take (1: if it fits,
 # 0: only say, 2: whatever is left, a cost known after the answer).

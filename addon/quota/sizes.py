@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from addon.pipeline.jsonrpc import Call
 from addon.quota.costs import runtime_api
+from addon.rpc.jsonrpc import Call
 
 ALPHA = 0.3  # weight of the newest answer: follows a change in a few calls
 MAX_KINDS = 1024

@@ -72,9 +72,9 @@ class TierBook:
             tier = found[1]
             return Caller(f"key:{tier.name}:{d[:12]}", tier.name)
         if self._by_net:
-            tier = self._address_tier(address)
-            if tier is not None:
-                return Caller(address, tier)
+            name = self._address_tier(address)
+            if name is not None:
+                return Caller(address, name)
         return Caller(address)
 
     @functools.lru_cache(maxsize=8192)  # noqa: B019 - one book per config, few addresses

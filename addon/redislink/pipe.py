@@ -14,7 +14,7 @@ well: URL parsing and the exception types the rest of the addon catches.
 
 A caller can take its reply as a future (``submit``) or as a callback called
 from ``data_received`` itself (``send``: no task wake-up, no loop turn; the
-shared quota's decision goes that way, ``addon/redislink/later.py``). A command
+shared quota's decision goes that way, ``addon/rpc/later.py``). A command
 sent while nothing else is on the connection is written at once rather than at
 the end of the loop turn (at c=1 that turn was pure overhead); while others are
 in flight, the commands of one turn still leave in one write.

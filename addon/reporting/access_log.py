@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from common.jsontext import dumps
 
 log = logging.getLogger("chainproxy.access")

@@ -15,16 +15,16 @@ from collections.abc import Container, Iterable
 from typing import Any
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
 from addon.quota.costs import runtime_api
-from addon.upstream.forward import Attempt
+from addon.rpc.attempt import Attempt
+from addon.rpc.jsonrpc import Call
 from common.config.model import CostConfig
 from common.metrics_wire import DURATION_BUCKETS, OTHER_METHOD, bucket_index
 
 UNITS = "chainproxy_quota_units_total"
 REFUSALS = "chainproxy_refusals_total"
 CROSS_CHECKS = "chainproxy_cross_checks_total"  # {network, outcome}: upstream/cross_check.py
-PREWARM = "chainproxy_prewarm_total"  # {network, outcome}: see addon/pipeline/prewarm.py
+PREWARM = "chainproxy_prewarm_total"  # {network, outcome}: see addon/hooks/prewarm.py
 ACCESS_LOG_DROPPED = "chainproxy_access_log_dropped_total"  # lines dropped (queue full, disk)
 
 _HTTP_5XX = re.compile(r"^http-5\d\d$")

@@ -22,6 +22,8 @@ from typing import Any
 
 import diskcache
 
+from common.usage_wire import calls_in
+
 log = logging.getLogger("chainproxy.usage")
 
 Batch = dict[str, Any]
@@ -30,11 +32,6 @@ _DISK_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout)
 
 class SpoolError(Exception):
     """The spool could not be opened, read or written."""
-
-
-def calls_in(batch: Batch) -> int:
-    """The calls a batch counts (for the log lines of a dropped batch)."""
-    return sum(r.get("requests", 0) for r in batch.get("rollups", ()))
 
 
 class Spool:

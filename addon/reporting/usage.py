@@ -17,7 +17,8 @@ the background, spooled on disk so that nothing is lost.
   On a graceful stop or reload the last records are drained into the spool
   synchronously, and delivered after the restart.
 
-The spool and the backlog themselves are in ``addon.reporting.spool``.
+The spool and the backlog themselves are in ``addon.reporting.spool``; the
+batch on the wire is ``common.usage_wire``'s.
 """
 
 from __future__ import annotations
@@ -25,16 +26,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from addon.reporting.live_metrics import LiveMetrics
-from addon.reporting.spool import Backlog, Spool, SpoolError, calls_in
+from addon.reporting.spool import Backlog, Spool, SpoolError
 from common import latency_hist
 from common.metrics_wire import HEARTBEAT_S
 from common.outage import Outage
+from common.usage_wire import Counts, calls_in, new_batch, rollup_doc
 
 log = logging.getLogger("chainproxy.usage")
 
@@ -44,12 +45,7 @@ Key = tuple[int, str, str | None, str]  # minute, network, endpoint id, method
 
 
 @dataclass(slots=True)
-class _Rollup:
-    requests: int = 0
-    errors: int = 0
-    failovers: int = 0
-    cache_hits: int = 0
-    latency_ms_sum: float = 0.0
+class _Rollup(Counts):  # the wire's counts (common/usage_wire.py) and the latencies
     hist: dict[int, int] = field(default_factory=dict)
 
 
@@ -89,30 +85,7 @@ class UsageAggregator:
 
     def drain(self) -> list[dict[str, Any]]:
         rollups, self._rollups = self._rollups, {}
-        return [
-            {
-                "minute": minute,
-                "network": network,
-                "endpoint": endpoint,
-                "method": method,
-                "requests": r.requests,
-                "errors": r.errors,
-                "failovers": r.failovers,
-                "cache_hits": r.cache_hits,
-                "latency_ms_sum": round(r.latency_ms_sum, 3),
-                "latency_hist": latency_hist.to_wire(r.hist),
-            }
-            for (minute, network, endpoint, method), r in rollups.items()
-        ]
-
-
-def new_batch(
-    rollups: list[dict[str, Any]], now: float, metrics: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    batch: dict[str, Any] = {"batch_id": uuid.uuid4().hex, "sent_at": now, "rollups": rollups}
-    if metrics is not None:
-        batch["metrics"] = metrics  # live counters and gauges (common/metrics_wire.py)
-    return batch
+        return [rollup_doc(*key, r, r.hist) for key, r in rollups.items()]
 
 
 Deliver = Callable[[dict[str, Any]], Any]  # async: True when accepted

@@ -19,8 +19,8 @@ from typing import Any
 from addon.mitm import ws_reads
 from addon.mitm.limits import Limits
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, dumps, error_obj
 from addon.pipeline.reply import message_body
+from addon.rpc.jsonrpc import INTERNAL_ERROR, dumps, error_obj
 from addon.sockets.conn import MAX_IN_FLIGHT, ClientConn
 
 log = logging.getLogger("chainproxy")
@@ -45,7 +45,7 @@ def internal_error(conn: ClientConn, network: str) -> None:
 
 class DirectAnswers:
     def __init__(self, pipeline: Any, limits: Limits) -> None:
-        self.pipeline = pipeline  # addon/pipeline/runner.py's RpcPipeline
+        self.pipeline = pipeline  # addon/hooks/pipeline.py's RpcPipeline
         self.limits = limits  # the read limits in force (each config sets them)
 
     def attach(self, conn: ClientConn, master: Any) -> None:

@@ -13,6 +13,7 @@ counts its own.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -162,7 +163,7 @@ class SocketSlots:
                 *(self._member_prefix + sid for sid, _ in chunk),
             )
             try:
-                await link.run("sockets", lambda command=command: link.pipe.submit(*command))
+                await link.run("sockets", functools.partial(link.pipe.submit, *command))
             except RedisUnavailable:
                 return  # the local leases stand; Redis's expire by themselves
 

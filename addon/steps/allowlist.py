@@ -6,13 +6,22 @@ The allowlist itself is a set of exact names from the config
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import METHOD_NOT_FOUND, Call, error_obj
-from addon.runtime import Runtime
-from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE
+from addon.rpc.jsonrpc import METHOD_NOT_FOUND, Call, error_obj
+from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
+from common.config import Config
 
 
-def allowlist(rpc: RpcContext, rt: Runtime) -> None:
+class AllowlistNeeds(Protocol):
+    """What the allowlist step reads of the runtime."""
+
+    @property
+    def config(self) -> Config: ...
+
+
+def allowlist(rpc: RpcContext, rt: AllowlistNeeds) -> None:
     """Refuse methods that are not on the read-only allowlist (403 / per item).
     On a WebSocket the read subscriptions are allowed too (while served) and
     unsubscribing always is."""
@@ -33,7 +42,7 @@ def allowlist(rpc: RpcContext, rt: Runtime) -> None:
         rpc.refuse(403, rpc.answers[0])
 
 
-def _socket_call(rpc: RpcContext, rt: Runtime, call: Call) -> bool:
+def _socket_call(rpc: RpcContext, rt: AllowlistNeeds, call: Call) -> bool:
     if rpc.socket is None:
         return False
     if call.method in UNSUBSCRIBE:

@@ -4,17 +4,36 @@ each cacheable call keeps its plan for ``cache_store``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from addon.cache.per_runtime import runtime_entry
+from addon.cache.redis_tier import SharedCacheTier
 from addon.cache.rules import answer_from, plan
+from addon.cache.store import CacheStore
+from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
-from addon.redislink.later import Later
-from addon.runtime import Runtime
+from addon.rpc.jsonrpc import Call
+from addon.rpc.later import Later
+from common.config import Config
 
 
-def cache_lookup(rpc: RpcContext, rt: Runtime) -> Later[Any] | None:
+class CacheLookupNeeds(Protocol):
+    """What the cache_lookup step reads of the runtime."""
+
+    @property
+    def cache(self) -> CacheStore | None: ...
+
+    @property
+    def chain(self) -> ChainState: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def shared_cache(self) -> SharedCacheTier | None: ...
+
+
+def cache_lookup(rpc: RpcContext, rt: CacheLookupNeeds) -> Later[Any] | None:
     """Local tier first; the calls it missed ask the shared tier (Redis) in one
     round trip when one is configured and up (a ``Later``: no coroutine)."""
     if rt.cache is None:

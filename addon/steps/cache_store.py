@@ -5,17 +5,47 @@ sampled share of answers at finalized blocks is cross-checked afterwards."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from addon.cache.per_runtime import runtime_entry
+from addon.cache.redis_tier import SharedCacheTier
 from addon.cache.rules import entries_to_store
+from addon.cache.store import CacheStore
+from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
-from addon.runtime import Runtime
-from addon.upstream.cross_check import Sample
+from addon.rpc.jsonrpc import Call
+from addon.upstream.admission import BudgetBook
+from addon.upstream.cross_check import CrossChecker, Sample
+from addon.upstream.pool import UpstreamPool
+from addon.upstream.transport import Transport
 
 
-def cache_store(rpc: RpcContext, rt: Runtime) -> None:
+class CacheStoreNeeds(Protocol):
+    """What the cache_store step reads of the runtime."""
+
+    @property
+    def budgets(self) -> BudgetBook | None: ...
+
+    @property
+    def cache(self) -> CacheStore | None: ...
+
+    @property
+    def chain(self) -> ChainState: ...
+
+    @property
+    def cross_checker(self) -> CrossChecker | None: ...
+
+    @property
+    def pools(self) -> dict[str, UpstreamPool]: ...
+
+    @property
+    def shared_cache(self) -> SharedCacheTier | None: ...
+
+    @property
+    def transport(self) -> Transport | None: ...
+
+
+def cache_store(rpc: RpcContext, rt: CacheStoreNeeds) -> None:
     """Cache what the upstream answers allow (results only: never errors or null).
     A soft result is only the best of poor answers (e.g. another block than the
     hash asked for): never cached."""
@@ -42,7 +72,7 @@ def cache_store(rpc: RpcContext, rt: Runtime) -> None:
 
 
 def _cross_check(
-    rpc: RpcContext, rt: Runtime, call: Call, result: Any, keys: tuple[str, ...]
+    rpc: RpcContext, rt: CacheStoreNeeds, call: Call, result: Any, keys: tuple[str, ...]
 ) -> None:
     """A sampled answer at a finalized block, by hash: checked against another
     node after the client has it (``addon/upstream/cross_check.py``)."""
@@ -58,7 +88,7 @@ def _cross_check(
     )
 
 
-def _forget(rt: Runtime, keys: Sequence[str]) -> None:
+def _forget(rt: CacheStoreNeeds, keys: Sequence[str]) -> None:
     """Entries a cross-check found wrong, or could not vouch for."""
     for key in keys:
         if rt.cache is not None:

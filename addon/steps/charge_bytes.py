@@ -8,13 +8,30 @@ flight cost the nodes nothing more. Each answer's size also teaches
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
 from addon.quota.costs import answer_bytes, bytes_cost
-from addon.runtime import Runtime
+from addon.quota.quotas import Quotas
+from addon.quota.sizes import AnswerSizes
+from addon.reporting.live_metrics import LiveMetrics
+from addon.rpc.jsonrpc import Call
 
 
-def charge_bytes(rpc: RpcContext, rt: Runtime) -> None:
+class ChargeBytesNeeds(Protocol):
+    """What the charge_bytes step reads of the runtime."""
+
+    @property
+    def metrics(self) -> LiveMetrics: ...
+
+    @property
+    def quotas(self) -> Quotas: ...
+
+    @property
+    def sizes(self) -> AnswerSizes: ...
+
+
+def charge_bytes(rpc: RpcContext, rt: ChargeBytesNeeds) -> None:
     if rpc.result is None or rpc.result.answers is None or rpc.coalesced:
         return
     costs = rt.quotas.costs(rpc.tier)

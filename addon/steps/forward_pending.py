@@ -5,21 +5,65 @@ the call's slots."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Protocol
 
+from addon.chain.routing_hints import hints
+from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import INTERNAL_ERROR, Call, error_obj
-from addon.runtime import Runtime
-from addon.upstream.admission import Admission
-from addon.upstream.coalesce import coalesce_key
+from addon.reporting.live_metrics import LiveMetrics
+from addon.rpc.jsonrpc import INTERNAL_ERROR, Call, error_obj
+from addon.upstream.admission import Admission, BudgetBook
+from addon.upstream.coalesce import Coalescer, coalesce_key
+from addon.upstream.fair_wait import FairWait
 from addon.upstream.forward import TOO_MANY, Budget, ForwardResult, forward
-from addon.upstream.routing_hints import hints
+from addon.upstream.hedge import Hedger
+from addon.upstream.pool import UpstreamPool
+from addon.upstream.transport import Transport
+from common.config import Config
 
 log = logging.getLogger("chainproxy")
 
 
-def forward_pending(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
+class ForwardPendingNeeds(Protocol):
+    """What the forward_pending step reads of the runtime."""
+
+    @property
+    def budget(self) -> Budget: ...
+
+    @property
+    def budgets(self) -> BudgetBook | None: ...
+
+    @property
+    def chain(self) -> ChainState: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def coalescer(self) -> Coalescer: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def fair_waits(self) -> dict[str, FairWait]: ...
+
+    @property
+    def hedgers(self) -> dict[str, Hedger]: ...
+
+    @property
+    def metrics(self) -> LiveMetrics: ...
+
+    @property
+    def pools(self) -> dict[str, UpstreamPool]: ...
+
+    @property
+    def transport(self) -> Transport | None: ...
+
+
+def forward_pending(rpc: RpcContext, rt: ForwardPendingNeeds) -> Awaitable[None] | None:
     """Synchronous when everything came from the cache: a hit creates no
     coroutine and the runner goes on without awaiting (as the other steps)."""
     assert rpc.parsed is not None
@@ -30,7 +74,7 @@ def forward_pending(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
     return _forward(rpc, rt, pending)
 
 
-async def _forward(rpc: RpcContext, rt: Runtime, pending: list[int]) -> None:
+async def _forward(rpc: RpcContext, rt: ForwardPendingNeeds, pending: list[int]) -> None:
     assert rt.transport is not None  # attached by HttpSession.running, before any call
     started = rt.clock()
     result = await _send(rpc, rt, pending, rt.budget)
@@ -51,9 +95,12 @@ async def _forward(rpc: RpcContext, rt: Runtime, pending: list[int]) -> None:
     _fill(rpc, pending, result, rt)
 
 
-async def _send(rpc: RpcContext, rt: Runtime, pending: list[int], budget: Budget) -> ForwardResult:
+async def _send(
+    rpc: RpcContext, rt: ForwardPendingNeeds, pending: list[int], budget: Budget
+) -> ForwardResult:
     """One forward of the pending calls (shared with identical calls in flight)."""
     assert rpc.parsed is not None
+    # the pending items are Calls: a BadItem is answered at parse time, never pending
     calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
     tip = rt.chain.tips.get(rpc.network)
     hint = hints(calls, tip=tip, index=rt.chain.blocks)
@@ -122,7 +169,7 @@ async def _send(rpc: RpcContext, rt: Runtime, pending: list[int], budget: Budget
     return result
 
 
-def _unpin(rpc: RpcContext, rt: Runtime) -> None:
+def _unpin(rpc: RpcContext, rt: ForwardPendingNeeds) -> None:
     """Back to the reads as the client sent them; the head is not pinned to again."""
     assert rpc.parsed is not None and rpc.unpinned is not None and rpc.pinned is not None
     items = list(rpc.parsed.items)
@@ -136,7 +183,9 @@ def _unpin(rpc: RpcContext, rt: Runtime) -> None:
     rpc.pinned, rpc.min_block, rpc.unpinned, rpc.pin_missed = None, None, None, True
 
 
-def _fill(rpc: RpcContext, pending: list[int], result: ForwardResult, rt: Runtime) -> None:
+def _fill(
+    rpc: RpcContext, pending: list[int], result: ForwardResult, rt: ForwardPendingNeeds
+) -> None:
     """Put the upstream answers (or the failure) into the pending slots; on a
     failure, the HTTP status a single call gets."""
     assert rpc.parsed is not None

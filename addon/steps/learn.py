@@ -3,14 +3,29 @@ before the client sees them (archive routing, head pinning)."""
 
 from __future__ import annotations
 
-from addon.chain.blocks import HEADER_METHODS, answered_header
+from collections.abc import Callable
+from typing import Protocol
+
 from addon.chain.head_book import HASH_METHODS
+from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
-from addon.runtime import Runtime
+from addon.rpc.blocks import HEADER_METHODS, answered_header
+from addon.rpc.jsonrpc import Call
 
 
-def learn(rpc: RpcContext, rt: Runtime) -> None:
+class LearnNeeds(Protocol):
+    """What the learn step reads of the runtime."""
+
+    @property
+    def chain(self) -> ChainState: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    def new_head(self, network: str) -> None: ...
+
+
+def learn(rpc: RpcContext, rt: LearnNeeds) -> None:
     """Heights of block hashes, from the upstream's results (for archive routing),
     and the best head with its hash (for head pinning), before the client sees it;
     a head hash shown without its header pauses pinning (``addon/chain/head_book.py``)."""
@@ -33,7 +48,7 @@ def learn(rpc: RpcContext, rt: Runtime) -> None:
                 rt.chain.best.shown(rpc.network, block_hash, now, rt.chain.blocks.get(block_hash))
 
 
-def _learn_cached_headers(rpc: RpcContext, rt: Runtime) -> None:
+def _learn_cached_headers(rpc: RpcContext, rt: LearnNeeds) -> None:
     """While pinning waits for a shown hash's header: that header may come from
     the cache (another proxy process fetched it), which is as good."""
     assert rpc.parsed is not None

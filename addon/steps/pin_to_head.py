@@ -5,15 +5,39 @@ as without the feature. Runs before the cache, so a pinned read can be a hit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
+from addon.chain.demand import Demand
 from addon.chain.head_pinning import HASH_POSITION, pin
+from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call, Item
-from addon.runtime import Runtime
+from addon.quota.sizes import AnswerSizes
+from addon.rpc.jsonrpc import Call, Item
+from common.config import Config
 
 
-def pin_to_head(rpc: RpcContext, rt: Runtime) -> None:
+class PinToHeadNeeds(Protocol):
+    """What the pin_to_head step reads of the runtime."""
+
+    @property
+    def chain(self) -> ChainState: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def demand(self) -> Demand: ...
+
+    @property
+    def sizes(self) -> AnswerSizes: ...
+
+
+def pin_to_head(rpc: RpcContext, rt: PinToHeadNeeds) -> None:
     cfg = rt.config.proxy.head_pinning
     if not cfg.enabled:
         return

@@ -5,17 +5,41 @@ refused whole (429). Their bytes are charged after the answer
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
+from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import LIMIT_EXCEEDED, Call, error_obj
 from addon.quota.costs import base_cost
 from addon.quota.local import Decision
-from addon.redislink.later import Later
-from addon.runtime import Runtime
+from addon.quota.quotas import Quotas
+from addon.quota.refusal import quota_error
+from addon.reporting.live_metrics import LiveMetrics
+from addon.rpc.jsonrpc import Call
+from addon.rpc.later import Later
 
 
-def rate_limit(rpc: RpcContext, rt: Runtime) -> Later[Decision] | None:
+class QuotaNeeds(Protocol):
+    """What taking units reads of the runtime (``take_units``: this step and
+    the byte reservation)."""
+
+    @property
+    def quotas(self) -> Quotas: ...
+
+
+class RateLimitNeeds(Protocol):
+    """What the rate_limit step reads of the runtime."""
+
+    @property
+    def chain(self) -> ChainState: ...
+
+    @property
+    def metrics(self) -> LiveMetrics: ...
+
+    @property
+    def quotas(self) -> Quotas: ...
+
+
+def rate_limit(rpc: RpcContext, rt: RateLimitNeeds) -> Later[Decision] | None:
     """Per-client quota in units (``addon/quota/costs.py``): a batch costs the
     sum of its calls and is taken whole or refused whole. Shared through Redis
     when configured (then the run waits for one round trip)."""
@@ -35,7 +59,7 @@ def rate_limit(rpc: RpcContext, rt: Runtime) -> Later[Decision] | None:
     return take_units(rpc, rt, units)
 
 
-def take_units(rpc: RpcContext, rt: Runtime, units: int) -> Later[Decision] | None:
+def take_units(rpc: RpcContext, rt: QuotaNeeds, units: int) -> Later[Decision] | None:
     """Take ``units`` from the call's client, all or nothing, or refuse the call
     (429, the batch whole); a ``Later`` when the quota is in Redis: the decision
     is applied by its first callback, as the reply is read, and the runner goes
@@ -57,26 +81,3 @@ def _apply(rpc: RpcContext, decision: Decision, units: int) -> None:
         return
     call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
     rpc.refuse(429, quota_error(call_id, decision, units, rpc.client))
-
-
-def quota_error(call_id: Any, decision: Decision, cost: int, client: str) -> dict[str, Any]:
-    """The JSON-RPC error of a call over its client's quota (the SDK's policy
-    shape), with what the call costs and the units left, so a client can tell why."""
-    return error_obj(
-        call_id,
-        LIMIT_EXCEEDED,
-        f"rate limit exceeded: {decision.policy.replace(';w=', ' requests per ')}s",
-        {
-            "policy": decision.policy,
-            "reason": (
-                f"this call costs {cost} units, more than the whole quota of "
-                f"{decision.limit}: split it or ask for less"
-                if cost > decision.limit
-                else f"client {client} is over its quota"
-                + (f" (this call costs {cost} units)" if cost > 1 else "")
-            ),
-            "retry_after": decision.retry_after,
-            "cost": cost,
-            "remaining": decision.remaining,
-        },
-    )

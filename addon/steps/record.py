@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
+from addon.chain.demand import Demand
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
-from addon.reporting.live_metrics import PREWARM
-from addon.runtime import Runtime
+from addon.reporting.live_metrics import PREWARM, LiveMetrics
+from addon.reporting.usage import UsageAggregator
+from addon.rpc.jsonrpc import Call
 
 
-def record(rpc: RpcContext, rt: Runtime) -> None:
+class RecordNeeds(Protocol):
+    """What the record step reads of the runtime."""
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def demand(self) -> Demand: ...
+
+    @property
+    def metrics(self) -> LiveMetrics: ...
+
+    @property
+    def usage(self) -> UsageAggregator: ...
+
+
+def record(rpc: RpcContext, rt: RecordNeeds) -> None:
     """One usage record per call that was answered from the cache or upstream,
     or that opened a subscription (refusals are not proxied calls). A call
     counts as an error when its answer is a JSON-RPC error, the proxy's or the
@@ -37,7 +57,7 @@ def record(rpc: RpcContext, rt: Runtime) -> None:
         )
 
 
-def _used_prewarm(rpc: RpcContext, rt: Runtime) -> None:
+def _used_prewarm(rpc: RpcContext, rt: RecordNeeds) -> None:
     """A client read answered from entries the pre-warm fetched (a hit, or a
     call that joined the pre-warm's own in flight): it was worth it."""
     used = 0

@@ -7,16 +7,33 @@ of unknown or small kinds (nearly all) cost nothing here."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from typing import Protocol
 
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import Call
 from addon.quota.costs import bytes_cost
-from addon.runtime import Runtime
+from addon.quota.local import Decision
+from addon.quota.quotas import Quotas
+from addon.quota.sizes import AnswerSizes
+from addon.reporting.live_metrics import LiveMetrics
+from addon.rpc.jsonrpc import Call
+from addon.rpc.later import Later
 from addon.steps.rate_limit import take_units
 
 
-def reserve_bytes(rpc: RpcContext, rt: Runtime) -> Awaitable[None] | None:
+class ReserveBytesNeeds(Protocol):
+    """What the reserve_bytes step reads of the runtime."""
+
+    @property
+    def metrics(self) -> LiveMetrics: ...
+
+    @property
+    def quotas(self) -> Quotas: ...
+
+    @property
+    def sizes(self) -> AnswerSizes: ...
+
+
+def reserve_bytes(rpc: RpcContext, rt: ReserveBytesNeeds) -> Later[Decision] | None:
     if not rt.sizes or rpc.parsed is None:
         return None
     costs = rt.quotas.costs(rpc.tier)

@@ -6,16 +6,15 @@ delivers it."""
 from __future__ import annotations
 
 from addon.pipeline.context import Reply, RpcContext
-from addon.runtime import Runtime
 
 
-def respond(rpc: RpcContext, rt: Runtime) -> None:
+def respond(rpc: RpcContext, rt: object) -> None:
     assert rpc.parsed is not None
     if rpc.error_status is not None and not rpc.parsed.is_batch:
         result = rpc.result
         if result is not None and result.kind == "capacity":  # a policy: it says when
-            headers = (("Retry-After", str(result.retry_after)),)
-            rpc.reply = Reply(rpc.error_status, rpc.answers[0], "refused", headers)
+            retry = (("Retry-After", str(result.retry_after)),)
+            rpc.reply = Reply(rpc.error_status, rpc.answers[0], "refused", retry)
             return
         rpc.reply = Reply(rpc.error_status, rpc.answers[0], "error")
         return

@@ -6,21 +6,27 @@ quota, the usage record and the metrics are those of every call."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from addon.pipeline.context import RpcContext, Socket
-from addon.pipeline.jsonrpc import (
+from addon.rpc.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     Call,
     error_obj,
 )
-from addon.runtime import Runtime
-from addon.subs.hub import NoUpstream
-from addon.subs.methods import SUBSCRIBE, UNSUBSCRIBE, BadParams, canonical_params
+from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE, BadParams, canonical_params
+from addon.subs.hub import NoUpstream, SubscriptionHub
 
 
-def subscribe(rpc: RpcContext, rt: Runtime) -> Any:
+class SubscribeNeeds(Protocol):
+    """What the subscribe step reads of the runtime."""
+
+    @property
+    def subs(self) -> SubscriptionHub: ...
+
+
+def subscribe(rpc: RpcContext, rt: SubscribeNeeds) -> Any:
     """Answers the (un)subscribe calls; the rest goes on to the cache and upstream."""
     if rpc.socket is None or rpc.parsed is None:
         return None
@@ -33,7 +39,7 @@ def subscribe(rpc: RpcContext, rt: Runtime) -> Any:
     return _answer(rpc, rt, rpc.socket, todo) if todo else None
 
 
-async def _answer(rpc: RpcContext, rt: Runtime, sock: Socket, todo: list[int]) -> None:
+async def _answer(rpc: RpcContext, rt: SubscribeNeeds, sock: Socket, todo: list[int]) -> None:
     assert rpc.parsed is not None
     for i in todo:  # in order: a batch may subscribe and unsubscribe
         call = rpc.parsed.items[i]
@@ -45,7 +51,7 @@ async def _answer(rpc: RpcContext, rt: Runtime, sock: Socket, todo: list[int]) -
             rpc.answers[i] = await _subscribe(rpc, rt, sock, i, call)
 
 
-def _unsubscribe(rt: Runtime, sock: Socket, call: Call) -> bool:
+def _unsubscribe(rt: SubscribeNeeds, sock: Socket, call: Call) -> bool:
     params = call.params
     target = params.get("subscription") if isinstance(params, dict) else None
     if isinstance(params, list) and params:
@@ -60,7 +66,7 @@ def _unsubscribe(rt: Runtime, sock: Socket, call: Call) -> bool:
 
 
 async def _subscribe(
-    rpc: RpcContext, rt: Runtime, sock: Socket, i: int, call: Call
+    rpc: RpcContext, rt: SubscribeNeeds, sock: Socket, i: int, call: Call
 ) -> dict[str, Any]:
     kind = SUBSCRIBE[call.method]
     try:

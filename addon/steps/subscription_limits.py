@@ -6,18 +6,35 @@ raise it)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from addon.pipeline.context import RpcContext
-from addon.pipeline.jsonrpc import (
+from addon.quota.quotas import Quotas
+from addon.rpc.jsonrpc import (
     METHOD_NOT_FOUND,
     POLICY_REFUSED,
     Call,
     error_obj,
 )
-from addon.runtime import Runtime
-from addon.subs.methods import SUBSCRIBE
+from addon.rpc.sub_methods import SUBSCRIBE
+from addon.subs.hub import SubscriptionHub
+from common.config import Config
 
 
-def subscription_limits(rpc: RpcContext, rt: Runtime) -> None:
+class SubscriptionLimitsNeeds(Protocol):
+    """What the subscription_limits step reads of the runtime."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def quotas(self) -> Quotas: ...
+
+    @property
+    def subs(self) -> SubscriptionHub: ...
+
+
+def subscription_limits(rpc: RpcContext, rt: SubscriptionLimitsNeeds) -> None:
     sock = rpc.socket
     if sock is None or rpc.parsed is None:
         return
@@ -69,7 +86,7 @@ def subscription_limits(rpc: RpcContext, rt: Runtime) -> None:
         rpc.refuse(403, rpc.answers[0])
 
 
-def _client_cap(rt: Runtime, tier: str | None) -> int:
+def _client_cap(rt: SubscriptionLimitsNeeds, tier: str | None) -> int:
     found = rt.quotas.book.tiers.get(tier) if tier is not None else None
     if found is not None and found.max_subscriptions_per_client is not None:
         return found.max_subscriptions_per_client

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from addon.subs.methods import SubKind
+from addon.rpc.sub_methods import SubKind
 from addon.subs.sequencer import HeadSequencer, Step, StorageSequencer, ValueSequencer
 from addon.subs.upstream import UpstreamError, UpstreamSocket
 from addon.upstream.pool import Upstream

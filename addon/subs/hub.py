@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from addon.rpc.sub_methods import SubKind, share_key
 from addon.subs.fanout import SharedSubscription, Subscriber
-from addon.subs.methods import SubKind, share_key
 from addon.subs.upstream import UpstreamError, UpstreamSocket
 from addon.upstream.pool import TIER_LAGGING, Upstream, UpstreamPool
 

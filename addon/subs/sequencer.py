@@ -24,7 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from addon.chain.blocks import parse_height
+from addon.rpc.blocks import parse_height
 
 MAX_FILL = 256  # heights fetched to close one gap; past that only the new head is sent
 _KEEP = 512  # delivered headers remembered, by number, to tell duplicates from reorgs

@@ -21,7 +21,8 @@ from addon.upstream.pool import Upstream, UpstreamPool
 
 
 class BudgetBook(Protocol):
-    adaptive: bool
+    @property
+    def adaptive(self) -> bool: ...
 
     def try_take(
         self, endpoint: str, calls: int, heavy: bool = False, retry: bool = False

@@ -24,7 +24,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from addon.pipeline.jsonrpc import Call, dumps
+from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.forward import ForwardResult
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from addon.upstream.admission import BudgetBook
 from addon.upstream.budgets import Ticket
 from addon.upstream.forward import Transport, TransportError, outbound_body

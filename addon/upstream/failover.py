@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from addon.chain.header_hash import is_other_genesis
-from addon.pipeline.jsonrpc import Call, loads
+from addon.rpc.jsonrpc import Call, loads
 
 Verdict = Literal["ok", "soft", "hard"]
 

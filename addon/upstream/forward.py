@@ -13,6 +13,8 @@ Cancelled, it taught the pool only the hedge delay (>= 50 ms), so a node at
 aiohttp closes a cancelled request's connection). A cancelled flow still
 cancels all of its attempts.
 
+One call's attempts are a ``Forward`` (``forward`` makes one and returns its
+run): the attempts so far, the best soft answer, the racers still running.
 The transport is a small Protocol (``addon/upstream/transport.py``) so the
 loop is tested with in-process fakes.
 """
@@ -22,17 +24,19 @@ from __future__ import annotations
 import asyncio
 import math
 from asyncio import FIRST_COMPLETED
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
-from addon.pipeline.jsonrpc import Call, dumps
+from addon.rpc.attempt import Attempt
+from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
 from addon.upstream.failover import assess
 from addon.upstream.hedge import Hedger, finish_unheard
 from addon.upstream.pool import Upstream, UpstreamPool
+from addon.upstream.settle import Sent, abandon, report_failure, settle_outraced
 
 # the transport's names, re-exported: callers import them from here
 from addon.upstream.transport import AiohttpTransport as AiohttpTransport
@@ -46,22 +50,6 @@ TOO_MANY = frozenset({"rate-limited", "http-503"})  # 429; 503 (a pause if Retry
 PIN_MISSES = frozenset({"unknown-block", "state-discarded", "null-pinned", "wrong-block"})
 
 Outcome = tuple[int, bytes] | TransportError
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    endpoint: str  # endpoint id, never the URL (it may hold a secret)
-    provider: str
-    outcome: Literal["ok", "soft", "hard"]
-    reason: str
-    latency_ms: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "endpoint": self.endpoint,
-            "reason": self.reason or "ok",
-            "latency_ms": self.latency_ms,
-        }
 
 
 ResultKind = Literal["ok", "soft", "failed", "deadline", "no-upstream", "capacity"]
@@ -105,17 +93,7 @@ def outbound_body(calls: Sequence[Call], is_batch: bool) -> bytes:
     return dumps(objs if is_batch else objs[0])
 
 
-@dataclass(frozen=True, slots=True)
-class _Sent:
-    """An attempt under way: where, since when, for how long, on whose budget."""
-
-    upstream: Upstream
-    start: float
-    timeout: float
-    ticket: Ticket | None
-
-
-async def forward(
+def forward(
     calls: Sequence[Call],
     *,
     is_batch: bool,
@@ -129,258 +107,258 @@ async def forward(
     hedger: Hedger | None = None,
     admission: Admission | None = None,
     pinned: bool = False,
-) -> ForwardResult:
+) -> Coroutine[Any, Any, ForwardResult]:
     """Attempts one after the other (failover); with a ``hedger``, an attempt
     not answered within its delay gets a second one racing it on the next-best
     upstream, the first good answer wins and the other finishes unheard. With
     an ``admission``, each attempt takes a place in its node's budget (waiting
     its fair turn if every node's is spent), and a node that answers "too many
-    requests" pauses instead of counting as failed."""
-    body = outbound_body(calls, is_batch)
-    deadline = clock() + budget.deadline_s
-    tried: set[str] = set()
-    attempts: list[Attempt] = []
-    soft: tuple[tuple[dict[str, Any], ...], Upstream, int] | None = None
-    by_deadline = False
-    hedged = False  # a second upstream was sent the call
-    waited = False  # the hedge delay passed once (one hedge per call at most)
-    won = False  # an attempt answered "ok": a racer still running was outraced
-    running: dict[asyncio.Task[tuple[int, bytes]], _Sent] = {}  # attempts a hedge may race
-    if hedger is not None:
-        hedger.call()
+    requests" pauses instead of counting as failed. (``Forward.run``, to await.)"""
+    return Forward(
+        calls,
+        is_batch,
+        pool,
+        transport,
+        budget,
+        clock,
+        tip=tip,
+        min_block=min_block,
+        prefer_archive=prefer_archive,
+        hedger=hedger,
+        admission=admission,
+        pinned=pinned,
+    ).run()
 
-    async def launch(wait: bool) -> _Sent | None:
+
+class Forward:
+    """One call's way upstream: its attempts so far and what they answered."""
+
+    __slots__ = (
+        "admission", "attempts", "body", "budget", "by_deadline", "calls", "clock",
+        "deadline", "hedged", "hedger", "is_batch", "min_block", "pinned", "pool",
+        "prefer_archive", "running", "soft", "tip", "transport", "tried", "waited", "won",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        calls: Sequence[Call],
+        is_batch: bool,
+        pool: UpstreamPool,
+        transport: Transport,
+        budget: Budget,
+        clock: Callable[[], float],
+        *,
+        tip: int | None = None,
+        min_block: int | None = None,
+        prefer_archive: bool = False,
+        hedger: Hedger | None = None,
+        admission: Admission | None = None,
+        pinned: bool = False,
+    ) -> None:
+        self.calls, self.is_batch, self.pool, self.transport = calls, is_batch, pool, transport
+        self.budget, self.clock, self.tip, self.min_block = budget, clock, tip, min_block
+        self.prefer_archive, self.hedger, self.admission = prefer_archive, hedger, admission
+        self.pinned = pinned
+        self.body = outbound_body(calls, is_batch)
+        self.deadline = 0.0
+        self.tried: set[str] = set()
+        self.attempts: list[Attempt] = []
+        self.soft: tuple[tuple[dict[str, Any], ...], Upstream, int] | None = None
+        self.by_deadline = False
+        self.hedged = False  # a second upstream was sent the call
+        self.waited = False  # the hedge delay passed once (one hedge per call at most)
+        self.won = False  # an attempt answered "ok": a racer still running was outraced
+        self.running: dict[asyncio.Task[tuple[int, bytes]], Sent] = {}  # a hedge may race
+
+    async def run(self) -> ForwardResult:
+        self.deadline = self.clock() + self.budget.deadline_s
+        hedger, running = self.hedger, self.running
+        if hedger is not None:
+            hedger.call()
+        try:
+            while True:
+                delay: float | None = None
+                if not running:
+                    # a hedge is an extra racer, not one of the failover attempts
+                    if len(self.tried) >= self.budget.max_attempts + self.hedged:
+                        break
+                    sent = await self._launch(True)
+                    if sent is None:
+                        break
+                    if (
+                        hedger is not None
+                        and not self.waited
+                        and len(self.tried) < self.budget.max_attempts
+                        and hedger.can_hedge()
+                    ):
+                        delay = hedger.delay()
+                    if delay is None:  # nobody can race it: awaited right here
+                        result = self._settle(sent, await self._outcome(self._post(sent), sent))
+                        if result is not None:
+                            return result
+                        if self.by_deadline:
+                            break
+                        continue
+                    running[asyncio.ensure_future(self._post(sent))] = sent
+                done, _ = await asyncio.wait(running, timeout=delay, return_when=FIRST_COMPLETED)
+                if not done:  # the first is slow: race it on the next-best upstream, once
+                    await self._hedge()
+                    continue
+                for task in done:
+                    sent = running.pop(task)
+                    result = self._settle(sent, await self._outcome(task, sent))
+                    if result is not None:
+                        return result
+                if self.by_deadline and not running:
+                    break
+        finally:
+            self._leave_running()
+        return self._failure()
+
+    def _post(self, sent: Sent) -> Awaitable[tuple[int, bytes]]:
+        return self.transport.post(sent.upstream.url, self.body, sent.timeout)
+
+    async def _outcome(self, post: Awaitable[tuple[int, bytes]], sent: Sent) -> Outcome:
+        """What an attempt came to: its answer or its transport error. Anything
+        else (a closed session, a cancelled flow) leaves it without a verdict."""
+        try:
+            return await post
+        except TransportError as e:
+            return e
+        except BaseException:
+            abandon(self.pool, self.admission, sent, self.clock)
+            raise
+
+    async def _launch(self, wait: bool) -> Sent | None:
         """Choose the next upstream and take its place; ``wait``: for a node's
         budget, if need be (a hedge does not). The caller sends the call."""
-        nonlocal by_deadline
-        if deadline - clock() <= 0:
-            by_deadline = True
+        clock, admission, pool = self.clock, self.admission, self.pool
+        if self.deadline - clock() <= 0:
+            self.by_deadline = True
             return None
         ticket: Ticket | None = None
         if admission is None:
-            upstream = pool.choose(tried, prefer_archive=prefer_archive, min_block=min_block)
+            upstream = pool.choose(
+                self.tried, prefer_archive=self.prefer_archive, min_block=self.min_block
+            )
         else:
             got = await admission.acquire(
                 pool,
-                tried,
-                calls=len(calls),
-                until=deadline,
+                self.tried,
+                calls=len(self.calls),
+                until=self.deadline,
                 wait=wait,
-                prefer_archive=prefer_archive,
-                min_block=min_block,
+                prefer_archive=self.prefer_archive,
+                min_block=self.min_block,
             )
             upstream, ticket = got if got is not None else (None, None)
         if upstream is None:
             return None
-        remaining = deadline - clock()
+        remaining = self.deadline - clock()
         if remaining <= 0:  # the wait for budget took the rest of the deadline
             if ticket is not None and admission is not None:
                 admission.release(ticket)
-            by_deadline = True
+            self.by_deadline = True
             return None
-        tried.add(upstream.id)
+        self.tried.add(upstream.id)
         pool.started(upstream)
-        return _Sent(upstream, clock(), min(budget.attempt_timeout_s, remaining), ticket)
+        return Sent(upstream, clock(), min(self.budget.attempt_timeout_s, remaining), ticket)
 
-    def settle(sent: _Sent, outcome: Outcome) -> ForwardResult | None:
+    async def _hedge(self) -> None:
+        """The delay passed with no answer: the next-best upstream races it."""
+        self.waited = True
+        hedger = self.hedger
+        assert hedger is not None
+        if hedger.can_hedge():
+            hedge = await self._launch(False)
+            if hedge is not None:
+                self.running[asyncio.ensure_future(self._post(hedge))] = hedge
+                hedger.hedged()
+                self.hedged = True
+
+    def _settle(self, sent: Sent, outcome: Outcome) -> ForwardResult | None:
         """One attempt's outcome reported; the result to return, or None: go on."""
-        nonlocal by_deadline, soft, prefer_archive, won
-        upstream = sent.upstream
+        pool, admission, upstream = self.pool, self.admission, sent.upstream
         if sent.ticket is not None and admission is not None:
             admission.release(sent.ticket)
-        latency = (clock() - sent.start) * 1000
+        latency = (self.clock() - sent.start) * 1000
         if isinstance(outcome, TransportError):
-            _report_failure(pool, admission, upstream, latency, outcome.reason, outcome.retry_after)
-            attempts.append(
+            report_failure(pool, admission, upstream, latency, outcome.reason, outcome.retry_after)
+            self.attempts.append(
                 Attempt(upstream.id, upstream.provider, "hard", outcome.reason, round(latency))
             )
-            if outcome.reason == "timeout" and sent.timeout < budget.attempt_timeout_s:
-                by_deadline = True
+            if outcome.reason == "timeout" and sent.timeout < self.budget.attempt_timeout_s:
+                self.by_deadline = True
             return None
         status, raw = outcome
-        verdict = assess(status, raw, calls, is_batch=is_batch, tip=tip)
-        attempts.append(
+        verdict = assess(status, raw, self.calls, is_batch=self.is_batch, tip=self.tip)
+        self.attempts.append(
             Attempt(upstream.id, upstream.provider, verdict.verdict, verdict.reason, round(latency))
         )
         if verdict.verdict == "hard":
-            _report_failure(pool, admission, upstream, latency, verdict.reason, None)
+            report_failure(pool, admission, upstream, latency, verdict.reason, None)
             return None
         pool.succeeded(upstream, latency)  # a soft answer is a healthy node, behind
-        if hedger is not None:
-            hedger.observe(latency)
+        if self.hedger is not None:
+            self.hedger.observe(latency)
         assert verdict.answers is not None
+        attempts = tuple(self.attempts)
         if verdict.verdict == "ok":
-            won = True
-            return ForwardResult("ok", verdict.answers, tuple(attempts), upstream, hedged, len(raw))
-        if pinned and verdict.reason in PIN_MISSES:
+            self.won = True
+            return ForwardResult("ok", verdict.answers, attempts, upstream, self.hedged, len(raw))
+        if self.pinned and verdict.reason in PIN_MISSES:
             # the proxy's own pin, not the client's hash: no other node is
             # tried with it, the caller sends the call again unpinned
             return ForwardResult(
-                "soft",
-                verdict.answers,
-                tuple(attempts),
-                upstream,
-                hedged,
-                len(raw),
-                pin_missed=True,
+                "soft", verdict.answers, attempts, upstream, self.hedged, len(raw), pin_missed=True
             )
-        soft = (verdict.answers, upstream, len(raw))
-        prefer_archive = prefer_archive or verdict.prefer_archive
+        self.soft = (verdict.answers, upstream, len(raw))
+        self.prefer_archive = self.prefer_archive or verdict.prefer_archive
         return None
 
-    try:
-        while True:
-            delay: float | None = None
-            if not running:
-                # a hedge is an extra racer, not one of the failover attempts
-                if len(tried) >= budget.max_attempts + hedged:
-                    break
-                sent = await launch(True)
-                if sent is None:
-                    break
-                if (
-                    hedger is not None
-                    and not waited
-                    and len(tried) < budget.max_attempts
-                    and hedger.can_hedge()
-                ):
-                    delay = hedger.delay()
-                if delay is None:  # nobody can race it: awaited right here
-                    try:
-                        outcome: Outcome = await transport.post(
-                            sent.upstream.url, body, sent.timeout
-                        )
-                    except TransportError as e:
-                        outcome = e
-                    except BaseException:  # a closed session, a cancelled flow: settle, raise
-                        _abandon(pool, admission, sent, clock)
-                        raise
-                    result = settle(sent, outcome)
-                    if result is not None:
-                        return result
-                    if by_deadline:
-                        break
-                    continue
-                task = asyncio.ensure_future(transport.post(sent.upstream.url, body, sent.timeout))
-                running[task] = sent
-            done, _ = await asyncio.wait(running, timeout=delay, return_when=FIRST_COMPLETED)
-            if not done:  # the first is slow: race it on the next-best upstream, once
-                waited = True
-                assert hedger is not None
-                if hedger.can_hedge():
-                    hedge = await launch(False)
-                    if hedge is not None:
-                        post = transport.post(hedge.upstream.url, body, hedge.timeout)
-                        running[asyncio.ensure_future(post)] = hedge
-                        hedger.hedged()
-                        hedged = True
-                continue
-            for task in done:
-                sent = running.pop(task)
-                try:
-                    outcome = task.result()
-                except TransportError as e:
-                    outcome = e
-                except BaseException:  # a closed session, a cancelled post: settle, raise
-                    _abandon(pool, admission, sent, clock)
-                    raise
-                result = settle(sent, outcome)
-                if result is not None:
-                    return result
-            if by_deadline and not running:
-                break
-    finally:
-        # The attempt a hedge outraced finishes in the background; anything else
-        # still running (the flow itself was cancelled, a pin miss) is cancelled.
-        for task, sent in running.items():
-            if won:
+    def _leave_running(self) -> None:
+        """The attempt a hedge outraced finishes in the background; anything
+        else still running (the flow itself was cancelled, a pin miss) is
+        cancelled."""
+        pool, admission, clock = self.pool, self.admission, self.clock
+        for task, sent in self.running.items():
+            if self.won:
                 settle_it = partial(
-                    _settle_outraced, sent, pool, admission, clock, calls, is_batch, tip
+                    settle_outraced,
+                    sent,
+                    pool,
+                    admission,
+                    clock,
+                    self.calls,
+                    self.is_batch,
+                    self.tip,
                 )
                 finish_unheard(task, sent.timeout, settle_it)
             else:
                 task.cancel()
-                _abandon(pool, admission, sent, clock)
+                abandon(pool, admission, sent, clock)
 
-    if soft is not None:
-        return ForwardResult("soft", soft[0], tuple(attempts), soft[1], hedged, soft[2])
-    # every upstream tried kept silent: a gateway timeout (504), however the time
-    # was split between racers and attempts
-    if by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
-        return ForwardResult("deadline", None, tuple(attempts), None, hedged)
-    if admission is not None and attempts and all(a.reason == "rate-limited" for a in attempts):
-        # every node tried said 429 "too many requests": the nodes' capacity is
-        # spent, as when their budgets are; a time to retry, not a 502. (A 503
-        # is a node failing, with or without Retry-After: the contract's 502.)
-        left = pool.backoff_left(set())
-        return ForwardResult(
-            "capacity", None, tuple(attempts), None, hedged, retry_after_s=left or 1.0
-        )
-    if not attempts:
-        if admission is not None and admission.shed:
+    def _failure(self) -> ForwardResult:
+        """No good answer: the best soft one, or why there was none."""
+        attempts, hedged, admission = tuple(self.attempts), self.hedged, self.admission
+        if self.soft is not None:
+            return ForwardResult("soft", self.soft[0], attempts, self.soft[1], hedged, self.soft[2])
+        # every upstream tried kept silent: a gateway timeout (504), however the time
+        # was split between racers and attempts
+        if self.by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
+            return ForwardResult("deadline", None, attempts, None, hedged)
+        if admission is not None and attempts and all(a.reason == "rate-limited" for a in attempts):
+            # every node tried said 429 "too many requests": the nodes' capacity is
+            # spent, as when their budgets are; a time to retry, not a 502. (A 503
+            # is a node failing, with or without Retry-After: the contract's 502.)
+            left = self.pool.backoff_left(set())
             return ForwardResult(
-                "capacity", None, (), None, hedged, retry_after_s=admission.retry_after_s
+                "capacity", None, attempts, None, hedged, retry_after_s=left or 1.0
             )
-        return ForwardResult("no-upstream", None, (), None, hedged)
-    return ForwardResult("failed", None, tuple(attempts), None, hedged)
-
-
-def _abandon(
-    pool: UpstreamPool, admission: Admission | None, sent: _Sent, clock: Callable[[], float]
-) -> None:
-    """The attempt ended without an outcome (cancelled): no health verdict."""
-    if sent.ticket is not None and admission is not None:
-        admission.release(sent.ticket)
-    pool.abandoned(sent.upstream, (clock() - sent.start) * 1000)
-
-
-def _report_failure(
-    pool: UpstreamPool,
-    admission: Admission | None,
-    upstream: Upstream,
-    latency_ms: float,
-    reason: str,
-    retry_after: float | None,
-) -> None:
-    """A failed attempt: "too many requests" (a 429, or a 503 with Retry-After)
-    pauses the node and a 429 teaches it a rate (with budgets kept); anything
-    else counts against its health."""
-    if admission is not None and (reason == "rate-limited" or retry_after is not None):
-        pool.throttled(upstream, latency_ms, retry_after, reason)
-        if reason == "rate-limited":  # a 429 teaches a rate; a 503 only pauses the node
-            admission.budgets.rate_limited(upstream.id)
-    else:
-        pool.failed(upstream, latency_ms)
-
-
-def _settle_outraced(
-    sent: _Sent,
-    pool: UpstreamPool,
-    admission: Admission | None,
-    clock: Callable[[], float],
-    calls: Sequence[Call],
-    is_batch: bool,
-    tip: int | None,
-    task: asyncio.Task[tuple[int, bytes]],
-) -> None:
-    """An outraced attempt ended, unheard: its ticket is released and the pool
-    learns its real latency and outcome (not the hedge's delay)."""
-    if task.cancelled():
-        _abandon(pool, admission, sent, clock)
-        return
-    if sent.ticket is not None and admission is not None:
-        admission.release(sent.ticket)
-    latency = (clock() - sent.start) * 1000
-    error = task.exception()  # retrieved here, whatever it is: nobody else awaits it
-    if error is None:
-        verdict = assess(*task.result(), calls, is_batch=is_batch, tip=tip)
-        if verdict.verdict != "hard":
-            pool.succeeded(sent.upstream, latency)
-            return
-        reason, retry_after = verdict.reason, None
-    elif isinstance(error, TransportError):
-        reason, retry_after = error.reason, error.retry_after
-    else:  # a closed session: no verdict on the node
-        pool.abandoned(sent.upstream, latency)
-        return
-    _report_failure(pool, admission, sent.upstream, latency, reason, retry_after)
+        if not attempts:
+            if admission is not None and admission.shed:
+                return ForwardResult(
+                    "capacity", None, (), None, hedged, retry_after_s=admission.retry_after_s
+                )
+            return ForwardResult("no-upstream", None, (), None, hedged)
+        return ForwardResult("failed", None, attempts, None, hedged)

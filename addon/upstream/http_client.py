@@ -118,7 +118,7 @@ class _Conn(asyncio.Protocol):
         self.close()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # TCP: a Transport
 
     def data_received(self, data: bytes) -> None:
         if self.waiter is None:  # nothing asked: a stray byte (a 408, garbage)

@@ -125,7 +125,7 @@ def parse_endpoints(
         if kind not in KINDS:
             raise ConfigError(f"{key}.kind", f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
         network = get_str(e, "network", None, f"{key}.network")
-        if network not in networks:
+        if network is None or network not in networks:
             raise ConfigError(
                 f"{key}.network", f"unknown network {network!r} (known: {', '.join(networks)})"
             )

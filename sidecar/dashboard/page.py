@@ -1,11 +1,14 @@
 """The dashboard at ``/``: one server-rendered HTML page (Jinja2), readable
-without JavaScript, refreshed by a meta tag. It calls the same view functions
+without JavaScript, refreshed by a meta tag. It calls the same document functions
 as the JSON API, so the page and ``/api/v1/…`` never disagree. ``?network=``
-narrows the page to one network (the registry views see only its endpoints;
+narrows the page to one network (the registry documents see only its endpoints;
 the usage figures are the API's ``?network=``); ``?page=`` is the callable
-list's page. (URL in ``sidecar.server.routes``; the pure helpers in
-``sidecar.dashboard.view``, the pictures' numbers in ``sidecar.dashboard.chart``
-and ``sidecar.dashboard.pictures``, from the probe history of ``sidecar.history``.)
+list's page. The handler (``sidecar.server.handlers.dashboard``) reads the
+query into a ``PageScope`` (``scope_of``), the usage figures (``usage_of``) and
+renders (``render``); no aiohttp here. (The network scope in
+``sidecar.dashboard.scope``, the words in ``sidecar.dashboard.wording``, the
+pictures' numbers in ``sidecar.dashboard.chart`` and
+``sidecar.dashboard.pictures``, from the probe history of ``sidecar.history``.)
 
 Pictures: each callable endpoint's latency over 24 h (sparkline) and when it
 was down (incident strip); requests, errors and cache hits per hour over 7
@@ -21,25 +24,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 import jinja2
-from aiohttp import web
 
+from common.config import Config
 from sidecar.dashboard.chart import hourly_chart
 from sidecar.dashboard.pictures import incident_strip, lag_chart, sparkline
-from sidecar.dashboard.view import (
-    backoff_text,
-    capacity_text,
-    page_href,
-    parse_network,
-    scoped,
-    updated_text,
-)
+from sidecar.dashboard.scope import page_href, parse_network, scoped
+from sidecar.dashboard.wording import backoff_text, capacity_text, updated_text
+from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.series import lag_series, latency_series
+from sidecar.probing.chain_runtime import ChainRuntimeBook
 from sidecar.probing.results import NODE_KINDS
-from sidecar.registry import views
-from sidecar.registry.api import upstream_live
+from sidecar.registry import documents
 from sidecar.registry.networks import runtime_lines
-from sidecar.registry.networks_api import runtime_book
-from sidecar.server.app_keys import HISTORY_KEY, REGISTRY_KEY, USAGE_KEY
+from sidecar.registry.pools import HealthMap
+from sidecar.registry.service import RegistryService
+from sidecar.registry.upstream import UpstreamLive
+from sidecar.usage.service import UsageService
 
 log = logging.getLogger("chainproxy.sidecar.dashboard")
 
@@ -55,75 +55,97 @@ _env = jinja2.Environment(
 
 
 @dataclass(frozen=True, slots=True)
-class _Usage:
+class Usage:
     summary: dict[str, Any] | None  # None: unavailable (or the proxy does not serve the network)
     chart: Any
     updated: str | None  # "2027-01-15 08:15:00 UTC (3 min ago)"; None: never
 
 
-async def _usage(request: web.Request, network: str | None) -> _Usage:
-    svc = request.app.get(USAGE_KEY)
+NO_USAGE = Usage(None, None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class PageScope:
+    """What the query asks for, checked: the network (None: all), the config
+    narrowed to it, and the callable list's page; with the health and the time
+    the whole page is drawn at."""
+
+    network: str | None
+    config: Config
+    callable: dict[str, Any]
+    health: HealthMap
+    now: float
+
+
+def scope_of(
+    reg: RegistryService, network: str | None, page: str | None, live: UpstreamLive
+) -> PageScope:
+    """``?network=`` and ``?page=`` checked (``documents.PageError`` otherwise)."""
+    health, now = reg.health, reg.now()
+    chosen = parse_network(reg.config, network)
+    config = scoped(reg.config, chosen)
+    callable_ = documents.callable_endpoints(config, health, documents.parse_page(page), live=live)
+    return PageScope(chosen, config, callable_, health, now)
+
+
+async def usage_of(svc: UsageService | None, network: str | None) -> Usage:
+    """The usage figures of the page (``NO_USAGE`` when they are unavailable)."""
     if svc is None or (network is not None and network not in svc.config.proxy.networks):
-        return _Usage(None, None, None)
+        return NO_USAGE
     try:
         summary = await svc.summary(network)
         chart = hourly_chart(await svc.hourly_series(network), svc.clock())
     except Exception as e:  # the page shows "unavailable" rather than failing whole
         log.warning("usage statistics unavailable for the dashboard: %s", e)
-        return _Usage(None, None, None)
-    return _Usage(summary, chart, updated_text(svc.updated, svc.clock()))
+        return NO_USAGE
+    return Usage(summary, chart, updated_text(svc.updated, svc.clock()))
 
 
-def _error_page(e: views.PageError) -> web.Response:
-    body = (
+def error_page(e: documents.PageError) -> str:
+    """The small page of a bad query (its status is ``e.status``)."""
+    return (
         f"<!doctype html><title>chainproxy</title><p>{html.escape(str(e))} — "
         '<a href="/">back to the dashboard</a></p>'
     )
-    return web.Response(status=e.status, text=body, content_type="text/html")
 
 
-async def dashboard(request: web.Request) -> web.Response:
-    reg = request.app[REGISTRY_KEY]
-    health, now = reg.health, reg.now()
-    try:
-        network = parse_network(reg.config, request.query.get("network"))
-        config = scoped(reg.config, network)
-        page = views.parse_page(request.query.get("page"))
-        live = upstream_live(request.app)
-        callable_ = views.callable_endpoints(config, health, page, live=live)
-    except views.PageError as e:
-        return _error_page(e)
-    usage = await _usage(request, network)
-    heat = views.heatmap(config, health)
+def render(
+    reg: RegistryService,
+    scope: PageScope,
+    usage: Usage,
+    live: UpstreamLive,
+    history: HistoryRecorder,
+    book: ChainRuntimeBook | None,
+) -> str:
+    """The page's HTML."""
+    config, health, now, callable_ = scope.config, scope.health, scope.now, scope.callable
+    heat = documents.heatmap(config, health)
     kinds_seen = {k for row in heat["rows"] for k in row["cells"]}
     incidents = reg.incidents.incidents()
-    pictures = _pictures(request, config, [r["id"] for r in callable_["rows"]], incidents, now)
-    html_text = _env.get_template("dashboard.html").render(
+    pictures = _pictures(history, config, [r["id"] for r in callable_["rows"]], incidents, now)
+    return _env.get_template("dashboard.html").render(
         refresh_s=REFRESH_S,
         generated=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         networks=list(reg.config.networks),
-        network=network,
-        served=network is None or network in reg.config.proxy.networks,
+        network=scope.network,
+        served=scope.network is None or scope.network in reg.config.proxy.networks,
         page_href=page_href,
         backoff_text=lambda until: backoff_text(until, now),
         capacity_text=capacity_text,
         usage=usage.summary,
         chart=usage.chart,
         updated=usage.updated,
-        totals=views.registry_totals(config, health),
-        rpc_pools=views.proxy_pools(config, health),
-        endpoint_pools=views.endpoint_pools(config, health),
-        root=views.root_endpoints(config, health, live),
+        totals=documents.registry_totals(config, health),
+        rpc_pools=documents.proxy_pools(config, health),
+        endpoint_pools=documents.endpoint_pools(config, health),
+        root=documents.root_endpoints(config, health, live),
         callable=callable_,
         heatmap=heat,
         heat_kinds=[k for k in _KIND_ORDER if k in kinds_seen],
-        incidents=views.incident_list(config, incidents, now),
-        timeline=_timeline_with_incidents(views.incident_timeline(config, incidents, now)),
-        runtime_lines=runtime_lines(config, runtime_book(request.app)),
+        incidents=documents.incident_list(config, incidents, now),
+        timeline=_timeline_with_incidents(documents.incident_timeline(config, incidents, now)),
+        runtime_lines=runtime_lines(config, book),
         **pictures,
-    )
-    return web.Response(
-        text=html_text, content_type="text/html", headers={"Cache-Control": "no-store"}
     )
 
 
@@ -137,10 +159,9 @@ def _timeline_with_incidents(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pictures(
-    request: web.Request, config: Any, row_ids: list[str], incidents: Any, now: float
+    history: HistoryRecorder, config: Any, row_ids: list[str], incidents: Any, now: float
 ) -> dict[str, Any]:
     """Sparklines and incident strips of the listed endpoints, lag charts per network."""
-    history = request.app[HISTORY_KEY]
     nodes = [e for e in config.endpoints if e.kind in NODE_KINDS]
     minutes = history.minutes([*row_ids, *(e.id for e in nodes if e.id not in row_ids)], now)
     spans: dict[str, list[tuple[float, float | None]]] = {}

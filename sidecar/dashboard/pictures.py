@@ -46,7 +46,8 @@ def sparkline(points: Sequence[Point], width: int = SPARK_W, height: int = SPARK
         return None
     peak = max(known)
     top = max(peak, 1)
-    lines, current = [], []
+    lines: list[list[str]] = []
+    current: list[str] = []
     for i, v in enumerate(values):
         if v is None:
             if current:

@@ -14,9 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from common.config import Endpoint
-from sidecar.probing.health import Health
+from sidecar.probing.health import Health, chain_heads
 from sidecar.probing.results import NODE_KINDS, ProbeResult
-from sidecar.registry.routing_snapshot import chain_heads
 
 KEEP_S = 86_400  # a day: the sparklines' and incident strips' span
 

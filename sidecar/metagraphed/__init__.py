@@ -9,8 +9,12 @@ chainproxy unchanged (docs/METAGRAPHED.md).
   pagination, ``fields`` projection);
 * ``envelope``: the ``{ok, schema_version, data, meta}`` envelope, the error
   envelope and the headers (ETag, CORS, ``x-metagraph-*``);
-* ``rows``, ``pools``, ``health``, ``usage``: the documents, pure;
-* ``api``: the aiohttp handlers and the error middleware.
+* ``rows``, ``documents``, ``usage``: the documents, pure;
+* ``paths``: where the API is served (under ``/metagraphed``, and at the root
+  where chainproxy's own API leaves the path free).
+
+The aiohttp handlers and the error middleware are in
+``sidecar.server.handlers.metagraphed``.
 
 This ``__init__`` imports nothing: import the submodules.
 """

@@ -1,7 +1,7 @@
 """The ``data`` of each Metagraphed registry path, and the list each one pages (pure).
 
-Every builder takes a ``rows.View`` (config, health, now) and, for incidents,
-the tracker's incidents; the handler (``sidecar.metagraphed.api``) runs the
+Every builder takes a ``rows.RegistryState`` (config, health, now) and, for incidents,
+the tracker's incidents; the handler (``sidecar.server.handlers.metagraphed``) runs the
 list engine over ``data[collection.key]``. Summaries are over the whole
 collection, as Metagraphed's artifacts have them; ``meta.pagination.total``
 counts what the filters kept.
@@ -17,8 +17,8 @@ from sidecar.jsonfmt import iso
 from sidecar.metagraphed import vocab
 from sidecar.metagraphed.listing import Collection, Filter
 from sidecar.metagraphed.rows import (
+    RegistryState,
     Row,
-    View,
     count_by,
     endpoint_rows,
     endpoint_summary,
@@ -140,18 +140,18 @@ DOWNTIME = Collection(
 )
 
 
-def _base(view: View) -> Row:
+def _base(state: RegistryState) -> Row:
     return {
         "schema_version": 1,
         "contract_version": vocab.CONTRACT_VERSION,
-        "generated_at": iso(view.now),
+        "generated_at": iso(state.now),
     }
 
 
-def endpoints(view: View) -> Row:
-    rows = endpoint_rows(view, view.config.endpoints)
+def endpoints(state: RegistryState) -> Row:
+    rows = endpoint_rows(state, state.config.endpoints)
     return {
-        **_base(view),
+        **_base(state),
         "source": SOURCE,
         "notes": "chainproxy's registry: every endpoint of registry.endpoints, probed.",
         "summary": endpoint_summary(rows),
@@ -159,11 +159,11 @@ def endpoints(view: View) -> Row:
     }
 
 
-def rpc_endpoints(view: View) -> Row:
-    rows = [rpc_endpoint_row(view, e) for e in view.config.endpoints if e.kind in NODE_KINDS]
+def rpc_endpoints(state: RegistryState) -> Row:
+    rows = [rpc_endpoint_row(state, e) for e in state.config.endpoints if e.kind in NODE_KINDS]
     rows.sort(key=lambda r: (r["provider"], r["id"]))
     return {
-        **_base(view),
+        **_base(state),
         "source": SOURCE,
         "summary": {
             "endpoint_count": len(rows),
@@ -176,13 +176,13 @@ def rpc_endpoints(view: View) -> Row:
     }
 
 
-def endpoint_pools(view: View) -> Row:
+def endpoint_pools(state: RegistryState) -> Row:
     """``/api/v1/rpc/pools`` and ``/api/v1/endpoint-pools``: chainproxy's pools
     (``<network>-rpc``, ``-wss``, ``-archive``, named as Metagraphed names them),
     members eligible first, then by latency; the best endpoint is chainproxy's."""
     out = []
-    for p in pools(view.config, view.health):
-        members = [pool_member_row(view, e) for e in p.members]
+    for p in pools(state.config, state.health):
+        members = [pool_member_row(state, e) for e in p.members]
         members.sort(
             key=lambda r: (
                 not r["pool_eligible"],
@@ -196,30 +196,30 @@ def endpoint_pools(view: View) -> Row:
                 "kind": vocab.kind(p.kind),
                 "endpoint_count": len(members),
                 "eligible_count": sum(r["pool_eligible"] for r in members),
-                "best_endpoint_id": best_endpoint(p.members, view.health),
+                "best_endpoint_id": best_endpoint(p.members, state.health),
                 "endpoints": members,
             }
         )
     return {
-        **_base(view),
+        **_base(state),
         "source": "rpc-endpoint-probes",
         "notes": "chainproxy's pools: eligible members are the node endpoints whose status is OK.",
         "pools": out,
     }
 
 
-def endpoint_incidents(view: View, incidents: Sequence[Incident]) -> Row:
+def endpoint_incidents(state: RegistryState, incidents: Sequence[Incident]) -> Row:
     """Every ongoing incident and those resolved in the last 7 days, of endpoints
     in the registry: active first, then by severity, newest first."""
-    by_id = {e.id: e for e in view.config.endpoints}
-    since = view.now - INCIDENT_WINDOW_S
+    by_id = {e.id: e for e in state.config.endpoints}
+    since = state.now - INCIDENT_WINDOW_S
     chosen = [i for i in incidents if i.endpoint_id in by_id and i.overlaps(since)]
-    rows = [incident_row(view, i, by_id[i.endpoint_id]) for i in chosen]
+    rows = [incident_row(state, i, by_id[i.endpoint_id]) for i in chosen]
     rank = {s: n for n, s in enumerate(vocab.SEVERITIES)}
     rows.sort(key=lambda r: r["detected_at"] or "", reverse=True)
     rows.sort(key=lambda r: (r["state"] != "active", rank[r["severity"]]))
     return {
-        **_base(view),
+        **_base(state),
         "source": "endpoint-resource-probes",
         "summary": {
             "incident_count": len(rows),
@@ -234,33 +234,33 @@ def endpoint_incidents(view: View, incidents: Sequence[Incident]) -> Row:
     }
 
 
-def providers(view: View) -> Row:
-    return {**_base(view), "providers": provider_rows(view.config)}
+def providers(state: RegistryState) -> Row:
+    return {**_base(state), "providers": provider_rows(state.config)}
 
 
-def provider_detail(view: View, name: str) -> Row:
-    row = next(r for r in provider_rows(view.config) if r["name"] == name)
-    mine = endpoint_rows(view, (e for e in view.config.endpoints if e.provider == name))
-    return {**_base(view), "provider": row, "endpoint_summary": endpoint_summary(mine)}
+def provider_detail(state: RegistryState, name: str) -> Row:
+    row = next(r for r in provider_rows(state.config) if r["name"] == name)
+    mine = endpoint_rows(state, (e for e in state.config.endpoints if e.provider == name))
+    return {**_base(state), "provider": row, "endpoint_summary": endpoint_summary(mine)}
 
 
-def provider_endpoints(view: View, name: str) -> Row:
-    row = next(r for r in provider_rows(view.config) if r["name"] == name)
-    rows = endpoint_rows(view, (e for e in view.config.endpoints if e.provider == name))
+def provider_endpoints(state: RegistryState, name: str) -> Row:
+    row = next(r for r in provider_rows(state.config) if r["name"] == name)
+    rows = endpoint_rows(state, (e for e in state.config.endpoints if e.provider == name))
     return {
-        **_base(view),
+        **_base(state),
         "provider": {"id": row["id"], "name": name},
         "summary": endpoint_summary(rows),
         "endpoints": rows,
     }
 
 
-def health(view: View) -> Row:
+def health(state: RegistryState) -> Row:
     """``/api/v1/health``: per subnet of the registry, its endpoints' statuses rolled
     up the way Metagraphed rolls them up."""
     by_subnet: dict[int, list[Any]] = {}
-    for e in view.config.endpoints:
-        by_subnet.setdefault(e.subnet, []).append(health_of(view.health, e))
+    for e in state.config.endpoints:
+        by_subnet.setdefault(e.subnet, []).append(health_of(state.health, e))
     rows = []
     for netuid, hs in sorted(by_subnet.items()):
         statuses = [vocab.status(h) for h in hs]
@@ -279,10 +279,10 @@ def health(view: View) -> Row:
                 "last_ok": iso(max(ok_at)) if ok_at else None,
             }
         )
-    all_statuses = [vocab.status(health_of(view.health, e)) for e in view.config.endpoints]
-    checked = [h.last_probe_at for h in view.health.values() if h.last_probe_at is not None]
+    all_statuses = [vocab.status(health_of(state.health, e)) for e in state.config.endpoints]
+    checked = [h.last_probe_at for h in state.health.values() if h.last_probe_at is not None]
     return {
-        **_base(view),
+        **_base(state),
         "source": SOURCE,
         "health_source": "probe-derived",
         "scope": "registry",
@@ -295,18 +295,18 @@ def health(view: View) -> Row:
     }
 
 
-def downtime(view: View, incidents: Sequence[Incident], window_s: float) -> Row:
+def downtime(state: RegistryState, incidents: Sequence[Incident], window_s: float) -> Row:
     """Metagraphed's ``/api/v1/incidents`` from chainproxy's incidents: per endpoint
     with any in the window, their spans in epoch ms (an ongoing one ends now).
     The probe counts Metagraphed adds (failed and transient samples) are not
     kept by chainproxy: null."""
-    by_id = {e.id: e for e in view.config.endpoints}
-    since = view.now - window_s
+    by_id = {e.id: e for e in state.config.endpoints}
+    since = state.now - window_s
     per: dict[str, list[Row]] = {}
     for i in sorted(incidents, key=lambda i: i.started):
         if i.endpoint_id not in by_id or not i.overlaps(since):
             continue
-        end = i.ended if i.ended is not None else view.now
+        end = i.ended if i.ended is not None else state.now
         start = max(i.started, since)
         per.setdefault(i.endpoint_id, []).append(
             {
@@ -332,9 +332,9 @@ def downtime(view: View, incidents: Sequence[Incident], window_s: float) -> Row:
     return {
         "schema_version": 1,
         "window": f"{round(window_s / 86_400)}d",
-        "observed_at": iso(view.now),
+        "observed_at": iso(state.now),
         "source": "chainproxy-incidents",
-        "min_incident_samples": view.config.probe.fail_threshold,
+        "min_incident_samples": state.config.probe.fail_threshold,
         "summary": {
             "affected_surface_count": len(surfaces),
             "incident_count": sum(s["incident_count"] for s in surfaces),

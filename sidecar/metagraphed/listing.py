@@ -112,6 +112,7 @@ def parse_query(pairs: Sequence[tuple[str, str]], coll: Collection) -> Query:
             if v not in allowed_values:
                 raise QueryError(name, f"{name} must be one of: {', '.join(allowed_values)}.")
             extra[name] = v
+    # ``order`` was checked against ("asc", "desc") above: the Literal the field names
     return Query(filters, bounds, sort, order, limit, cursor, fields, extra)  # type: ignore[arg-type]
 
 
@@ -172,10 +173,10 @@ def apply(rows: Sequence[Row], q: Query, key: str) -> tuple[list[Row], Row]:
             if f not in known:
                 raise QueryError("fields", f"fields: {f} is not a field of {key}.")
     out = [r for r in rows if _matches(r, q)]
-    if q.sort is not None:
-        present = [r for r in out if r.get(q.sort) is not None]
-        missing = [r for r in out if r.get(q.sort) is None]
-        present.sort(key=lambda r: _sort_key(r[q.sort]), reverse=q.order == "desc")
+    if (field := q.sort) is not None:
+        present = [r for r in out if r.get(field) is not None]
+        missing = [r for r in out if r.get(field) is None]
+        present.sort(key=lambda r: _sort_key(r[field]), reverse=q.order == "desc")
         out = present + missing
     total = len(out)
     paged = q.limit is not None or q.cursor is not None

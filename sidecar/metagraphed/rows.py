@@ -37,8 +37,9 @@ STALE_PROBES = 3
 
 
 @dataclass(frozen=True, slots=True)
-class View:
-    """What every row is made from: the config, the Prober's health, the time."""
+class RegistryState:
+    """The registry at one moment, what every row is made from: the config, the
+    Prober's health and the time."""
 
     config: Config
     health: HealthMap
@@ -69,7 +70,7 @@ def _auth_required(e: Endpoint, h: Health) -> bool | None:
     return False if h.last_ok_at is not None else None
 
 
-def _health_fields(view: View, h: Health) -> Row:
+def _health_fields(state: RegistryState, h: Health) -> Row:
     mg_class = vocab.classification(h.classification) if h.probed else "unknown"
     return {
         "status": vocab.status(h),
@@ -78,16 +79,17 @@ def _health_fields(view: View, h: Health) -> Row:
         "latest_block": h.best,
         "observed_at": iso(h.last_probe_at),
         "health_source": "probe-derived" if h.probed else "missing-probe",
-        "health_stale": view.stale(h),
+        "health_stale": state.stale(h),
         "last_ok": iso(h.last_ok_at),
         "last_checked": iso(h.last_probe_at),
         "error": None if not h.probed or h.classification == "live" else h.classification,
     }
 
 
-def endpoint_row(view: View, e: Endpoint) -> Row:
-    """A row of ``/api/v1/endpoints`` (and ``/providers/{slug}/endpoints``)."""
-    h = health_of(view.health, e)
+def endpoint_row(state: RegistryState, e: Endpoint) -> Row:
+    """A row of ``/api/v1/endpoints`` (and ``/providers/{slug}/endpoints``): every
+    field an endpoint has; the other paths' rows are a selection of it."""
+    h = health_of(state.health, e)
     kind = vocab.kind(e.kind)
     eligible = pool_eligible(e, h)
     return {
@@ -109,7 +111,7 @@ def endpoint_row(view: View, e: Endpoint) -> Row:
             "method": None,
             "expect": None,
             "source": "chainproxy-prober",
-            "timeout_ms": round(view.config.probe.timeout_s * 1000),
+            "timeout_ms": round(state.config.probe.timeout_s * 1000),
         },
         "monitoring_status": "monitored",
         "publication_state": "pool-eligible" if eligible else "monitored",
@@ -117,61 +119,66 @@ def endpoint_row(view: View, e: Endpoint) -> Row:
         "pool_eligibility_reasons": _eligibility_reasons(e, h),
         "archive_support": archive_capable(e, h) if e.kind in NODE_KINDS else None,
         "score": round(h.score * 100),
-        **_health_fields(view, h),
+        **_health_fields(state, h),
     }
 
 
-def rpc_endpoint_row(view: View, e: Endpoint) -> Row:
-    """A row of ``/api/v1/rpc/endpoints`` (node endpoints only)."""
-    h = health_of(view.health, e)
-    kind = vocab.kind(e.kind)
-    eligible = pool_eligible(e, h)
-    return {
-        "id": e.id,
-        "netuid": e.subnet,
-        "chain": "bittensor",
-        "network": e.network,
-        "layer": vocab.layer(kind),
-        "kind": kind,
-        "url": e.safe_url,
-        "provider": e.provider,
-        "publication_state": "pool-eligible" if eligible else "monitored",
-        "pool_eligible": eligible,
-        "score": round(h.score * 100),
-        "archive_support": archive_capable(e, h),
-        **_health_fields(view, h),
-    }
-
-
-def pool_member_row(view: View, e: Endpoint) -> Row:
-    """An endpoint inside a pool of ``/api/v1/rpc/pools``."""
-    h = health_of(view.health, e)
-    kind = vocab.kind(e.kind)
-    health = _health_fields(view, h)
-    return {
-        "id": e.id,
-        "surface_id": e.id,
-        "kind": kind,
-        "layer": vocab.layer(kind),
-        "url": e.safe_url,
-        "provider": e.provider,
-        "archive_support": archive_capable(e, h),
-        "pool_eligible": pool_eligible(e, h),
-        "pool_eligibility_reasons": _eligibility_reasons(e, h),
-        "score": round(h.score * 100),
-        **{k: health[k] for k in POOL_HEALTH_FIELDS},
-    }
-
-
-POOL_HEALTH_FIELDS = (
+HEALTH_FIELDS = (
     "status",
+    "classification",
     "latency_ms",
     "latest_block",
     "observed_at",
     "health_source",
     "health_stale",
     "last_ok",
+    "last_checked",
+    "error",
 )
+POOL_HEALTH_FIELDS = tuple(
+    f for f in HEALTH_FIELDS if f not in ("classification", "last_checked", "error")
+)
+# The fields of the other paths' endpoint rows, in their order (node endpoints only).
+RPC_ENDPOINT_FIELDS = (
+    "id",
+    "netuid",
+    "chain",
+    "network",
+    "layer",
+    "kind",
+    "url",
+    "provider",
+    "publication_state",
+    "pool_eligible",
+    "score",
+    "archive_support",
+    *HEALTH_FIELDS,
+)
+POOL_MEMBER_FIELDS = (
+    "id",
+    "surface_id",
+    "kind",
+    "layer",
+    "url",
+    "provider",
+    "archive_support",
+    "pool_eligible",
+    "pool_eligibility_reasons",
+    "score",
+    *POOL_HEALTH_FIELDS,
+)
+
+
+def rpc_endpoint_row(state: RegistryState, e: Endpoint) -> Row:
+    """A row of ``/api/v1/rpc/endpoints`` (node endpoints only)."""
+    row = endpoint_row(state, e)
+    return {k: row[k] for k in RPC_ENDPOINT_FIELDS}
+
+
+def pool_member_row(state: RegistryState, e: Endpoint) -> Row:
+    """An endpoint inside a pool of ``/api/v1/rpc/pools`` (pools hold node endpoints)."""
+    row = endpoint_row(state, e)
+    return {k: row[k] for k in POOL_MEMBER_FIELDS}
 
 
 def count_by(rows: Iterable[Row], key: str) -> dict[str, int]:
@@ -195,9 +202,9 @@ def endpoint_summary(rows: Sequence[Row]) -> Row:
     }
 
 
-def endpoint_rows(view: View, endpoints: Iterable[Endpoint]) -> list[Row]:
+def endpoint_rows(state: RegistryState, endpoints: Iterable[Endpoint]) -> list[Row]:
     """Metagraphed's order: subnet, layer, kind, id."""
-    rows = [endpoint_row(view, e) for e in endpoints]
+    rows = [endpoint_row(state, e) for e in endpoints]
     rows.sort(key=lambda r: (r["netuid"], r["layer"], r["kind"], r["id"]))
     return rows
 
@@ -209,7 +216,7 @@ def provider_rows(config: Config) -> list[Row]:
     """One row per provider of the registry, by slug. ``kind``, ``authority`` and
     ``website_url`` are Metagraphed's curation, which chainproxy does not have: null."""
     slugs = vocab.provider_slugs(e.provider for e in config.endpoints)
-    rows = []
+    rows: list[Row] = []
     for name, slug in slugs.items():
         mine = [e for e in config.endpoints if e.provider == name]
         rows.append(
@@ -241,14 +248,14 @@ def provider_by_slug(config: Config, slug: str) -> str | None:
 # --- incidents -----------------------------------------------------------------------------------
 
 
-def incident_row(view: View, inc: Incident, e: Endpoint) -> Row:
+def incident_row(state: RegistryState, inc: Incident, e: Endpoint) -> Row:
     """A row of ``/api/v1/endpoint-incidents``: ``severity`` critical once chainproxy
     calls it Down (failing ≥ 10 min), else warning; ``state`` active/resolved;
     ``reason`` the classification that opened it; ``status``/``classification``
     the endpoint's now."""
-    h = health_of(view.health, e)
+    h = health_of(state.health, e)
     kind = vocab.kind(e.kind)
-    health = _health_fields(view, h)
+    health = _health_fields(state, h)
     return {
         "id": f"incident-{inc.id}",
         "endpoint_id": e.id,
@@ -264,7 +271,7 @@ def incident_row(view: View, inc: Incident, e: Endpoint) -> Row:
         "observed_at": health["observed_at"],
         "health_source": "probe-derived",
         "health_stale": health["health_stale"],
-        "severity": "critical" if inc.severity(view.now) == "Down" else "warning",
+        "severity": "critical" if inc.severity(state.now) == "Down" else "warning",
         "state": "active" if inc.ongoing else "resolved",
         "reason": inc.message,
         "detected_at": iso(inc.started),

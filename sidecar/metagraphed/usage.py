@@ -17,7 +17,8 @@ from typing import Any
 
 from common.config import Config
 from common.latency_hist import Hist, merge_into, quantile
-from sidecar.usage.stats.window import Counts, WindowTotals
+from common.usage_wire import Counts
+from sidecar.usage.stats.window import WindowTotals
 
 SOURCE = "rpc-proxy"
 
@@ -49,7 +50,8 @@ def rpc_usage(
     updated: float | None,
 ) -> dict[str, Any]:
     networks = tuple(config.proxy.networks)
-    total, per_net, per_endpoint = Counts(), {n: Counts() for n in networks}, {}
+    total, per_net = Counts(), {n: Counts() for n in networks}
+    per_endpoint: dict[str, Counts] = {}
     for (net, eid), c in totals.counts.items():
         if net not in per_net:
             continue

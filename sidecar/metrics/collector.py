@@ -6,10 +6,10 @@ keep in sync, nothing global): the registry's families
 upstreams, probe results), the proxies' (``proxy_families``: the contract
 counters and gauges of the batches' metrics section, usage intake), the
 nodes' budgets and capacity (``upstream_families``), the networks' runtimes
-(``runtime_families``: upgrades, spec version), the depth of the local
+(``chain_runtime_families``: upgrades, spec version), the depth of the local
 on-disk usage spool and the open incidents. It is given
 callables rather than the app, so this package knows nothing of the app's
-keys (``sidecar.server.app`` wires it, ``sidecar.server.ops_api`` serves it).
+keys (``sidecar.server.app`` wires it, ``sidecar.server.handlers.ops`` serves it).
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from common.config import Config
-from sidecar.metrics.proxy_families import usage_families
+from sidecar.metrics.chain_runtime_families import chain_runtime_families
+from sidecar.metrics.proxy_families import UsageIntake, usage_families
 from sidecar.metrics.registry_families import endpoint_families
-from sidecar.metrics.runtime_families import runtime_families
 from sidecar.metrics.upstream_families import budget_families
 from sidecar.probing.prober import Prober
-from sidecar.usage.service import UsageService
 
 log = logging.getLogger("chainproxy.sidecar.metrics")
 
@@ -41,7 +40,7 @@ class SidecarCollector(Collector):
         self,
         config: Config,
         prober: Callable[[], Prober | None],
-        usage: Callable[[], UsageService | None],
+        usage: Callable[[], UsageIntake | None],
         open_incidents: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.config = config
@@ -66,8 +65,8 @@ class SidecarCollector(Collector):
         prober = self._prober()
         if prober is not None:
             yield from endpoint_families(self.config, prober)
-            if prober.runtimes is not None:
-                yield from runtime_families(self.config, prober.runtimes)
+            if prober.chain_runtimes is not None:
+                yield from chain_runtime_families(self.config, prober.chain_runtimes)
         yield from budget_families(self.config)
         usage = self._usage()
         if usage is not None:

@@ -1,12 +1,16 @@
-"""Metric families of the proxies (pure: the usage service's counters in,
+"""Metric families of the proxies (pure: the usage intake's counters in,
 families out): the live metrics of the batches' ``metrics`` section
-(``common.metrics_wire``, accumulated in ``sidecar.usage.proxy_counters``), the
+(``common.metrics_wire``, accumulated in ``sidecar.metrics.proxy_counters``), the
 per-network counts of the usage rollups, batch intake and the statistics'
-``updated`` time."""
+``updated`` time. The intake is read through ``UsageIntake``, which
+``sidecar.usage.service.UsageService`` is: this package imports nothing of
+``sidecar.usage`` (the usage service feeds ``proxy_counters``, not the other
+way round)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -16,9 +20,8 @@ from prometheus_client.core import (
 )
 
 from common.metrics_wire import EXTRA_COUNTERS
+from sidecar.metrics.proxy_counters import CAPPED, Counters, GaugeTotals, ProxyCounters
 from sidecar.metrics.upstream_families import upstream_gauge_families
-from sidecar.usage.proxy_counters import CAPPED, Counters, GaugeTotals
-from sidecar.usage.service import UsageService
 
 _EXTRA_HELP = {
     "chainproxy_coalesced_total": "Calls answered by sharing an identical call already in flight",
@@ -71,8 +74,8 @@ def live_counter_families(c: Counters) -> Iterator[Metric]:
         " bad-body, soft:<reason>, ...)",
         labels=["endpoint", "result"],
     )
-    for key, n in sorted(c.attempts.items()):
-        attempts.add_metric(list(key), n)
+    for attempt, n in sorted(c.attempts.items()):
+        attempts.add_metric(list(attempt), n)
     failovers = CounterMetricFamily(
         "chainproxy_failovers", "Calls that failed over to another upstream", labels=["network"]
     )
@@ -143,7 +146,29 @@ def live_gauge_families(g: GaugeTotals) -> Iterator[Metric]:
     yield from upstream_gauge_families(g)
 
 
-def usage_families(usage: UsageService, networks: Sequence[str]) -> Iterator[Metric]:
+class UsageIntake(Protocol):
+    """What the families read of the usage intake (``UsageService``);
+    ``counted``: network -> [requests, errors, failovers, cache hits]."""
+
+    @property
+    def counted(self) -> Mapping[str, list[int]]: ...
+    @property
+    def batches_accepted(self) -> int: ...
+    @property
+    def batches_duplicate(self) -> int: ...
+    @property
+    def batches_rejected(self) -> int: ...
+    @property
+    def batches_failed(self) -> int: ...
+    @property
+    def store_errors(self) -> int: ...
+    @property
+    def updated(self) -> float | None: ...
+    @property
+    def proxy_metrics(self) -> ProxyCounters: ...
+
+
+def usage_families(usage: UsageIntake, networks: Sequence[str]) -> Iterator[Metric]:
     """The rollups' per-network counts, batch intake and the statistics' freshness."""
     counted = usage.counted
     names = ("requests", "errors", "failovers", "cache_hits")

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from common.config import Config
+from sidecar.probing.health import chain_heads
 from sidecar.probing.prober import Prober
 from sidecar.probing.results import NODE_KINDS
-from sidecar.registry.routing_snapshot import chain_heads, route
+from sidecar.registry.routing_snapshot import route
 
 _LABELS = ["endpoint", "provider", "kind", "network"]
 

@@ -1,7 +1,7 @@
 """Metric families of the nodes' capacity (pure): the budgets the config gives
 each endpoint (``registry.endpoints[].max_rps``, ``max_concurrency``) and what
 the proxies report about their traffic to each node (the ``UPSTREAM_GAUGES``
-of ``common.metrics_wire``, accumulated in ``sidecar.usage.proxy_counters``):
+of ``common.metrics_wire``, accumulated in ``sidecar.metrics.proxy_counters``):
 calls sent in the last second, the rate learned from its 429s and how long it
 still backs off. Side by side, sent and budget say how close a node runs to
 its limit; the waits and back-offs counters are with the proxies' other
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from common.config import Config
-from sidecar.usage.proxy_counters import GaugeTotals
+from sidecar.metrics.proxy_counters import GaugeTotals
 
 
 def budget_families(config: Config) -> Iterator[Metric]:

@@ -4,15 +4,18 @@ Status is ``Unknown`` until the first probe answers, ``OK`` after it, and
 moves OK → Degraded only after ``fail_threshold`` consecutive failed probes,
 Degraded → OK only after ``recover_threshold`` consecutive successes. The
 transition (if any) is returned with the new state, so incidents can be
-opened and closed from the same decision.
+opened and closed from the same decision. ``chain_heads``: a network's tip
+and finalized height, as its healthy nodes report them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from sidecar.probing.results import UNKNOWN, ProbeResult
+from common.config import Endpoint
+from sidecar.probing.results import NODE_KINDS, UNKNOWN, ProbeResult
 
 Status = Literal["OK", "Degraded", "Unknown"]
 Transition = Literal["degraded", "recovered"] | None
@@ -105,3 +108,19 @@ def apply(
         message=r.classification if transition else h.message,
     )
     return new, transition
+
+
+def chain_heads(
+    endpoints: Iterable[Endpoint], health: Mapping[str, Health]
+) -> tuple[int | None, int | None]:
+    """(tip, finalized) over the healthy node endpoints given."""
+    tip = fin = None
+    for e in endpoints:
+        h = health.get(e.id)
+        if e.kind not in NODE_KINDS or h is None or not h.healthy:
+            continue
+        if h.best is not None and (tip is None or h.best > tip):
+            tip = h.best
+        if h.finalized is not None and (fin is None or h.finalized > fin):
+            fin = h.finalized
+    return tip, fin

@@ -8,8 +8,8 @@ An endpoint that has never answered a probe is probed again sooner (after
 leave it unknown for a whole interval.
 
 Results update per-endpoint ``Health`` (flap-damped) and are written to the
-store in batches; the runtime a head probe read goes to the ``RuntimeBook``
-(``sidecar.probing.runtime``), once the health has taken the result.
+store in batches; the runtime a head probe read goes to the ``ChainRuntimeBook``
+(``sidecar.probing.chain_runtime``), once the health has taken the result.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 
 from common.config import Endpoint, ProbeConfig
+from sidecar.probing.chain_runtime import ChainRuntimeBook
 from sidecar.probing.health import Health, Transition, apply
 from sidecar.probing.results import NODE_KINDS, TIMEOUT, WRONG_CHAIN, ProbeKind, ProbeResult
-from sidecar.probing.runtime import RuntimeBook
 from sidecar.probing.store import Store
 
 log = logging.getLogger("chainproxy.sidecar.prober")
@@ -69,10 +69,10 @@ class Prober:
         concurrency: int = 32,
         rng: random.Random | None = None,
         on_transition: TransitionHook | None = None,
-        runtimes: RuntimeBook | None = None,
+        chain_runtimes: ChainRuntimeBook | None = None,
     ) -> None:
         self.endpoints = {e.id: e for e in endpoints}
-        self.runtimes = runtimes  # each network's runtime, from the head probes
+        self.chain_runtimes = chain_runtimes  # each network's runtime, from the head probes
         self.config = config
         self.store = store
         self.health: dict[str, Health] = {}
@@ -201,8 +201,8 @@ class Prober:
         self.recent.setdefault(endpoint.id, deque(maxlen=_RECENT)).append(result)
         self._pending.append(result)
         self._dirty.add(endpoint.id)
-        if self.runtimes is not None and result.spec_version is not None:
-            self.runtimes.observe(endpoint, result, self.health)
+        if self.chain_runtimes is not None and result.spec_version is not None:
+            self.chain_runtimes.observe(endpoint, result, self.health)
         if transition is not None:
             log.warning(
                 "%s %s (%s, %s): %s",

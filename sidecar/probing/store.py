@@ -4,7 +4,7 @@ network's runtime.
 One file in ``data_dir``, opened by ``sidecar.db`` (WAL: readers never wait
 for the prober). Probe history is bounded (age and rows per endpoint); health
 is one row per endpoint, so a restart resumes with the statuses it had; the
-runtime is one row per network (``sidecar.probing.runtime``: its JSON form).
+runtime is one row per network (``sidecar.probing.chain_runtime``: its JSON form).
 Errors (locked or full disk) are counted, never raised into the probe loop,
 and logged once when writing starts failing and once when it works again.
 """
@@ -143,7 +143,7 @@ class Store:
         return out
 
     def load_runtimes(self) -> dict[str, str]:
-        """Network -> the stored state of its runtime (``RuntimeBook``'s JSON)."""
+        """Network -> the stored state of its runtime (``ChainRuntimeBook``'s JSON)."""
         try:
             return dict(self._db.execute("SELECT network, state FROM runtimes").fetchall())
         except sqlite3.Error as e:

@@ -10,9 +10,10 @@ from typing import Any
 
 from common.config import Config, Endpoint
 from sidecar.jsonfmt import iso
+from sidecar.probing.health import chain_heads
 from sidecar.probing.results import ProbeResult
 from sidecar.registry.pools import HealthMap, health_of
-from sidecar.registry.routing_snapshot import chain_heads, route
+from sidecar.registry.routing_snapshot import route
 from sidecar.registry.upstream import NO_REPORTS, UpstreamLive, capacity
 
 

@@ -1,7 +1,7 @@
 """The document of each network (pure): ``GET /api/v1/networks`` and
 ``/api/v1/networks/{network}``. Its heights (the routing snapshot's tip and
-finalized height, ``sidecar.registry.routing_snapshot``), the runtime its best
-blocks run and its last runtime upgrade (``sidecar.probing.runtime``)."""
+finalized height, ``sidecar.probing.health.chain_heads``), the runtime its best
+blocks run and its last runtime upgrade (``sidecar.probing.chain_runtime``)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 
 from common.config import Config
 from sidecar.jsonfmt import iso
-from sidecar.probing.runtime import NetworkRuntime, Runtime, RuntimeBook
+from sidecar.probing.chain_runtime import ChainRuntimeBook, NetworkRuntime, RuntimeVersion
+from sidecar.probing.health import chain_heads
 from sidecar.registry.pools import HealthMap
-from sidecar.registry.routing_snapshot import chain_heads
 
 
-def _runtime(r: Runtime) -> dict[str, Any]:
+def _runtime(r: RuntimeVersion) -> dict[str, Any]:
     return {"spec_name": r.spec_name, "spec_version": r.spec_version}
 
 
@@ -62,14 +62,14 @@ def runtime_text(state: NetworkRuntime | None) -> str | None:
     return text
 
 
-def runtime_lines(config: Config, book: RuntimeBook | None) -> dict[str, str]:
+def runtime_lines(config: Config, book: ChainRuntimeBook | None) -> dict[str, str]:
     """Network -> its dashboard line, for the networks whose runtime is known."""
     lines = {n: runtime_text(book.get(n)) for n in config.networks} if book is not None else {}
     return {n: line for n, line in lines.items() if line is not None}
 
 
 def network_status(
-    config: Config, network: str, health: HealthMap, book: RuntimeBook | None
+    config: Config, network: str, health: HealthMap, book: ChainRuntimeBook | None
 ) -> dict[str, Any]:
     """One network of the config (the caller checks the name)."""
     tip, finalized = chain_heads((e for e in config.endpoints if e.network == network), health)
@@ -84,6 +84,6 @@ def network_status(
     }
 
 
-def networks(config: Config, health: HealthMap, book: RuntimeBook | None) -> dict[str, Any]:
+def networks(config: Config, health: HealthMap, book: ChainRuntimeBook | None) -> dict[str, Any]:
     """Every network of the config, in its order."""
     return {"networks": [network_status(config, n, health, book) for n in config.networks]}

@@ -1,8 +1,9 @@
 """Chain tip, lag and the ranked routing snapshot the addon reads (pure).
 
 Tip = the highest best block reported by a healthy node endpoint of the
-network; lag = tip - best; synced = lag <= max_lag_blocks. Tiers: 0 healthy
-and synced, 1 healthy but lagging, 2 not yet probed, 3 unhealthy.
+network (``sidecar.probing.health.chain_heads``); lag = tip - best; synced =
+lag <= max_lag_blocks. Tiers: 0 healthy and synced, 1 healthy but lagging, 2
+not yet probed, 3 unhealthy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from common.config import Endpoint
 from sidecar.jsonfmt import iso
-from sidecar.probing.health import Health
+from sidecar.probing.health import Health, chain_heads
 from sidecar.probing.results import NODE_KINDS
 
 
@@ -32,22 +33,6 @@ class Route:
     tier: int
     status: str  # OK / Degraded / Unknown
     classification: str  # live, unknown, or the last failure reason
-
-
-def chain_heads(
-    endpoints: Iterable[Endpoint], health: Mapping[str, Health]
-) -> tuple[int | None, int | None]:
-    """(tip, finalized) over the healthy node endpoints given."""
-    tip = fin = None
-    for e in endpoints:
-        h = health.get(e.id)
-        if e.kind not in NODE_KINDS or h is None or not h.healthy:
-            continue
-        if h.best is not None and (tip is None or h.best > tip):
-            tip = h.best
-        if h.finalized is not None and (fin is None or h.finalized > fin):
-            fin = h.finalized
-    return tip, fin
 
 
 def route(e: Endpoint, h: Health | None, tip: int | None, max_lag: int) -> Route:

@@ -5,7 +5,7 @@ The app's lifecycle builds the Prober with ``on_transition=registry.on_transitio
 then calls ``registry.attach(prober)`` (opens the incident store in
 ``data_dir/sidecar.sqlite3`` and reconciles it with the restored health) and
 ``registry.close()`` at shutdown. Before ``attach`` the health is empty and
-incidents are kept in memory, so the views answer from the first request on.
+incidents are kept in memory, so the documents answer from the first request on.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from sidecar.incidents.tracker import IncidentTracker
 from sidecar.probing.health import Health, Transition
 from sidecar.probing.prober import Prober
 from sidecar.probing.results import ProbeResult
-from sidecar.registry.views import endpoint_incidents
+from sidecar.registry.documents import endpoint_incidents
 
 log = logging.getLogger("chainproxy.sidecar.registry")
 
 
 class RegistryService:
-    """Health (the Prober's, once attached), incidents and the clock for the views."""
+    """Health (the Prober's, once attached), incidents and the clock for the documents."""
 
     def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
         self.config = config

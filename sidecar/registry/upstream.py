@@ -2,7 +2,7 @@
 (pure): its configured budget (``registry.endpoints[].max_rps``,
 ``max_concurrency``), the rate the proxies learned from its 429s and the end
 of its back-off, from the proxies' reports (``UpstreamLive``, built by
-``sidecar.registry.api.upstream_live`` from the usage service's gauges).
+``sidecar.server.handlers.registry.upstream_live`` from the usage service's gauges).
 
 No proxy identity is in it: the reports are already summed (learned rates)
 or reduced to the latest end (back-offs) over the live proxies, so the public
@@ -22,7 +22,7 @@ from sidecar.jsonfmt import iso
 @dataclass(frozen=True, slots=True)
 class UpstreamLive:
     """The proxies' reports by endpoint id (``GaugeTotals`` of
-    ``sidecar.usage.proxy_counters``); empty when none are live."""
+    ``sidecar.metrics.proxy_counters``); empty when none are live."""
 
     backoff_until: Mapping[str, float] = field(default_factory=dict)  # unix time, in the future
     learned_rps: Mapping[str, int] = field(default_factory=dict)

@@ -1,10 +1,11 @@
 """The sidecar's aiohttp application: middlewares, state, lifecycles and wiring.
 
 ``create_app`` builds the state (``sidecar.server.app_keys``), adds the URL table
-(``sidecar.server.routes``) and two ``cleanup_ctx`` lifecycles: the probing one
-(probe store, HTTP session, Prober, incidents) and the usage store's. Each
-sets up before its ``yield`` and tears down after, so a failed start still
-cleans up. Handlers and domain code live elsewhere.
+(``sidecar.server.routes``) and three ``cleanup_ctx`` lifecycles: the probing one
+(probe store, HTTP session, Prober, incidents), the usage store's and the
+quarantine watch's (``sidecar.incidents.quarantine``). Each sets up before its
+``yield`` and tears down after, so a failed start still cleans up. Handlers
+(``sidecar.server.handlers``) and domain code live elsewhere.
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ from common.config import Config, Endpoint
 from sidecar.db import SIDECAR_DB
 from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.store import HISTORY_DB, HistoryStore
-from sidecar.incidents.quarantine import reconcile_quarantine
-from sidecar.metagraphed.api import metagraphed_errors
-from sidecar.metrics import SidecarCollector, collector_registry
+from sidecar.incidents.quarantine import QuarantineWatch
+from sidecar.metrics.collector import SidecarCollector, collector_registry
+from sidecar.probing.chain_runtime import ChainRuntimeBook
 from sidecar.probing.prober import ProbeFn, Prober
 from sidecar.probing.probes import probe
 from sidecar.probing.results import ProbeKind, ProbeResult
-from sidecar.probing.runtime import RuntimeBook
 from sidecar.probing.store import Store
 from sidecar.registry.service import RegistryService
 from sidecar.server.app_keys import (
@@ -43,6 +43,7 @@ from sidecar.server.app_keys import (
     STORE_KEY,
     USAGE_KEY,
 )
+from sidecar.server.handlers.metagraphed import metagraphed_errors
 from sidecar.server.json_errors import json_error
 from sidecar.server.routes import ROUTES
 from sidecar.usage.service import UsageService
@@ -105,7 +106,7 @@ def _probing(
     config: Config, probe_factory: ProbeFactory, clock: Callable[[], float], probing: bool
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The probing lifecycle: probe store, session, Prober (its loop only when
-    ``probing``; its runtime book kept in the probe store) and the registry's
+    ``probing``; its chain runtime book kept in the probe store) and the registry's
     incidents attached to it."""
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -124,7 +125,7 @@ def _probing(
             store,
             clock=clock,
             on_transition=registry.on_transition,
-            runtimes=RuntimeBook(config, store, clock),
+            chain_runtimes=ChainRuntimeBook(config, store, clock),
         )
         registry.attach(prober)  # incidents: load, reconcile with the restored health
         app[STORE_KEY] = store
@@ -152,25 +153,28 @@ async def _usage_lifecycle(app: web.Application) -> AsyncIterator[None]:
     except StoreUnavailable:
         pass  # logged; each request retries (503 meanwhile), the rest of the app runs
     task = asyncio.create_task(svc.maintain())
-    quarantine = asyncio.create_task(_quarantine_incidents(app))
     try:
         yield
     finally:
-        await _stop(quarantine)
         await _stop(task)
         svc.close()
 
 
-async def _quarantine_incidents(app: web.Application, every_s: float = 5.0) -> None:
+async def _quarantine_lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Nodes the proxies' cross-checks quarantined become ``answer-mismatch``
-    incidents, closed when no live proxy reports them (``incidents/quarantine.py``)."""
-    known = {e.id for e in app[CONFIG_KEY].endpoints}
-    while True:
-        await asyncio.sleep(every_s)
-        totals = app[USAGE_KEY].proxy_metrics.gauges()
-        reconcile_quarantine(
-            app[REGISTRY_KEY].incidents, totals.upstream_quarantined, known, app[CLOCK_KEY]()
-        )
+    incidents, closed when no live proxy reports them (``incidents/quarantine.py``);
+    the registry's endpoints are read at each round, so a reload counts."""
+    watch = QuarantineWatch(
+        tracker=lambda: app[REGISTRY_KEY].incidents,
+        quarantined=lambda: app[USAGE_KEY].proxy_metrics.gauges().upstream_quarantined,
+        known=lambda: {e.id for e in app[CONFIG_KEY].endpoints},
+        clock=app[CLOCK_KEY],
+    )
+    watch.start()
+    try:
+        yield
+    finally:
+        await watch.stop()
 
 
 def _metrics(app: web.Application, config: Config) -> SidecarCollector:
@@ -210,5 +214,6 @@ def create_app(
         _probing(config, probe_factory or _default_probe_factory, clock, probing)
     )
     app.cleanup_ctx.append(_usage_lifecycle)
+    app.cleanup_ctx.append(_quarantine_lifecycle)
     app.add_routes(ROUTES)
     return app

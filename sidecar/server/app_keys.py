@@ -21,7 +21,7 @@ from sidecar.usage.service import UsageService
 # Set by create_app:
 CONFIG_KEY = web.AppKey("config", Config)
 STARTED_KEY = web.AppKey("started", float)  # time.monotonic() at create_app, for uptime
-CLOCK_KEY = web.AppKey("clock", Callable[[], float])
+CLOCK_KEY: web.AppKey[Callable[[], float]] = web.AppKey("clock")
 REGISTRY_KEY = web.AppKey("registry", RegistryService)
 HISTORY_KEY = web.AppKey("history", HistoryRecorder)  # probe minutes for the pictures
 USAGE_KEY = web.AppKey("usage", UsageService)

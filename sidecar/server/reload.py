@@ -1,7 +1,7 @@
 """SIGHUP: the sidecar re-reads its config file and applies the registry in
 place, without a restart: new endpoints are probed at once, removed ones are
 no longer probed, shown or routed to (their open incidents close), and the
-views, the routing snapshots, /metrics and the usage statistics read the new
+documents, the routing snapshots, /metrics and the usage statistics read the new
 list. A file that does not load is refused with its one line and the running
 config stays.
 
@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from aiohttp import web
 
 from common.config import Config, ConfigError, Endpoint, load_config
-from sidecar.metrics import collector_registry
+from sidecar.metrics.collector import collector_registry
 from sidecar.probing.prober import Prober
 from sidecar.probing.results import NODE_KINDS
 from sidecar.server.app import _metrics
@@ -65,8 +65,8 @@ def apply(app: web.Application, new: Config) -> tuple[int, int]:
     prober = app.get(PROBER_KEY)
     if prober is None:
         return 0, 0
-    if prober.runtimes is not None:
-        prober.runtimes.config = config
+    if prober.chain_runtimes is not None:
+        prober.chain_runtimes.config = config
     prober.config = config.probe  # intervals and thresholds: from each endpoint's next probe on
     added, removed = swap_endpoints(prober, config.endpoints)
     registry = app[REGISTRY_KEY]

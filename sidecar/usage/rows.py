@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.latency_hist import Hist
+from common.usage_wire import Counts
 from sidecar.usage.stats.batch import Batch
-from sidecar.usage.stats.window import Counts, WindowTotals
+from sidecar.usage.stats.window import WindowTotals
 
 log = logging.getLogger("chainproxy.sidecar.usage")
 

@@ -2,12 +2,12 @@
 
 ``UsageService`` (``app[USAGE_KEY]``) owns the usage store: opened lazily,
 reopened at most every 30 s after a failure, a corrupt file moved aside. The
-handlers (``sidecar.usage.api``) hand it the batches' bodies; the dashboard
-and ``/metrics`` read ``await summary(network)``, ``await hourly(network)``
-and its counters; the batches' live metrics go to ``proxy_metrics``
-(``sidecar.usage.proxy_counters``). Database work runs in a thread so a large batch does not
-stall the loop; the store keeps the window's totals in memory, so a summary
-costs ~1 ms.
+handlers (``sidecar.server.handlers.usage``) hand it the batches' bodies; the
+dashboard and ``/metrics`` read ``await summary(network)``, ``await
+hourly(network)`` and its counters; the batches' live metrics go to
+``proxy_metrics`` (``sidecar.metrics.proxy_counters``). Database work runs in a
+thread so a large batch does not stall the loop; the store keeps the window's
+totals in memory, so a summary costs ~1 ms.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config
-from sidecar.usage.proxy_counters import ProxyCounters
-from sidecar.usage.stats.batch import BatchError, parse_batch
+from common.usage_wire import BatchError
+from sidecar.metrics.proxy_counters import ProxyCounters
+from sidecar.usage.stats.batch import parse_batch
 from sidecar.usage.stats.summary import summarize
 from sidecar.usage.stats.window import WindowTotals
 from sidecar.usage.store import IngestResult, StoreUnavailable, UsageStore

@@ -274,27 +274,18 @@ class UsageStore:
     def hourly_requests(self, now: float, network: str | None = None) -> list[tuple[int, int]]:
         """(hour, requests) for the hours of the window that saw traffic, oldest
         first; ``hour`` = floor(unix time / 3600). For the dashboard's chart."""
-        start = (int(now) - self.window_s) // 3600
-        sql = "SELECT hour, SUM(requests) FROM usage_hour WHERE hour >= ?"
-        args: list[Any] = [start]
-        if network is not None:
-            sql += " AND network = ?"
-            args.append(network)
-        sql += " GROUP BY hour ORDER BY hour"
-        with self._lock:
-            try:
-                return [(int(h), int(n)) for h, n in self._db.execute(sql, args)]
-            except sqlite3.Error as e:
-                raise self._fail("hourly read", e) from e
+        return [(int(h), int(n)) for h, n in self._hourly("SUM(requests)", now, network)]
 
     def hourly_series(self, now: float, network: str | None = None) -> list[tuple[Any, ...]]:
         """(hour, requests, errors, cache_hits, latency_ms_sum) for the hours of the
         window that saw traffic, oldest first (the 7-day pictures, ``/rpc/usage``)."""
+        sums = "SUM(requests), SUM(errors), SUM(cache_hits), SUM(latency_ms_sum)"
+        return self._hourly(sums, now, network)
+
+    def _hourly(self, sums: str, now: float, network: str | None) -> list[tuple[Any, ...]]:
+        """(hour, *sums) per hour of the window, oldest first (``sums``: SQL of ours)."""
         start = (int(now) - self.window_s) // 3600
-        sql = (
-            "SELECT hour, SUM(requests), SUM(errors), SUM(cache_hits), SUM(latency_ms_sum)"
-            " FROM usage_hour WHERE hour >= ?"
-        )
+        sql = f"SELECT hour, {sums} FROM usage_hour WHERE hour >= ?"
         args: list[Any] = [start]
         if network is not None:
             sql += " AND network = ?"

@@ -15,13 +15,14 @@ from mitmproxy.test import tflow
 
 from addon.addons import Guard
 from addon.cache.store import MemoryStore
+from addon.hooks.holder import RuntimeHolder
+from addon.hooks.pipeline import RpcPipeline
 from addon.pipeline.context import RpcContext
-from addon.pipeline.runner import RpcPipeline
 from addon.quota.local import RateLimiter
 from addon.quota.redis_limiter import SharedLimiter
 from addon.redislink.link import RedisLink
 from addon.reporting.usage import UsageAggregator
-from addon.runtime import Runtime, RuntimeHolder
+from addon.runtime import Runtime
 from addon.subs.hub import NoUpstream
 from addon.upstream.forward import TransportError
 from common.config import RedisConfig, parse_config

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from addon.chain.head_pinning import pin
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from tests.clients.chopsticks_stack import ChainStack
 from tests.clients.helpers import LineReader
 from tests.e2e.harness import REPO, Stack

@@ -124,7 +124,7 @@ def _head_and_json(raw: bytes) -> tuple[int, dict[str, str], Any]:
     ids=["no-key", "bad-key"],
 )
 async def test_a_malformed_handshake_gets_a_json_rpc_error(stack: Stack, extra: bytes) -> None:
-    # Was: addon/sockets/handler.py request/_take_handshake (lines 110-132) send every
+    # Was: addon/hooks/websocket.py request/_take_handshake (lines 110-132) send every
     # GET carrying "Upgrade: websocket" + "Connection: upgrade" on an RPC path to
     # the sink, valid handshake or not. aiohttp refuses a bad one with its own
     # "400 Bad Request", text/plain ("Unsupported version: "), and a
@@ -291,7 +291,7 @@ def _rss_mib(pid: int) -> int:
 async def test_past_64_calls_in_flight_the_proxy_stops_reading_the_socket(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    # Was: addon/sockets/handler.py websocket_message (line 152, ``await
+    # Was: addon/hooks/websocket.py websocket_message (line 152, ``await
     # conn.slots.acquire()``) is meant as back-pressure: README, SECURITY.md
     # ("Bounds": "64 per socket (then the proxy stops reading that socket)") and
     # the module docstring say mitmproxy stops reading the client. It does not:
@@ -402,7 +402,7 @@ def _start_proxy_from(stack: Stack, script: os.PathLike[str]) -> None:
 async def test_a_socket_open_across_a_hot_reload_is_answered_or_closed(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    # Was: addon/sockets/handler.py done (lines 203-210) + websocket_message (139-142)
+    # Was: addon/hooks/websocket.py done (lines 203-210) + websocket_message (139-142)
     # + Sink.close (81-88). On a hot reload of the entry script, the old addon's
     # ``done`` forgets every socket and "closes" its sink, whose cleanup waits
     # for handlers that never end; the new addon does not know the socket. From

@@ -1,19 +1,22 @@
 """Endpoint probes: one per endpoint kind, plus ``probe`` to pick the right one.
 
-Every probe takes the endpoint, a shared ``aiohttp.ClientSession``, a timeout for
-the whole probe and an injected clock, and returns a ``ProbeResult``; it never
-raises (except ``asyncio.CancelledError``) and never shows the endpoint URL.
+Every probe takes a ``ProbeCall`` (the endpoint, a shared
+``aiohttp.ClientSession``, a timeout for the whole probe, the kind, an
+injected clock and the network's genesis) and returns a ``ProbeResult``; it
+never raises (except ``asyncio.CancelledError``) and never shows the endpoint
+URL.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
 from common.config import Endpoint
 from sidecar.probing.probes.artifact import probe_artifact
-from sidecar.probing.probes.base import Clock, Observation, run_probe
+from sidecar.probing.probes.base import Clock, Observation, ProbeCall, run_probe
 from sidecar.probing.probes.classify import (
     ProbeFailure,
     classify_exception,
@@ -28,6 +31,7 @@ from sidecar.probing.results import UNKNOWN, ProbeKind, ProbeResult
 __all__ = [
     "Clock",
     "Observation",
+    "ProbeCall",
     "ProbeFailure",
     "SseEventDetector",
     "classify_exception",
@@ -44,8 +48,12 @@ __all__ = [
 ]
 
 # The probe of each endpoint kind; node probes also check the chain's genesis.
-_NODE_PROBES = {"node-rpc": probe_node_rpc, "node-wss": probe_node_wss}
-_HTTP_PROBES = {"data-artifact": probe_artifact, "sse": probe_sse}
+_PROBES: dict[str, Callable[[ProbeCall], Awaitable[ProbeResult]]] = {
+    "node-rpc": probe_node_rpc,
+    "node-wss": probe_node_wss,
+    "data-artifact": probe_artifact,
+    "sse": probe_sse,
+}
 
 
 async def probe(
@@ -60,12 +68,12 @@ async def probe(
     """Probe ``endpoint`` by its kind. For data-artifact and sse endpoints a "head"
     probe is the full probe (the result keeps the requested ``kind``); ``genesis``
     only matters to node endpoints' full probes."""
-    if (node_probe := _NODE_PROBES.get(endpoint.kind)) is not None:
-        return await node_probe(
-            endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock, genesis=genesis
+    run = _PROBES.get(endpoint.kind)
+    if run is not None:
+        call = ProbeCall(
+            endpoint, session, timeout_s=timeout_s, kind=kind, clock=clock, genesis=genesis
         )
-    if (http_probe := _HTTP_PROBES.get(endpoint.kind)) is not None:
-        return await http_probe(endpoint, session, kind=kind, timeout_s=timeout_s, clock=clock)
+        return await run(call)
     return ProbeResult(
         endpoint_id=endpoint.id,
         at=clock(),

@@ -4,27 +4,16 @@ from __future__ import annotations
 
 import time
 
-import aiohttp
-
-from common.config import Endpoint
-from sidecar.probing.probes.base import Clock, Observation, elapsed_ms, run_probe
+from sidecar.probing.probes.base import Observation, ProbeCall, elapsed_ms, run_probe
 from sidecar.probing.probes.classify import ProbeFailure, raise_for_status
-from sidecar.probing.results import BAD_RESPONSE, LIVE, ProbeKind, ProbeResult
+from sidecar.probing.results import BAD_RESPONSE, LIVE, ProbeResult
 
 # Enough to see the body flow (and catch a cut-off); artifacts can be gigabytes.
 ARTIFACT_READ_LIMIT = 1_048_576
 _READ_CHUNK = 65_536
 
 
-async def probe_artifact(
-    endpoint: Endpoint,
-    session: aiohttp.ClientSession,
-    *,
-    kind: ProbeKind = "full",
-    timeout_s: float,
-    clock: Clock = time.time,
-    read_limit: int = ARTIFACT_READ_LIMIT,
-) -> ProbeResult:
+async def probe_artifact(call: ProbeCall, *, read_limit: int = ARTIFACT_READ_LIMIT) -> ProbeResult:
     """``live`` on 2xx/3xx (redirects are reported, not followed); ``detail`` has the
     status and the size (Content-Length when sent)."""
 
@@ -32,7 +21,8 @@ async def probe_artifact(
         started = time.monotonic()
         # identity: Content-Length is then the artifact's real size
         headers = {"Accept-Encoding": "identity"}
-        async with session.get(endpoint.url, allow_redirects=False, headers=headers) as resp:
+        get = call.session.get(call.endpoint.url, allow_redirects=False, headers=headers)
+        async with get as resp:
             obs.latency_ms = elapsed_ms(started)
             status = resp.status
             raise_for_status(status)
@@ -58,4 +48,4 @@ async def probe_artifact(
             size = f"{read} bytes" if complete else f"over {read} bytes"
         obs.finish(LIVE, f"HTTP {status}, {size}")
 
-    return await run_probe(endpoint, kind, timeout_s=timeout_s, clock=clock, body=body)
+    return await run_probe(call, body)

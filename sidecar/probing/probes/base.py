@@ -6,13 +6,31 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
+
+import aiohttp
 
 from common.config import Endpoint
 from sidecar.probing.probes.classify import classify_exception, describe_exception, safe_detail
 from sidecar.probing.results import TIMEOUT, UNKNOWN, ProbeKind, ProbeResult
 
 Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeCall:
+    """One probe to run, what every probe takes: the endpoint, the shared
+    session, the deadline of the whole probe, the kind (a data-artifact or sse
+    endpoint's "head" probe is its full probe), an injected clock, and the
+    network's genesis (only node endpoints' full probes check it)."""
+
+    endpoint: Endpoint
+    session: aiohttp.ClientSession
+    _: KW_ONLY
+    timeout_s: float
+    kind: ProbeKind = "full"
+    clock: Clock = time.time
+    genesis: str | None = None
 
 
 @dataclass(slots=True)
@@ -43,18 +61,12 @@ def elapsed_ms(started: float) -> int:
     return max(0, round((time.monotonic() - started) * 1000))
 
 
-async def run_probe(
-    endpoint: Endpoint,
-    kind: ProbeKind,
-    *,
-    timeout_s: float,
-    clock: Clock,
-    body: ProbeBody,
-) -> ProbeResult:
-    """Run ``body`` under a ``timeout_s`` deadline and turn whatever happens into a
-    ``ProbeResult``. Only ``asyncio.CancelledError`` (the caller's own
-    cancellation) propagates."""
-    at = clock()
+async def run_probe(call: ProbeCall, body: ProbeBody) -> ProbeResult:
+    """Run ``body`` under the call's ``timeout_s`` deadline and turn whatever
+    happens into a ``ProbeResult``. Only ``asyncio.CancelledError`` (the
+    caller's own cancellation) propagates."""
+    endpoint, timeout_s = call.endpoint, call.timeout_s
+    at = call.clock()
     obs = Observation()
     try:
         async with asyncio.timeout(timeout_s):
@@ -72,7 +84,7 @@ async def run_probe(
     return ProbeResult(
         endpoint_id=endpoint.id,
         at=at,
-        kind=kind,
+        kind=call.kind,
         classification=obs.classification or UNKNOWN,
         latency_ms=obs.latency_ms,
         best=obs.best,

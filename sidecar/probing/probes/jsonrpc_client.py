@@ -171,10 +171,10 @@ class WsRpc:
                 if not isinstance(entry, dict):
                     raise ProbeFailure(BAD_RESPONSE, "WebSocket message holds a non-object")
                 _check_orphan_error(entry)
-                rid = entry.get("id")
-                if isinstance(rid, int) and rid in wanted and rid not in got:
-                    got[rid] = entry
-                    if rid == ids[0]:
+                reply_id = entry.get("id")
+                if isinstance(reply_id, int) and reply_id in wanted and reply_id not in got:
+                    got[reply_id] = entry
+                    if reply_id == ids[0]:
                         latency = elapsed_ms(started)
         replies = [_to_reply(call, got[rid]) for rid, call in zip(ids, calls, strict=True)]
         return replies, latency if latency is not None else elapsed_ms(started)

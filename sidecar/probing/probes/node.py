@@ -8,7 +8,7 @@ The checks are written once against ``RpcTransport``:
   System.Number at block 1, which only an archive node still has);
 * head: batch 1 = ``chain_getHeader``, ``chain_getFinalizedHead``,
   ``state_getRuntimeVersion`` (the best block's runtime: how the sidecar sees a
-  runtime upgrade, ``sidecar.probing.runtime``); batch 2 = the finalized
+  runtime upgrade, ``sidecar.probing.chain_runtime``); batch 2 = the finalized
   header. Cheap enough to run every few seconds. A node that does not answer
   the runtime version is still live (the runtime is then unknown).
 """
@@ -16,13 +16,11 @@ The checks are written once against ``RpcTransport``:
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import aiohttp
 
-from common.config import Endpoint
-from sidecar.probing.probes.base import Clock, Observation, run_probe
+from sidecar.probing.probes.base import Observation, ProbeCall, run_probe
 from sidecar.probing.probes.classify import ProbeFailure, classify_rpc_error, describe_rpc_error
 from sidecar.probing.probes.jsonrpc_client import (
     MAX_ANSWER_BYTES,
@@ -209,41 +207,26 @@ def _opt(value: int | None) -> str:
 # ---- the two transports -----------------------------------------------------------------
 
 
-async def probe_node_rpc(
-    endpoint: Endpoint,
-    session: aiohttp.ClientSession,
-    *,
-    kind: ProbeKind = "full",
-    timeout_s: float,
-    clock: Clock = time.time,
-    genesis: str | None = None,
-) -> ProbeResult:
+async def probe_node_rpc(call: ProbeCall) -> ProbeResult:
     """Probe a node-rpc endpoint (JSON-RPC batches over HTTP POST)."""
 
     async def body(obs: Observation) -> None:
-        await node_checks(HttpRpc(session, endpoint.url), obs, kind=kind, genesis=genesis)
+        rpc = HttpRpc(call.session, call.endpoint.url)
+        await node_checks(rpc, obs, kind=call.kind, genesis=call.genesis)
 
-    return await run_probe(endpoint, kind, timeout_s=timeout_s, clock=clock, body=body)
+    return await run_probe(call, body)
 
 
-async def probe_node_wss(
-    endpoint: Endpoint,
-    session: aiohttp.ClientSession,
-    *,
-    kind: ProbeKind = "full",
-    timeout_s: float,
-    clock: Clock = time.time,
-    genesis: str | None = None,
-) -> ProbeResult:
+async def probe_node_wss(call: ProbeCall) -> ProbeResult:
     """Probe a node-wss endpoint: one WebSocket per probe, closed at the end."""
     # A short close wait: a server that ignores our close frame must not hold the
     # probe (a verdict reached before the close stands anyway).
-    ws_timeout = aiohttp.ClientWSTimeout(ws_receive=None, ws_close=min(1.0, timeout_s / 4))
+    ws_timeout = aiohttp.ClientWSTimeout(ws_receive=None, ws_close=min(1.0, call.timeout_s / 4))
 
     async def body(obs: Observation) -> None:
-        async with session.ws_connect(
-            endpoint.url, timeout=ws_timeout, max_msg_size=MAX_ANSWER_BYTES, autoping=True
+        async with call.session.ws_connect(
+            call.endpoint.url, timeout=ws_timeout, max_msg_size=MAX_ANSWER_BYTES, autoping=True
         ) as ws:
-            await node_checks(WsRpc(ws), obs, kind=kind, genesis=genesis)
+            await node_checks(WsRpc(ws), obs, kind=call.kind, genesis=call.genesis)
 
-    return await run_probe(endpoint, kind, timeout_s=timeout_s, clock=clock, body=body)
+    return await run_probe(call, body)

@@ -5,12 +5,9 @@ from __future__ import annotations
 import re
 import time
 
-import aiohttp
-
-from common.config import Endpoint
-from sidecar.probing.probes.base import Clock, Observation, elapsed_ms, run_probe
+from sidecar.probing.probes.base import Observation, ProbeCall, elapsed_ms, run_probe
 from sidecar.probing.probes.classify import ProbeFailure, raise_for_status
-from sidecar.probing.results import BAD_RESPONSE, LIVE, ProbeKind, ProbeResult
+from sidecar.probing.results import BAD_RESPONSE, LIVE, ProbeResult
 
 # Bytes read before giving up on seeing an event (comments/keep-alives only).
 SSE_READ_LIMIT = 1_048_576
@@ -70,15 +67,7 @@ class SseEventDetector:
         return False
 
 
-async def probe_sse(
-    endpoint: Endpoint,
-    session: aiohttp.ClientSession,
-    *,
-    kind: ProbeKind = "full",
-    timeout_s: float,
-    clock: Clock = time.time,
-    read_limit: int = SSE_READ_LIMIT,
-) -> ProbeResult:
+async def probe_sse(call: ProbeCall, *, read_limit: int = SSE_READ_LIMIT) -> ProbeResult:
     """``live`` once one complete event arrives within the timeout; ``timeout`` if
     none does; ``bad-response`` for a wrong content type or a stream that ends."""
 
@@ -89,7 +78,7 @@ async def probe_sse(
             "Cache-Control": "no-cache",
             "Accept-Encoding": "identity",
         }
-        async with session.get(endpoint.url, headers=headers) as resp:
+        async with call.session.get(call.endpoint.url, headers=headers) as resp:
             obs.latency_ms = elapsed_ms(started)
             status = resp.status
             raise_for_status(status)
@@ -112,4 +101,4 @@ async def probe_sse(
             finally:
                 resp.close()  # an event stream never ends: do not reuse the connection
 
-    return await run_probe(endpoint, kind, timeout_s=timeout_s, clock=clock, body=body)
+    return await run_probe(call, body)

@@ -1,5 +1,5 @@
 """The document's incidents part: the list and the 24 h timeline
-(``sidecar.incidents.tracker``, ``sidecar.registry.views``). ``Incident`` is also used by the
+(``sidecar.incidents.tracker``, ``sidecar.registry.documents``). ``Incident`` is also used by the
 endpoint part."""
 
 from __future__ import annotations

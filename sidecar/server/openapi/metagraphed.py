@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from sidecar.metagraphed import documents as docs
 from sidecar.metagraphed import vocab
-from sidecar.metagraphed.api import BASE, ROOT_PATHS
 from sidecar.metagraphed.listing import Collection
+from sidecar.metagraphed.paths import BASE, ROOT_PATHS
 from sidecar.metagraphed.rows import POOL_HEALTH_FIELDS
 from sidecar.server.openapi import schema as js
 from sidecar.server.openapi.schema import Schema

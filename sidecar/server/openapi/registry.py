@@ -1,5 +1,5 @@
 """The document's registry part: totals, pools, the endpoint lists and the
-latency heatmap (``sidecar.registry.pools``, ``sidecar.registry.views``)."""
+latency heatmap (``sidecar.registry.pools``, ``sidecar.registry.documents``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Usage statistics, the pure part: the addon's batches in, the public summary out.
 
-* ``sidecar.usage.stats.batch``: the wire form of a batch of per-minute rollups,
-  validated all or nothing (``parse_batch``);
+* ``sidecar.usage.stats.batch``: a batch of per-minute rollups (the wire:
+  ``common.usage_wire``) and its metrics section, validated all or nothing
+  (``parse_batch``);
 * ``sidecar.usage.stats.window``: the 7-day window and the totals over it
   (``WindowTotals``);
 * ``sidecar.usage.stats.summary``: the ``GET /api/v1/usage`` document from those
@@ -13,18 +14,11 @@ sidecar import from the submodules; the names below are the package's face
 for code outside it (e.g. ``bench/bench_stats.py``).
 """
 
-from sidecar.usage.stats.batch import (
-    MAX_ROLLUPS,
-    Batch,
-    BatchError,
-    Rollup,
-    parse_batch,
-    parse_rollup,
-)
+from common.usage_wire import MAX_ROLLUPS, BatchError, Counts, Rollup, parse_rollup
+from sidecar.usage.stats.batch import Batch, parse_batch
 from sidecar.usage.stats.summary import EndpointInfo, endpoint_labels, freshness, summarize
 from sidecar.usage.stats.window import (
     WINDOW_S,
-    Counts,
     WindowTotals,
     totals_of,
     window_start_minute,

@@ -35,8 +35,9 @@ from typing import Any
 
 from common.config import Endpoint
 from common.latency_hist import Hist, merge_into, quantile
+from common.usage_wire import Counts
 from sidecar.jsonfmt import iso, pct
-from sidecar.usage.stats.window import WINDOW_S, Counts, WindowTotals
+from sidecar.usage.stats.window import WINDOW_S, WindowTotals
 
 FRESH_S = 600
 UNKNOWN_PROVIDER = "unknown"
@@ -135,7 +136,7 @@ def summarize(
     labels = endpoint_labels(infos.values())
 
     endpoint_requests = sum(c.requests for c in per_endpoint.values())
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "endpoint": labels[eid],
             "id": eid,

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from common.latency_hist import Hist, merge_into
-from sidecar.usage.stats.batch import Rollup
+from common.usage_wire import Counts, Rollup
 
 WINDOW_S = 604_800
 
@@ -22,22 +22,6 @@ WINDOW_S = 604_800
 def window_start_minute(now: float, window_s: int = WINDOW_S) -> int:
     """The first minute inside the window ending at ``now``."""
     return math.floor((now - window_s) / 60)
-
-
-@dataclass(slots=True)
-class Counts:
-    requests: int = 0
-    errors: int = 0
-    failovers: int = 0
-    cache_hits: int = 0
-    latency_ms_sum: float = 0.0
-
-    def add(self, other: Counts | Rollup) -> None:
-        self.requests += other.requests
-        self.errors += other.errors
-        self.failovers += other.failovers
-        self.cache_hits += other.cache_hits
-        self.latency_ms_sum += other.latency_ms_sum
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from addon.cache.rules import answer_from, entries_to_store, plan
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 
 H = "0x" + "ab" * 32
 

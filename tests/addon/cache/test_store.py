@@ -9,7 +9,7 @@ from typing import Any
 
 from addon.cache.rules import plan
 from addon.cache.store import DiskCacheStore
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 
 EXTRA = {"state_getStorage": 1, "state_call": 2}
 

@@ -6,7 +6,7 @@ wasted."""
 from __future__ import annotations
 
 from addon.chain.demand import MAX_SHAPES, Demand
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 
 DYNAMIC = Call(1, "state_call", ["SubnetInfoRuntimeApi_get_all_dynamic_info", "0x"])
 NEURONS = Call(2, "state_call", ["NeuronInfoRuntimeApi_get_neurons_lite", "0x0100"])

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from addon.chain.head_pinning import HASH_POSITION, pin
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 
 H = "0x" + "ab" * 32
 

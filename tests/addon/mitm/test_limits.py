@@ -39,10 +39,10 @@ _MITMPROXYS = {
 def owner() -> Iterator[ReadLimits]:
     """A ``ReadLimits`` loaded as mitmproxy loads it, and done afterwards."""
     limits = ReadLimits()
-    limits.load(None)
+    limits.install()
     assert limits.installed
     yield limits
-    limits.done()
+    limits.uninstall()
 
 
 def _mitmproxys_own() -> bool:
@@ -81,39 +81,39 @@ def test_install_patches_once_and_takes_new_values(owner: ReadLimits) -> None:
 
 def test_done_puts_mitmproxys_functions_back_and_a_new_load_reinstalls() -> None:
     first = ReadLimits()
-    first.load(None)
+    first.install()
     assert _owned_by(first)
-    first.done()  # a script reload: the old addons get ``done`` ...
+    first.uninstall()  # a script reload: the old addons get ``done`` ...
     assert _mitmproxys_own() and not first.installed
     assert _http1.Http1Server.read_headers is _MITMPROXYS["read_headers"]
     assert _http1.make_error_response is _MITMPROXYS["make_error_response"]
     assert server.ConnectionHandler.handle_connection is _MITMPROXYS["handle_connection"]
     second = ReadLimits()  # ... and the new ones ``load``
-    second.load(None)
+    second.install()
     assert _owned_by(second)
     assert not set(first._patches.values()) & set(second._patches.values())
-    second.done()
+    second.uninstall()
     assert _mitmproxys_own()
 
 
 def test_reloads_never_stack_patches() -> None:
     owners = [ReadLimits() for _ in range(3)]
-    owners[0].load(None)
+    owners[0].install()
     for old, new in itertools.pairwise(owners):  # two reloads: done, then the new load
-        old.done()
-        new.load(None)
+        old.uninstall()
+        new.install()
         assert _owned_by(new)
-    owners[-1].done()  # one done is enough: nothing of an older one underneath
+    owners[-1].uninstall()  # one done is enough: nothing of an older one underneath
     assert _mitmproxys_own()
     # an old instance whose done never came is replaced, not wrapped; its late
     # done leaves the newer instance's patches alone
     stale, current = ReadLimits(), ReadLimits()
-    stale.load(None)
-    current.load(None)
+    stale.install()
+    current.install()
     assert _owned_by(current)
-    stale.done()
+    stale.uninstall()
     assert _owned_by(current)
-    current.done()
+    current.uninstall()
     assert _mitmproxys_own()
 
 
@@ -124,7 +124,7 @@ def test_a_failed_install_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> No
     limits = ReadLimits()
     assert limits.install(Limits(9, 1.0, 9)) is False and limits.limits.body_bytes == 9
     assert not limits.installed
-    limits.done()  # nothing to take out
+    limits.uninstall()  # nothing to take out
     assert [vars(where).get(name) for where, name in places] == before
 
 

@@ -13,10 +13,10 @@ from mitmproxy import exceptions
 from mitmproxy.test import taddons
 
 from addon.addons import build_addons
+from addon.hooks.holder import RuntimeHolder
+from addon.hooks.shipping import ShipperAddon
 from addon.mitm import internals as mitm_internals
 from addon.mitm import versions
-from addon.reporting.shipping import ShipperAddon
-from addon.runtime import RuntimeHolder
 
 REPO = Path(__file__).resolve().parents[3]
 GOOD = {"mitmproxy": "12.2.3", "wsproto": "1.3.2"}

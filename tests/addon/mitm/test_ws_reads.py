@@ -16,7 +16,7 @@ from mitmproxy.proxy.layers import websocket as mitm_ws
 from mitmproxy.test import tflow
 
 from addon.mitm import ws_reads
-from tests.addon.sockets.test_frames import frame
+from tests.addon.mitm.test_frames import frame
 
 
 def started_layer() -> tuple[mitm_ws.WebsocketLayer, Any]:

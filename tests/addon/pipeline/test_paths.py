@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.pipeline.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Refusal
 from addon.pipeline.paths import Preflight, RpcRoute, SidecarRoute, classify
+from addon.rpc.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Refusal
 
 NETS = ("finney", "test")
 

@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from addon.pipeline.jsonrpc import Call, dumps
 from addon.quota.costs import answer_bytes, base_cost, bytes_cost, runtime_api
+from addon.rpc.jsonrpc import Call, dumps
 from common.config.model import CostConfig
 
 DEFAULT = CostConfig()

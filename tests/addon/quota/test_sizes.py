@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from addon.pipeline.jsonrpc import Call
 from addon.quota.sizes import AnswerSizes, kind
+from addon.rpc.jsonrpc import Call
 
 FREE = 65_536
 METAGRAPHS = Call(1, "state_call", ["SubnetInfoRuntimeApi_get_all_metagraphs", "0x"])

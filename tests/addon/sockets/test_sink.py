@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from addon.sockets import handler as ws
+from addon.sockets import sink as ws
 
 
 def test_sink_accepts_a_websocket_and_stays_silent() -> None:
@@ -31,7 +31,7 @@ def test_sink_accepts_a_websocket_and_stays_silent() -> None:
 
 
 def test_closing_the_sink_ends_the_sockets_it_holds() -> None:
-    # Was: addon/sockets/handler.py Sink.close (line 81) only schedules runner.cleanup();
+    # Was: addon/hooks/websocket.py Sink.close (line 81) only schedules runner.cleanup();
     # aiohttp's shutdown waits (shutdown_timeout, 60 s by default) for the handler,
     # which loops on ``async for msg in ws`` until the *client* closes, so open
     # sockets stay up. ``done`` (hot reload) says "open connections to it end,

@@ -76,7 +76,7 @@ async def test_usage_records_hits_and_misses() -> None:
 
 
 def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() -> None:
-    from addon.pipeline.runner import STEPS
+    from addon.hooks.pipeline import STEPS
 
     names = [s.__name__ for s in STEPS]
     assert names == [

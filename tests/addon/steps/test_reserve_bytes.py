@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from tests.addon.helpers import body, call, make, rpc_flow, run
 
 BIG = "0x" + "ab" * 524_288  # ~1 MiB of JSON

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from addon.subs.methods import (
+from addon.rpc.sub_methods import (
     SUBSCRIBE,
 )
 from tests.addon.helpers import (

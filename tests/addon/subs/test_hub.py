@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from addon.rpc.sub_methods import SUBSCRIBE
 from addon.subs.hub import HubSettings, NoUpstream, SubscriptionHub
-from addon.subs.methods import SUBSCRIBE
 from addon.upstream.pool import TIER_SYNCED, Upstream, UpstreamPool
 from tests.addon.helpers import NodeChain, WsNode
 from tests.fakes import FakeClock

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from addon.upstream.coalesce import Coalescer, coalesce_key
 from addon.upstream.forward import ForwardResult
 

@@ -10,7 +10,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from addon.upstream.cross_check import CrossChecker, Sample
 from addon.upstream.pool import TIER_SYNCED, Upstream, UpstreamPool
 from tests.fakes import FakeClock

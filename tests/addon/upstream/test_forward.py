@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from addon.upstream.forward import Budget, ForwardResult, TransportError, forward, outbound_body
 from addon.upstream.pool import TIER_LAGGING, TIER_SYNCED, TIER_UNPROBED, Upstream, UpstreamPool
 from tests.fakes import FakeClock

@@ -5,7 +5,7 @@ retry. In-process fake transport, fake clock."""
 
 from __future__ import annotations
 
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Budgets, Ticket
 from addon.upstream.fair_wait import FairWait

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from addon.upstream import hedge
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Budgets

@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from addon.chain.blocks import BlockIndex
-from addon.pipeline.jsonrpc import Call
+from addon.chain.routing_hints import hints
+from addon.rpc.blocks import BlockIndex
+from addon.rpc.jsonrpc import Call
 from addon.upstream.pool import TIER_LAGGING, TIER_SYNCED, TIER_UNHEALTHY, Upstream, UpstreamPool
-from addon.upstream.routing_hints import hints
 
 
 def h(n: int) -> str:

@@ -513,10 +513,11 @@ async def test_the_runtime_builds_the_configured_client_and_hands_it_on() -> Non
         assert again.transport is lean.transport and again.lean is not None
         assert again.lean.max_response_bytes == 4096
         # the way back: aiohttp's client, the lean one closed
+        kept = again.lean
         old = Runtime.build(parse_config({"proxy": {"upstream_client": "aiohttp"}}))
         old.inherit(again)
         assert isinstance(old.transport, AiohttpTransport) and old.lean is None
-        assert again.lean.closed
+        assert kept.closed
         # and detaching (the addon unloaded) closes the lean client's connections
         back = Runtime.build(parse_config({}))
         back.inherit(old)

@@ -12,6 +12,7 @@ import aiohttp
 from addon.upstream.budgets import PROBE_CALLS
 from common.config import FINNEY_GENESIS, Endpoint
 from sidecar.probing.probes import probe_node_rpc
+from sidecar.probing.probes.base import ProbeCall
 from sidecar.probing.results import LIVE
 from simnode import SimNode
 
@@ -23,9 +24,8 @@ async def test_the_probes_of_a_node_fit_in_the_room_left_for_them() -> None:
         endpoint = Endpoint(url=node.url, provider="p", kind="node-rpc", network="finney", id="e")
         async with aiohttp.ClientSession() as session:
             for kind in ("full", "head"):
-                result = await probe_node_rpc(
-                    endpoint, session, kind=kind, timeout_s=5, genesis=FINNEY_GENESIS
-                )
+                call = ProbeCall(endpoint, session, kind=kind, timeout_s=5, genesis=FINNEY_GENESIS)
+                result = await probe_node_rpc(call)
                 assert result.classification == LIVE, result
         arrivals = node.arrivals.to_json()["arrivals"]
     finally:

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from addon.cache.store import MemoryStore
-from addon.pipeline.jsonrpc import Call
+from addon.rpc.jsonrpc import Call
 from addon.upstream.failover import assess
 from addon.upstream.pool import TIER_UNHEALTHY
 from tests.addon.chopsticks_headers import BLOCK_2_HASH, BLOCK_2_HEADER, GENESIS_HEADER, PLACEHOLDER

@@ -1,10 +1,13 @@
 """A node a proxy's cross-check quarantined is an answer-mismatch incident
 while any live proxy reports it, closed once none does; a node already in a
-probe incident keeps that one; unknown ids are ignored."""
+probe incident keeps that one; unknown ids are ignored; the watch applies the
+rule every few seconds to the registry as it is then."""
 
 from __future__ import annotations
 
-from sidecar.incidents.quarantine import MESSAGE, reconcile_quarantine
+import asyncio
+
+from sidecar.incidents.quarantine import MESSAGE, QuarantineWatch, reconcile_quarantine
 from sidecar.incidents.tracker import IncidentTracker
 from tests.fakes import FakeClock
 
@@ -33,3 +36,23 @@ def test_a_probe_incident_is_left_alone_and_unknown_ids_ignored() -> None:
     open_b = tracker.open_incident(B)
     assert open_b is not None and open_b.message == "timeout"  # the probes close it, not us
     assert len(tracker) == 1
+
+
+async def test_the_watch_reads_the_registry_at_each_round_and_stops() -> None:
+    # A reload changes the registry's endpoints: the watch follows (it read
+    # them once, at start, before: a node added later was never opened).
+    clock = FakeClock()
+    tracker = IncidentTracker(None, clock=clock)
+    known = {A}
+    watch = QuarantineWatch(lambda: tracker, lambda: {A: 1, B: 1}, lambda: known, clock, every_s=0)
+    watch.tick()
+    assert tracker.open_incident(A) is not None and tracker.open_incident(B) is None
+    known = {A, B}
+    watch.start()
+    for _ in range(20):
+        await asyncio.sleep(0)
+        if tracker.open_incident(B) is not None:
+            break
+    await watch.stop()
+    assert tracker.open_incident(B) is not None
+    await watch.stop()  # stopping twice is harmless

@@ -12,8 +12,8 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.config import Config, Endpoint, parse_config
+from sidecar.probing.chain_runtime import ChainRuntimeBook, RuntimeVersion
 from sidecar.probing.results import LIVE, ProbeResult
-from sidecar.probing.runtime import Runtime, RuntimeBook
 from sidecar.registry.networks import runtime_lines, runtime_text
 from sidecar.server.app import create_app
 from sidecar.server.app_keys import PROBER_KEY
@@ -148,11 +148,11 @@ async def test_an_unknown_network_is_a_404(aiohttp_client: Any, tmp_path: Path) 
 
 
 def test_the_dashboard_line_of_a_runtime() -> None:
-    book = RuntimeBook(make_config(Path("/nonexistent")))
+    book = ChainRuntimeBook(make_config(Path("/nonexistent")))
     assert runtime_text(book.get("finney")) is None
-    book.see("finney", 100, Runtime("node-subtensor", 300), T0)
+    book.see("finney", 100, RuntimeVersion("node-subtensor", 300), T0)
     assert runtime_text(book.get("finney")) == "runtime node-subtensor 300"
-    book.see("finney", 101, Runtime("node-subtensor", 301), T0 + 60)
+    book.see("finney", 101, RuntimeVersion("node-subtensor", 301), T0 + 60)
     assert runtime_text(book.get("finney")) == (
         "runtime node-subtensor 301 · upgraded from 300 at block 101, 2027-01-15 08:01 UTC"
     )

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.probing.health import Health
-from sidecar.registry.routing_snapshot import chain_heads, route, snapshot
+from sidecar.probing.health import Health, chain_heads
+from sidecar.registry.routing_snapshot import route, snapshot
 from tests.configs import endpoint, make_config
 from tests.sidecar.registry.helpers import NOW, by_provider, degraded, ok
 

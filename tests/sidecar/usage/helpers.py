@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config, parse_config
+from common.usage_wire import Rollup
 from sidecar.server.app import create_app
-from sidecar.usage.stats.batch import Batch, Rollup
+from sidecar.usage.stats.batch import Batch
 from tests.fakes import FakeClock
 from tests.sidecar.helpers import fake_factory
 

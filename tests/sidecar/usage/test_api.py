@@ -16,7 +16,7 @@ from common.config import Config
 from sidecar.jsonfmt import iso
 from sidecar.server.app import create_app
 from sidecar.server.app_keys import USAGE_KEY
-from sidecar.usage import api as usage_api
+from sidecar.server.handlers import usage as usage_api
 from sidecar.usage.stats.window import WINDOW_S, window_start_minute
 from tests.fakes import FakeClock
 from tests.sidecar.helpers import fake_factory

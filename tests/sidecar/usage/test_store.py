@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.usage_wire import Rollup
 from sidecar.usage.rows import hist_json
-from sidecar.usage.stats.batch import Rollup
 from sidecar.usage.stats.window import WINDOW_S, WindowTotals, totals_of, window_start_minute
 from sidecar.usage.store import StoreUnavailable, UsageStore
 from tests.sidecar.usage.helpers import EP_A, MINUTE, NOW, batch, r

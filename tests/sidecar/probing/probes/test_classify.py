@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from sidecar.probing.probes import (
     Observation,
+    ProbeCall,
     ProbeFailure,
     SseEventDetector,
     classify_exception,
@@ -236,7 +237,8 @@ async def check(table: dict[str, dict[str, Any]], genesis: str | None = GENESIS)
         await node_checks(ScriptedRpc(table), obs, kind="full", genesis=genesis)
 
     ep = make_endpoint("http://127.0.0.1:1/?apikey=SECRET123", "node-rpc")
-    return await run_probe(ep, "full", timeout_s=1, clock=clock, body=body)
+    async with aiohttp.ClientSession() as session:  # the scripted node takes no connection
+        return await run_probe(ProbeCall(ep, session, timeout_s=1, clock=clock), body)
 
 
 async def test_node_checks_verdicts() -> None:

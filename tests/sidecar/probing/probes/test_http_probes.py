@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from sidecar.probing.probes import probe, probe_artifact, probe_sse
+from sidecar.probing.probes import ProbeCall, probe, probe_artifact, probe_sse
 from sidecar.probing.results import (
     ABORTED,
     BAD_RESPONSE,
@@ -186,7 +186,7 @@ async def test_artifact_read_limit(
 ) -> None:
     srv, _ = server
     ep = make_endpoint(srv.url("/chunked"), "data-artifact")
-    r = await probe_artifact(ep, session, timeout_s=2, clock=clock, read_limit=100)
+    r = await probe_artifact(ProbeCall(ep, session, timeout_s=2, clock=clock), read_limit=100)
     assert (r.classification, r.detail) == (LIVE, "HTTP 200, over 100 bytes")
 
 
@@ -285,7 +285,7 @@ async def test_sse_read_limit(
 ) -> None:
     srv, _ = server
     ep = make_endpoint(srv.url("/sse-silent"), "sse")
-    r = await probe_sse(ep, session, timeout_s=2, clock=clock, read_limit=4)
+    r = await probe_sse(ProbeCall(ep, session, timeout_s=2, clock=clock), read_limit=4)
     assert r.classification == BAD_RESPONSE
     assert "no event" in r.detail
 

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from common.config import FINNEY_GENESIS, Endpoint
-from sidecar.probing.probes import probe, probe_node_rpc, probe_node_wss
+from sidecar.probing.probes import ProbeCall, probe, probe_node_rpc, probe_node_wss
 from sidecar.probing.results import (
     ABORTED,
     BAD_RESPONSE,
@@ -274,7 +274,7 @@ async def test_ws_closed_mid_probe_is_aborted(
     # accept the upgrade, then refuse the messages: the socket closes with 1013
     ep = endpoint_for(node, "node-wss")
     node.set_faults(latency_ms=50)
-    pending = probe_node_wss(ep, session, timeout_s=3, clock=clock, genesis=None)
+    pending = probe_node_wss(ProbeCall(ep, session, timeout_s=3, clock=clock, genesis=None))
     task = asyncio.ensure_future(pending)
     await asyncio.sleep(0.02)
     node.set_faults(http_status=503)
@@ -296,7 +296,7 @@ async def test_latency_is_measured(make_node: MakeNode, session: aiohttp.ClientS
     node = await make_node()
     node.set_faults(latency_ms=120)
     result = await probe_node_rpc(
-        endpoint_for(node, "node-rpc"), session, kind="head", timeout_s=3, clock=clock
+        ProbeCall(endpoint_for(node, "node-rpc"), session, kind="head", timeout_s=3, clock=clock)
     )
     assert result.ok
     assert result.latency_ms is not None and 110 <= result.latency_ms < 1000

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.usage.stats.batch import MAX_ROLLUPS, BatchError, parse_batch
+from common.usage_wire import MAX_ROLLUPS, BatchError
+from sidecar.usage.stats.batch import parse_batch
 from tests.sidecar.usage.stats.helpers import EP_A, MINUTE, NETWORKS, NOW, wire_batch, wire_rollup
 
 

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common import latency_hist
+from common.usage_wire import Rollup
 from sidecar.jsonfmt import iso
-from sidecar.usage.stats.batch import Rollup
 from sidecar.usage.stats.summary import EndpointInfo, endpoint_labels, freshness, summarize
 from sidecar.usage.stats.window import totals_of
 from tests.sidecar.usage.stats.helpers import EP_A, EP_B, MINUTE, NETWORKS, NOW, endpoint

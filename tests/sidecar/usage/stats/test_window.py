@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from sidecar.usage.stats.batch import Rollup
+from common.usage_wire import Counts, Rollup
 from sidecar.usage.stats.window import (
     WINDOW_S,
-    Counts,
     WindowTotals,
     totals_of,
     window_start_minute,

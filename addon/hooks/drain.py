@@ -1,0 +1,94 @@
+"""Drain on SIGTERM: stop taking connections, answer every call in flight,
+close WebSocket clients with 1001 ("going away") once their calls are
+answered, spool the usage records, and exit within ``proxy.drain_s``
+(earlier when idle).
+
+mitmproxy's own SIGTERM handler stops at once: calls in flight get no answer
+and sockets end with 1006. This addon replaces it when mitmproxy runs. The
+listening sockets close first (``server=False``: a balancer or the other
+workers take new connections); a request that still arrives on a kept-alive
+connection is answered, with ``Connection: close``. A second SIGTERM stops at
+once. The usage records left are spooled by ``ShipperAddon.done`` and
+delivered by whichever process runs next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from mitmproxy import ctx, http
+
+from addon.hooks.holder import RuntimeHolder
+
+log = logging.getLogger("chainproxy")
+
+
+async def wait_until(done: Callable[[], bool], deadline: float) -> None:
+    """Until ``done()`` or ``deadline`` (loop time). Polled: what it watches
+    (flows and calls in flight) changes in many hooks, and a drain is rare."""
+    loop = asyncio.get_running_loop()
+    while not done() and loop.time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
+
+
+class Drain:
+    def __init__(self, holder: RuntimeHolder, sockets: Any) -> None:
+        self.holder = holder
+        self.sockets = sockets  # addon/hooks/websocket.py's WebSocketRpc: its drain()
+        self.inflight: set[str] = set()  # HTTP flows not yet answered
+        self.draining = False
+        self._task: asyncio.Task[None] | None = None
+
+    def running(self) -> None:
+        try:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.start)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+            pass
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self.inflight.add(flow.id)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self.inflight.discard(flow.id)
+        if self.draining and flow.response is not None and flow.websocket is None:
+            flow.response.headers["Connection"] = "close"  # its next call goes elsewhere
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self.inflight.discard(flow.id)
+
+    def start(self) -> None:
+        if self.draining:  # asked twice: now
+            log.warning("second SIGTERM: stopping without waiting")
+            ctx.master.shutdown()
+            return
+        self.draining = True
+        self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        rt = self.holder.runtime
+        drain_s = rt.config.proxy.drain_s if rt is not None else 10.0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_s
+        log.info(
+            "SIGTERM: draining (no new connections; %d calls in flight; at most %.0f s)",
+            len(self.inflight),
+            drain_s,
+        )
+        try:
+            ctx.options.update(server=False)  # stop listening; open connections stay
+            await wait_until(lambda: not self.inflight, deadline)
+            closed = await self.sockets.drain(deadline)
+            await wait_until(lambda: not self.inflight, deadline)  # calls that came meanwhile
+            log.info(
+                "drained: %d WebSocket clients sent 1001, %d calls left unanswered",
+                closed,
+                len(self.inflight),
+            )
+        except Exception:
+            log.exception("drain failed: stopping now")
+        finally:
+            ctx.master.shutdown()

@@ -1,0 +1,58 @@
+"""The usage shipper's life as an addon: started when mitmproxy runs, and at a
+graceful stop or reload the records not yet sent are drained into the on-disk
+spool synchronously (delivered after the restart). If the spool cannot take
+them (a full disk), what stays in memory is lost with the process: logged.
+Batches go out through the current runtime's sidecar client, so a reload
+that changes ``sidecar.token`` does not leave them failing with 401."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from addon.hooks.holder import RuntimeHolder
+from addon.mitm import versions as mitm_versions
+from addon.reporting.usage import UsageShipper
+
+
+class ShipperAddon:
+    def __init__(self, holder: RuntimeHolder) -> None:
+        self.holder = holder
+        self.shipper: UsageShipper | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def running(self) -> None:
+        rt = self.holder.runtime
+        if self._task is not None or rt is None or rt.spool is None:
+            return
+        self.shipper = UsageShipper(
+            rt.usage,
+            rt.spool,
+            self._post,
+            flush_s=rt.config.proxy.usage.flush_s,
+            memory_max_batches=rt.config.proxy.usage.memory_max_batches,
+            metrics=rt.metrics,
+            gauges=self._gauges,
+        )
+        self._task = asyncio.get_running_loop().create_task(self.shipper.run())
+
+    async def _post(self, batch: dict[str, Any]) -> bool:
+        """Through the sidecar client of the config in force: a reload that
+        changes ``sidecar.token`` (or its URL) applies to the next batch."""
+        rt = self.holder.runtime
+        return await rt.sidecar.post_usage(batch) if rt is not None else False
+
+    def _gauges(self) -> dict[str, object]:
+        rt = self.holder.runtime  # the current one: a config reload replaces it
+        gauges = rt.gauges() if rt is not None else {}
+        off = mitm_versions.mechanisms_off()  # an untested mitmproxy an operator accepted
+        return {**gauges, "mechanisms_off": off} if off else gauges
+
+    def done(self) -> None:  # synchronous: mitmproxy's hot reload calls it so
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self.shipper is not None:
+            self.shipper.spool_pending()
+            self.shipper.lost_at_stop()
+            self.shipper = None

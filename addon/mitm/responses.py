@@ -1,0 +1,62 @@
+"""mitmproxy responses as chainproxy builds them: JSON bodies, bytes headers,
+the CORS headers every answer carries, built the direct way where the
+installed mitmproxy allows it (``internals.response_builder``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from mitmproxy import http
+
+from addon.mitm import internals as mitm_internals
+from addon.rpc.jsonrpc import Refusal, dumps, error_obj
+
+CORS_HEADERS = (
+    ("Access-Control-Allow-Origin", "*"),
+    (
+        "Access-Control-Expose-Headers",
+        "X-Cache, X-RateLimit-Limit, X-RateLimit-Remaining, "
+        "X-RateLimit-Reset, X-RateLimit-Policy, Retry-After, X-Chainproxy-Upstream, "
+        "X-Chainproxy-Attempts, X-Request-Id, x-metagraph-rpc-endpoint-id, "
+        "x-metagraph-rpc-provider, x-metagraph-rpc-attempts, x-metagraph-rpc-cache",
+    ),
+)
+
+
+_CORS_FIELDS = tuple((k.encode(), v.encode()) for k, v in CORS_HEADERS)
+_JSON_CT = (b"Content-Type", b"application/json")
+_build_response = mitm_internals.response_builder()
+
+
+def json_response(status: int, doc: Any, headers: Iterable[tuple[str, str]] = ()) -> http.Response:
+    return _build_response(
+        status,
+        dumps(doc),
+        (_JSON_CT, *((k.encode(), v.encode()) for k, v in headers), *_CORS_FIELDS),
+    )
+
+
+def make_headers(pairs: Iterable[tuple[str, str]]) -> http.Headers:
+    """mitmproxy wants bytes; every chainproxy answer also carries CORS headers
+    so browser clients (polkadot.js in a page) can read it."""
+    return http.Headers((*((k.encode(), v.encode()) for k, v in pairs), *_CORS_FIELDS))
+
+
+def add_headers(response: http.Response, pairs: Iterable[tuple[str, str]]) -> None:
+    """``response.headers[k] = v`` for each pair, with one rebuild of the fields
+    instead of one scan and rebuild per header."""
+    headers = response.headers
+    present = {k.lower() for k, _ in headers.fields}
+    new = []
+    for k, v in pairs:
+        if k.lower().encode() in present:
+            headers[k] = v
+        else:
+            new.append((k.encode(), v.encode()))
+    if new:
+        headers.fields = (*headers.fields, *new)
+
+
+def refusal_response(r: Refusal, extra: Iterable[tuple[str, str]] = ()) -> http.Response:
+    return json_response(r.status, error_obj(r.id, r.code, r.message, r.data), [*r.headers, *extra])

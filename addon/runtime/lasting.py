@@ -1,0 +1,144 @@
+"""What outlives a config: built once per process and handed to every policy
+a reload builds (``addon/runtime/policy.py``): chain state, live metrics,
+usage and its spool, the subscription hub, the coalescer, socket slots,
+answer sizes, the HTTP session and upstream client, the Redis link, the
+edge cache, and the pre-warm's hook. It is also what the subscription hub
+reads and tells (``subs.hub.ChainView``): the hub lives as long as it does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from addon.cache.store import CacheStore, DiskCacheStore
+from addon.chain.state import ChainState
+from addon.quota.sizes import AnswerSizes
+from addon.redislink.link import RedisLink
+from addon.reporting.live_metrics import LiveMetrics
+from addon.reporting.usage import Spool, UsageAggregator
+from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
+from addon.sockets.slots import SocketSlots
+from addon.subs.hub import SubscriptionHub
+from addon.upstream.coalesce import Coalescer
+from addon.upstream.forward import AiohttpTransport, Transport
+from addon.upstream.http_client import LeanTransport
+from common.config import Config
+from common.config.model import ProxyConfig
+
+
+@dataclass(slots=True)
+class Lasting:
+    clock: Callable[[], float]
+    metrics: LiveMetrics
+    coalescer: Coalescer = field(default_factory=Coalescer)  # calls in flight stay shareable
+    chain: ChainState = field(default_factory=ChainState)  # heights, hashes, best heads
+    usage: UsageAggregator = field(default_factory=UsageAggregator)  # records not yet shipped
+    slots: SocketSlots = field(default_factory=SocketSlots)  # client WebSockets held
+    sizes: AnswerSizes = field(default_factory=AnswerSizes)  # how large kinds of calls answer
+    subs: SubscriptionHub = field(init=False)  # one hub per process, on each policy's pools
+    ws_connections: int = 0  # client WebSockets open (a gauge)
+    # one HTTP session (and one pool of upstream connections) per process
+    session: aiohttp.ClientSession | None = None
+    transport: Transport | None = None  # set when the event loop runs
+    lean: LeanTransport | None = None  # proxy.upstream_client "lean": its pooled connections
+    # kept while their settings hold (``keep_for``): Redis, the spool, the cache
+    redis: RedisLink | None = None
+    spool: Spool | None = None
+    cache: CacheStore | None = None  # None: caching off (or storage not opened yet)
+    # the pre-warm's fetch-ahead (addon/hooks/prewarm.py), wired when the first runtime is built
+    on_new_head: Callable[[str], None] | None = None
+
+    @classmethod
+    def first(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Lasting:
+        """The process's long-lived part, from its first config."""
+        p = config.proxy
+        return cls(
+            clock=clock,
+            metrics=LiveMetrics(p.allowlist | SUBSCRIBE.keys() | UNSUBSCRIBE.keys()),
+            coalescer=Coalescer(p.coalesce.max_keys),
+        )
+
+    def link_for(self, config: Config, previous: Config | None) -> RedisLink | None:
+        """The Redis link ``config`` asks for: the one this process has while
+        its settings hold (one connection pool per process), else a new one."""
+        if config.redis is None:
+            return None
+        if previous is not None and previous.redis == config.redis and self.redis is not None:
+            return self.redis
+        self.redis = RedisLink(
+            config.redis,
+            on_fallback=lambda store: self.metrics.count_extra(
+                "chainproxy_redis_fallbacks_total", store=store
+            ),
+        )
+        self.slots.use_redis(self.redis)
+        return self.redis
+
+    def keep_storage(self, config: Config, previous: Config) -> None:
+        """The spool and the cache stay while ``data_dir`` (and the cache's
+        settings) hold; otherwise ``open_storage`` opens new ones."""
+        if previous.data_dir != config.data_dir:
+            self.spool = None
+            self.cache = None
+        elif previous.proxy.cache != config.proxy.cache:
+            self.cache = None
+
+    def open_storage(self, config: Config) -> None:
+        """The on-disk parts (cache, usage spool) under ``data_dir``; separate from
+        building so unit tests can run without touching the disk."""
+        p = config.proxy
+        if self.cache is None and p.cache.enabled:
+            self.cache = DiskCacheStore(
+                config.data_dir / "cache", size_limit_mb=p.cache.size_limit_mb
+            )
+        if self.spool is None:
+            self.spool = Spool(config.data_dir / "spool", max_batches=p.usage.spool_max_batches)
+
+    # --- the HTTP session and the upstream client ------------------------------------
+
+    def attach_session(self, session: aiohttp.ClientSession, p: ProxyConfig) -> None:
+        """The session, and the upstream client ``p`` asks for: the lean one
+        kept (its connections are warm) unless this config asks for aiohttp's."""
+        self.session = session
+        lean = self.lean
+        if p.upstream_client == "aiohttp":
+            if lean is not None:
+                lean.close()  # calls in flight still finish on it
+            self.lean = None
+            self.transport = AiohttpTransport(session, max_response_bytes=p.max_response_bytes)
+            return
+        if lean is None:
+            lean = LeanTransport(max_response_bytes=p.max_response_bytes)
+        lean.max_response_bytes = p.max_response_bytes
+        self.lean = self.transport = lean
+
+    def detach_session(self) -> aiohttp.ClientSession | None:
+        """The session, for its owner to close; the lean client's idle
+        connections are closed here (those in use close as their calls end)."""
+        session, self.session, self.transport = self.session, None, None
+        if self.lean is not None:
+            self.lean.close()
+            self.lean = None
+        return session
+
+    # --- what the subscription hub reads and tells (``subs.hub.ChainView``) ----------
+
+    def heights(self, network: str) -> tuple[int | None, int | None]:
+        return self.chain.heights(network)
+
+    def head_delivered(self, network: str, header: Any) -> None:
+        if self.chain.best.learn(network, header, self.clock()):
+            self.new_head(network)
+
+    def new_head(self, network: str) -> None:
+        """A new best block is known: the pre-warm may fetch ahead for it."""
+        if self.on_new_head is not None:
+            self.on_new_head(network)
+
+    def subscription_moved(self, network: str) -> None:
+        self.metrics.count_extra("chainproxy_subscription_moves_total", network=network)

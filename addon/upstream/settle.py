@@ -1,0 +1,90 @@
+"""An attempt's end reported to its node's pool and budget: an answer or a
+failure (``report_failure``: "too many requests" pauses the node, anything
+else counts against its health), an attempt gone without an outcome
+(``abandon``: no verdict), and an attempt a hedge outraced that finished
+unheard in the background (``settle_outraced``). The forward loop
+(``addon/upstream/forward.py``) is their one user."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from addon.rpc.jsonrpc import Call
+from addon.upstream.admission import Admission
+from addon.upstream.budgets import Ticket
+from addon.upstream.failover import assess
+from addon.upstream.pool import Upstream, UpstreamPool
+from addon.upstream.transport import TransportError
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """An attempt under way: where, since when, for how long, on whose budget."""
+
+    upstream: Upstream
+    start: float
+    timeout: float
+    ticket: Ticket | None
+
+
+def abandon(
+    pool: UpstreamPool, admission: Admission | None, sent: Sent, clock: Callable[[], float]
+) -> None:
+    """The attempt ended without an outcome (cancelled): no health verdict."""
+    if sent.ticket is not None and admission is not None:
+        admission.release(sent.ticket)
+    pool.abandoned(sent.upstream, (clock() - sent.start) * 1000)
+
+
+def report_failure(
+    pool: UpstreamPool,
+    admission: Admission | None,
+    upstream: Upstream,
+    latency_ms: float,
+    reason: str,
+    retry_after: float | None,
+) -> None:
+    """A failed attempt: "too many requests" (a 429, or a 503 with Retry-After)
+    pauses the node and a 429 teaches it a rate (with budgets kept); anything
+    else counts against its health."""
+    if admission is not None and (reason == "rate-limited" or retry_after is not None):
+        pool.throttled(upstream, latency_ms, retry_after, reason)
+        if reason == "rate-limited":  # a 429 teaches a rate; a 503 only pauses the node
+            admission.budgets.rate_limited(upstream.id)
+    else:
+        pool.failed(upstream, latency_ms)
+
+
+def settle_outraced(
+    sent: Sent,
+    pool: UpstreamPool,
+    admission: Admission | None,
+    clock: Callable[[], float],
+    calls: Sequence[Call],
+    is_batch: bool,
+    tip: int | None,
+    task: asyncio.Task[tuple[int, bytes]],
+) -> None:
+    """An outraced attempt ended, unheard: its ticket is released and the pool
+    learns its real latency and outcome (not the hedge's delay)."""
+    if task.cancelled():
+        abandon(pool, admission, sent, clock)
+        return
+    if sent.ticket is not None and admission is not None:
+        admission.release(sent.ticket)
+    latency = (clock() - sent.start) * 1000
+    error = task.exception()  # retrieved here, whatever it is: nobody else awaits it
+    if error is None:
+        verdict = assess(*task.result(), calls, is_batch=is_batch, tip=tip)
+        if verdict.verdict != "hard":
+            pool.succeeded(sent.upstream, latency)
+            return
+        reason, retry_after = verdict.reason, None
+    elif isinstance(error, TransportError):
+        reason, retry_after = error.reason, error.retry_after
+    else:  # a closed session: no verdict on the node
+        pool.abandoned(sent.upstream, latency)
+        return
+    report_failure(pool, admission, sent.upstream, latency, reason, retry_after)
