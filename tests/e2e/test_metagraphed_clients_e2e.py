@@ -124,10 +124,11 @@ async def test_the_pypi_client_through_the_proxy(mstack: Stack) -> None:
     assert got["provider"]["id"] == got["providers"][0].slug
     assert "finney-rpc" in got["pools"] and "finney-archive" in got["pools"]
     assert got["usage_7d"]["ok"] is True
-    assert got["usage_7d"]["data"]["summary"]["total_requests"] >= 0
-    assert got["incidents"]["incident_count"] >= 0
+    # the shapes (counts, not values: usage ships in batches, incidents come and go)
+    assert type(got["usage_7d"]["data"]["summary"]["total_requests"]) is int
+    assert type(got["incidents"]["incident_count"]) is int
     assert got["downtime"]["ok"] is True and "surfaces" in got["downtime"]["data"]
-    assert got["downtime"]["data"]["summary"]["incident_count"] >= 0
+    assert type(got["downtime"]["data"]["summary"]["incident_count"]) is int
     # Refusals raise MetagraphedError with the status and the envelope's code.
     errors = got["errors"]
     assert set(errors) == {"severity", "status", "limit", "slug"}
