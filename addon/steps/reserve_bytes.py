@@ -7,30 +7,16 @@ of unknown or small kinds (nearly all) cost nothing here."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from addon.pipeline.context import RpcContext
 from addon.quota.costs import bytes_cost
 from addon.quota.local import Decision
-from addon.quota.quotas import Quotas
-from addon.quota.sizes import AnswerSizes
-from addon.reporting.live_metrics import LiveMetrics
 from addon.rpc.jsonrpc import Call
 from addon.rpc.later import Later
+from addon.steps.charge_bytes import ChargeBytesNeeds
 from addon.steps.rate_limit import take_units
 
-
-class ReserveBytesNeeds(Protocol):
-    """What the reserve_bytes step reads of the runtime."""
-
-    @property
-    def metrics(self) -> LiveMetrics: ...
-
-    @property
-    def quotas(self) -> Quotas: ...
-
-    @property
-    def sizes(self) -> AnswerSizes: ...
+# the same as the byte charge reads: what a call costs in bytes, and the quota to take it from
+ReserveBytesNeeds = ChargeBytesNeeds
 
 
 def reserve_bytes(rpc: RpcContext, rt: ReserveBytesNeeds) -> Later[Decision] | None:

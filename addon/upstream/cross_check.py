@@ -28,9 +28,10 @@ Outcomes are counted in ``chainproxy_cross_checks_total{network, outcome}``
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -100,20 +101,14 @@ class CrossChecker:
         if len(self._tasks) >= _MAX_RUNNING:
             self.count(sample.network, "skipped")
             return
-        task = asyncio.ensure_future(self._check(sample, pool, transport, budgets, forget))
+        vote = functools.partial(self._vote, sample, pool, transport, budgets, forget)
+        task = asyncio.ensure_future(self._check(sample, vote))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _check(
-        self,
-        s: Sample,
-        pool: UpstreamPool,
-        transport: Transport,
-        budgets: BudgetBook | None,
-        forget: Forget,
-    ) -> None:
+    async def _check(self, s: Sample, vote: Callable[[], Awaitable[None]]) -> None:
         try:
-            await self._vote(s, pool, transport, budgets, forget)
+            await vote()
         except asyncio.CancelledError:
             raise
         except Exception:  # a check is never the clients' problem
