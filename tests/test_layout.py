@@ -112,22 +112,7 @@ def addon_packages() -> dict[str, set[str]]:
     ``TYPE_CHECKING`` imports included (a layering is about what a module
     names, not only what runs)."""
 
-    def node(module: str) -> str | None:
-        parts = module.split(".")
-        return ".".join(parts[:2]) if parts[0] == "addon" and len(parts) > 1 else None
-
-    out: dict[str, set[str]] = {}
-    for name, deps in graph(type_checking=True).items():
-        a = node(name)
-        if a is None:
-            continue
-        out.setdefault(a, set())
-        for d in deps:
-            b = node(d)
-            if b is not None and b != a:
-                out[a].add(b)
-                out.setdefault(b, set())
-    return out
+    return package_graph("addon", type_checking=True)
 
 
 def test_addon_packages_import_one_way() -> None:
