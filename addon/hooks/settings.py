@@ -25,6 +25,7 @@ from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
 from addon.hooks.holder import RuntimeHolder
+from addon.hooks.internal_calls import InternalCalls
 from addon.hooks.prewarm import Prewarmer
 from addon.mitm import limits as mitm_limits
 from addon.mitm import versions as mitm_versions
@@ -116,6 +117,7 @@ class Settings:
         if old is None:
             on_new_head = self.prewarm.new_head if self.prewarm is not None else None
             runtime = Runtime.build(config, on_new_head=on_new_head)
+            runtime.legacy = InternalCalls(self.holder)  # chainproxy's own legacy calls
         else:
             runtime = old.reload(config)  # its long-lived part (the HTTP session too) kept
         try:

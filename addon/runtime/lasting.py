@@ -21,6 +21,7 @@ from addon.quota.sizes import AnswerSizes
 from addon.redislink.link import RedisLink
 from addon.reporting.live_metrics import LiveMetrics
 from addon.reporting.usage import Spool, UsageAggregator
+from addon.rpc.new_spec import LegacyCaller
 from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
 from addon.sockets.slots import SocketSlots
 from addon.subs.hub import SubscriptionHub
@@ -52,6 +53,8 @@ class Lasting:
     cache: CacheStore | None = None  # None: caching off (or storage not opened yet)
     # the pre-warm's fetch-ahead (addon/hooks/prewarm.py), wired when the first runtime is built
     on_new_head: Callable[[str], None] | None = None
+    # legacy calls made by chainproxy itself (addon/hooks/internal_calls.py), wired likewise
+    legacy: LegacyCaller | None = None
 
     @classmethod
     def first(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Lasting:

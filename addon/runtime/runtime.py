@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from addon.reporting.live_metrics import LiveMetrics
     from addon.reporting.sidecar_client import SidecarClient
     from addon.reporting.usage import Spool, UsageAggregator
+    from addon.rpc.new_spec import LegacyCaller
     from addon.sockets.slots import SocketSlots
     from addon.upstream.admission import BudgetBook
     from addon.upstream.budgets import Budgets
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 _LASTING = (
     "clock", "metrics", "coalescer", "chain", "usage", "slots", "sizes", "subs",
     "ws_connections", "session", "transport", "lean", "redis", "spool", "cache",
-    "on_new_head",
+    "on_new_head", "legacy",
 )  # fmt: skip
 _POLICY = (
     "config", "pools", "ws_pools", "quotas", "budget", "sidecar", "hedgers", "demand",
@@ -82,6 +83,7 @@ class Runtime:
         spool: Spool | None
         cache: CacheStore | None
         on_new_head: Callable[[str], None] | None
+        legacy: LegacyCaller | None
         config: Config
         pools: dict[str, UpstreamPool]
         ws_pools: dict[str, UpstreamPool]
