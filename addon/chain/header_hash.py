@@ -36,9 +36,10 @@ def compact(n: int) -> bytes:
     return bytes([((len(raw) - 4) << 2) | 3]) + raw
 
 
-def header_hash(header: Any) -> str | None:
-    """``0x…`` hash of a JSON header, or None when it is not a header we can encode
-    (then nothing can be said about it)."""
+def encode_header(header: Any) -> bytes | None:
+    """The SCALE encoding of a JSON header (what ``chainHead_v1_header`` and
+    ``archive_v1_header`` answer, hex-encoded), or None when it is not a
+    header we can encode."""
     if not isinstance(header, dict):
         return None
     roots = [header.get(k) for k in ("parentHash", "stateRoot", "extrinsicsRoot")]
@@ -51,7 +52,7 @@ def header_hash(header: Any) -> str | None:
         return None
     # is_block_hash checked each is a 0x-hex str; the checker cannot carry that over
     parent, state, extrinsics = (bytes.fromhex(r[2:]) for r in roots)  # type: ignore[index]
-    encoded = b"".join(
+    return b"".join(
         [
             parent,
             compact(number),
@@ -61,6 +62,14 @@ def header_hash(header: Any) -> str | None:
             *(bytes.fromhex(x[2:]) for x in logs),
         ]
     )
+
+
+def header_hash(header: Any) -> str | None:
+    """``0x…`` hash of a JSON header, or None when it is not a header we can encode
+    (then nothing can be said about it)."""
+    encoded = encode_header(header)
+    if encoded is None:
+        return None
     return "0x" + hashlib.blake2b(encoded, digest_size=32).hexdigest()
 
 
