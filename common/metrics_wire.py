@@ -121,6 +121,8 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_cross_checks_total",
     "chainproxy_access_log_dropped_total",
     "chainproxy_ws_messages_total",
+    "chainproxy_follow_operations_total",
+    "chainproxy_follow_stops_total",
 )
 BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
 GAUGES: Final = ("ws_connections", "spool_batches")

@@ -118,6 +118,7 @@ class Chain:
         self._genesis = config.genesis.lower()
         self._genesis_override: str | None = None
         self._lag = 0
+        self.finality_lag = FINALITY_LAG  # the finality_lag fault
         self._frozen_at: int | None = None
         self.wrong_storage = False  # the wrong_storage fault (see storage_value)
         self._fork_at: int | None = None
@@ -193,6 +194,7 @@ class Chain:
 
     def reset_faults(self) -> None:
         self._lag = 0
+        self.finality_lag = FINALITY_LAG
         self._frozen_at = None
         self._genesis_override = None
         self._schedule = Schedule()
@@ -215,7 +217,7 @@ class Chain:
         return max(0, self.head() - self._lag)
 
     def finalized(self) -> int:
-        return max(0, self.best() - FINALITY_LAG)
+        return max(0, self.best() - self.finality_lag)
 
     # ---- hashes -------------------------------------------------------------
 

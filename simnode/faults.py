@@ -48,6 +48,9 @@ class Faults:
     lag: int = 0
     freeze: bool = False
     fork: bool = False  # blocks from now on get other hashes (a minority fork)
+    # blocks between the best and the finalized one (GRANDPA's usual 2): a longer
+    # one keeps a fork unfinalized, so that leaving it is a reorg, not a new chain
+    finality_lag: int = 2
     # a node that answers some storage keys wrongly (a quarter of them, by key):
     # what a cross-check of answers at finalized blocks must catch
     wrong_storage: bool = False
@@ -141,9 +144,9 @@ def check_fault(key: str, value: Any) -> Any:
         ):
             raise ValueError(f"upgrade_spec must be an integer in ({BASE_SPEC}, {MAX_SPEC}]")
         return value
-    if key == "lag":
+    if key in ("lag", "finality_lag"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError("lag must be an integer >= 0")
+            raise ValueError(f"{key} must be an integer >= 0")
         return value
     # genesis
     if value is not None and not is_hash(value):
@@ -173,6 +176,7 @@ class FaultState:
         checked = {k: check_fault(k, v) for k, v in changes.items()}
         faults = dataclasses.replace(self.faults, **checked)
         chain.set_lag(faults.lag)
+        chain.finality_lag = faults.finality_lag
         chain.set_frozen(faults.freeze)
         chain.set_fork(faults.fork)
         chain.wrong_storage = faults.wrong_storage

@@ -198,6 +198,8 @@ class Dispatcher:
             "state_getKeysPaged": self._keys_paged,
             "state_getKeysPagedAt": self._keys_paged,
             "state_queryStorageAt": self._query_storage_at,
+            "childstate_getStorageEntries": self._child_entries,
+            "childstate_getKeysPaged": self._child_keys_paged,
             "author_submitExtrinsic": self._submit,
             "rpc_methods": self._rpc_methods,
         }
@@ -353,6 +355,21 @@ class Dispatcher:
         n = self._state_block(_opt_hash(h))
         changes = [[k, storage_value(_hex(k, "key"))] for k in keys]
         return [{"block": self.chain.block_hash(n), "changes": changes}]
+
+    def _child_entries(self, params: Any) -> Any:
+        child, keys, h = _args(params, ("childStorageKey", "keys", "at"), required=2)
+        if not isinstance(keys, list):
+            raise _bad_params("keys must be a list")
+        child = _hex(child, "childStorageKey")
+        self._state_block(_opt_hash(h))
+        # a child trie is modelled as the main trie's values under the child's key
+        return [storage_value(child + _hex(k, "key")[2:]) for k in keys]
+
+    def _child_keys_paged(self, params: Any) -> Any:
+        if not isinstance(params, list) or not params:
+            raise _bad_params("childStorageKey, prefix and count are required")
+        _hex(params[0], "childStorageKey")
+        return self._keys_paged(params[1:])  # the same 64 keys under any prefix
 
     def _call(self, params: Any) -> Any:
         method, data, h = _args(params, ("name", "bytes", "at"), required=2)

@@ -234,6 +234,7 @@ class WebSocketRpc:
         if rt is not None:
             _count_messages(rt, conn)
             rt.ws_connections = max(0, rt.ws_connections - 1)
+            rt.follows.release(conn)  # follows end with their socket
             rt.subs.release(conn)  # closing a socket ends its subscriptions
             rt.slots.release(flow.id)  # ... and frees its slot
         flow.comment = conn.describe()
@@ -241,6 +242,7 @@ class WebSocketRpc:
     def _close_slow(self, conn: ClientConn) -> None:
         rt = self.holder.runtime
         if rt is not None:
+            rt.follows.release(conn)  # follows end with their socket
             rt.subs.release(conn)
         create_task(
             self.sink.close_flow(conn.flow.id, SLOW_CLIENT_CLOSE, "notifications not read"),
@@ -270,6 +272,7 @@ class WebSocketRpc:
         rt = self.holder.runtime
         for conn in conns:
             if rt is not None:
+                rt.follows.release(conn)  # follows end with their socket
                 rt.subs.release(conn)  # no new notifications from here on
         await asyncio.sleep(0)  # the writes queued for this loop turn go out first
         await asyncio.sleep(0)
@@ -289,6 +292,7 @@ class WebSocketRpc:
                 task.cancel()
             if rt is not None:
                 _count_messages(rt, conn)
+                rt.follows.release(conn)  # follows end with their socket
                 rt.subs.release(conn)
                 rt.slots.release(conn.flow.id)
         self._conns.clear()

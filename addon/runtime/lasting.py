@@ -17,6 +17,7 @@ import aiohttp
 
 from addon.cache.store import CacheStore, DiskCacheStore
 from addon.chain.state import ChainState
+from addon.follow.book import FollowBook
 from addon.quota.sizes import AnswerSizes
 from addon.redislink.link import RedisLink
 from addon.reporting.live_metrics import LiveMetrics
@@ -42,6 +43,7 @@ class Lasting:
     slots: SocketSlots = field(default_factory=SocketSlots)  # client WebSockets held
     sizes: AnswerSizes = field(default_factory=AnswerSizes)  # how large kinds of calls answer
     subs: SubscriptionHub = field(init=False)  # one hub per process, on each policy's pools
+    follows: FollowBook = field(init=False)  # chainHead_v1 follows, on the hub
     ws_connections: int = 0  # client WebSockets open (a gauge)
     # one HTTP session (and one pool of upstream connections) per process
     session: aiohttp.ClientSession | None = None

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from addon.follow.book import FollowBook, FollowSettings
+from addon.rpc.new_spec import CHAIN_HEAD_FOLLOW
 from addon.runtime.lasting import Lasting
 from addon.runtime.policy import Policy, build_policy
 from addon.subs.hub import HubSettings, SubscriptionHub
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
 
 # read through to the part that holds them (a reload replaces only ``policy``)
 _LASTING = (
-    "clock", "metrics", "coalescer", "chain", "usage", "slots", "sizes", "subs",
+    "clock", "metrics", "coalescer", "chain", "usage", "slots", "sizes", "subs", "follows",
     "ws_connections", "session", "transport", "lean", "redis", "spool", "cache",
     "on_new_head", "legacy",
 )  # fmt: skip
@@ -75,6 +77,7 @@ class Runtime:
         slots: SocketSlots
         sizes: AnswerSizes
         subs: SubscriptionHub
+        follows: FollowBook
         ws_connections: int
         session: aiohttp.ClientSession | None
         transport: Transport | None
@@ -118,6 +121,12 @@ class Runtime:
         lasting.subs = SubscriptionHub(
             policy.ws_pools, lasting, clock=clock, settings=_hub_settings(config.proxy)
         )
+        lasting.follows = FollowBook(
+            lasting.subs,
+            lambda: lasting.legacy,
+            lasting.metrics.count_extra,
+            _follow_settings(config.proxy),
+        )
         return cls(lasting, policy)
 
     def reload(self, config: Config) -> Runtime:
@@ -129,6 +138,7 @@ class Runtime:
         if old.access_log is not None:
             old.access_log.close()  # the new one (if any) takes over from here
         lasting.subs.reconfigure(policy.ws_pools, _hub_settings(config.proxy), lasting)
+        lasting.follows.settings = _follow_settings(config.proxy)  # live follows keep theirs
         lasting.keep_storage(config, old.config)
         if lasting.session is not None:
             lasting.attach_session(lasting.session, config.proxy)
@@ -166,9 +176,17 @@ class Runtime:
         return {
             "ws_connections": lasting.ws_connections,
             "spool_batches": len(lasting.spool) if lasting.spool is not None else 0,
-            **lasting.subs.gauges(),
+            **self._subscription_gauges(),
             **self._upstream_gauges(),
         }
+
+    def _subscription_gauges(self) -> dict[str, dict[str, int]]:
+        """The hub's, with the follows beside the legacy subscriptions."""
+        gauges = self.lasting.subs.gauges()
+        follows = self.lasting.follows.gauges()
+        if follows[CHAIN_HEAD_FOLLOW]:
+            gauges["client_subscriptions"][CHAIN_HEAD_FOLLOW] = follows[CHAIN_HEAD_FOLLOW]
+        return gauges
 
     def _upstream_gauges(self) -> dict[str, dict[str, int]]:
         """The nodes' budgets as this process sees them, their back-offs, and
@@ -215,4 +233,16 @@ def _hub_settings(p: ProxyConfig) -> HubSettings:
         stall_s=ws.stall_s,
         call_timeout_s=p.failover.attempt_timeout_s,
         establish_s=p.failover.deadline_s,
+    )
+
+
+def _follow_settings(p: ProxyConfig) -> FollowSettings:
+    n = p.new_spec
+    return FollowSettings(
+        follows_per_socket=n.follows_per_socket,
+        pinned_blocks=n.pinned_blocks,
+        operations=n.operations,
+        storage_page_items=n.storage_page_items,
+        linger_s=p.websocket.upstream_linger_s,
+        start_s=p.failover.deadline_s,
     )

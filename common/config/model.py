@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.allowlist_default import DEFAULT_ALLOWLIST
+from common.config.new_spec import NewSpecConfig
 from common.config.upstream_calls import (
     CoalesceConfig,
     CrossCheckConfig,
@@ -118,6 +119,7 @@ class ProxyConfig:
     upstream_limits: UpstreamLimitsConfig = field(default_factory=UpstreamLimitsConfig)
     prewarm: PrewarmConfig = field(default_factory=PrewarmConfig)
     cross_check: CrossCheckConfig = field(default_factory=CrossCheckConfig)
+    new_spec: NewSpecConfig = field(default_factory=NewSpecConfig)
     access_log: str | None = None  # None: off; "stdout"; or a file path
     access_log_client: str = "truncated"  # full | truncated | hashed
     tiers: tuple[TierConfig, ...] = ()

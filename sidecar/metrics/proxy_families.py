@@ -45,6 +45,10 @@ _EXTRA_HELP = {
     "chainproxy itself; mitmproxy: its WebSocket layer), counted when the socket ends",
     "chainproxy_pin_fallbacks_total": "Reads the proxy pinned to a head no node knew"
     " (reorged away, not imported yet), sent again unpinned, by network",
+    "chainproxy_follow_operations_total": "chainHead_v1 operations (body, call, storage) by"
+    " network, kind and outcome (done, inaccessible, error, limit_reached)",
+    "chainproxy_follow_stops_total": "chainHead_v1 follows chainproxy stopped, by network and"
+    " reason (pinned_blocks, no_head, view_rebuilt)",
     "chainproxy_upstream_backoffs_total": "Times a node started or extended a back-off, by"
     " endpoint and reason (rate-limited: 429 or a JSON-RPC rate-limit error; overloaded:"
     " 503 with Retry-After)",
