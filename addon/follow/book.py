@@ -3,7 +3,11 @@ under them (one per network, shared by all its follows: 1,000 follows cost
 the nodes the two head subscriptions one costs).
 
 A view starts with the first follow on its network and lingers
-``linger_s`` after the last one ends, then leaves its subscriptions.
+``linger_s`` after the last one ends, then leaves its subscriptions; a
+network ``hold`` names (``proxy.new_spec.view: always``) is followed from
+the start and never left, so head pinning and the pre-warm learn each block
+(the view's new-heads subscription tells them, ``subs.hub.ChainView``) even
+when no client asks for headers.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class FollowBook:
         self.per_client: dict[str, int] = {}
         self._lingers: dict[str, asyncio.TimerHandle] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self.held: frozenset[str] = frozenset()  # networks followed always
 
     # --- follows ------------------------------------------------------------------------
 
@@ -134,6 +139,20 @@ class FollowBook:
 
     # --- views --------------------------------------------------------------------------
 
+    def hold(self, networks: frozenset[str]) -> None:
+        """Follow ``networks`` from now on, whatever the follows (a config's
+        ``view: always``); a network no longer held lingers like any view."""
+        released = self.held - networks
+        self.held = networks
+        for network in networks:
+            linger = self._lingers.pop(network, None)
+            if linger is not None:
+                linger.cancel()
+            self._view(network).start()
+        for network in released:
+            if not any(f.network == network for f in self.follows.values()):
+                self._linger(network)
+
     def _view(self, network: str) -> NetworkView:
         view = self.views.get(network)
         if view is None:
@@ -150,7 +169,7 @@ class FollowBook:
         def expire() -> None:
             self._lingers.pop(network, None)
             view = self.views.get(network)
-            if view is not None and not view.listeners:
+            if view is not None and not view.listeners and network not in self.held:
                 del self.views[network]
                 task = loop.create_task(view.close())
                 self._closing.add(task)  # held until done: the loop keeps weak references

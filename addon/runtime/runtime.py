@@ -140,10 +140,10 @@ class Runtime:
         lasting.subs.reconfigure(policy.ws_pools, _hub_settings(config.proxy), lasting)
         lasting.follows.settings = _follow_settings(config.proxy)  # live follows keep theirs
         lasting.keep_storage(config, old.config)
+        runtime = Runtime(lasting, policy)
         if lasting.session is not None:
-            lasting.attach_session(lasting.session, config.proxy)
-            policy.sidecar.session = lasting.session
-        return Runtime(lasting, policy)
+            runtime.attach_session(lasting.session)
+        return runtime
 
     def inherit(self, old: Runtime) -> None:
         """Become ``old.reload(self.config)`` (what a reload does, in place)."""
@@ -159,6 +159,15 @@ class Runtime:
     def attach_session(self, session: aiohttp.ClientSession) -> None:
         self.lasting.attach_session(session, self.policy.config.proxy)
         self.policy.sidecar.session = session
+        self._hold_views()
+
+    def _hold_views(self) -> None:
+        """``proxy.new_spec.view: always``: every network with node-wss
+        endpoints followed from now on (needs the running loop and the session)."""
+        p = self.policy.config.proxy
+        always = p.new_spec.view == "always" and p.new_spec.chain_head
+        nets = {n for n, pool in self.policy.ws_pools.items() if len(pool)} if always else set()
+        self.lasting.follows.hold(frozenset(nets))
 
     def detach_session(self) -> aiohttp.ClientSession | None:
         """The session, for its owner to close (the lean client's idle

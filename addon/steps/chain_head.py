@@ -20,9 +20,12 @@ from typing import Any, Protocol
 from addon.follow import operations
 from addon.follow.book import FollowBook
 from addon.follow.follow import Follow
+from addon.newspec.metered import MeteredCaller
 from addon.newspec.storage_items import child_key, parse_items, storage_items
 from addon.newspec.translate import BadParams
 from addon.pipeline.context import RpcContext, Socket
+from addon.quota.costs import base_cost
+from addon.quota.quotas import Quotas
 from addon.reporting.live_metrics import LiveMetrics
 from addon.rpc.blocks import is_block_hash
 from addon.rpc.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, Call, error_obj
@@ -64,6 +67,9 @@ class ChainHeadNeeds(Protocol):
     @property
     def metrics(self) -> LiveMetrics: ...
 
+    @property
+    def quotas(self) -> Quotas: ...
+
 
 class _Bad(ValueError):
     pass
@@ -84,7 +90,7 @@ async def _answer(rpc: RpcContext, rt: ChainHeadNeeds, sock: Socket, todo: list[
         assert isinstance(call, Call)
         try:
             args = _args(call)
-            result = await _one(rpc, rt, sock, call.method, args)
+            result = await _one(rpc, rt, sock, call, args)
         except _Bad as e:
             rpc.answers[i] = error_obj(call.id, INVALID_PARAMS, f"invalid params: {e}")
             continue
@@ -98,8 +104,9 @@ async def _answer(rpc: RpcContext, rt: ChainHeadNeeds, sock: Socket, todo: list[
 
 
 async def _one(
-    rpc: RpcContext, rt: ChainHeadNeeds, sock: Socket, method: str, args: dict[str, Any]
+    rpc: RpcContext, rt: ChainHeadNeeds, sock: Socket, call: Call, args: dict[str, Any]
 ) -> Any:
+    method = call.method
     book = rt.follows
     if method == CHAIN_HEAD_FOLLOW:
         return _follow(rpc, book, sock, args)
@@ -122,7 +129,7 @@ async def _one(
         raise _Error(INTERNAL_ERROR, "chainproxy is not configured")
     if method == "chainHead_v1_header":
         return await operations.header(legacy, follow.network, block)
-    return _operation(rpc, rt, follow, legacy, method, block, args)
+    return _operation(rpc, rt, follow, legacy, call, block, args)
 
 
 def _follow(rpc: RpcContext, book: FollowBook, sock: Socket, args: dict[str, Any]) -> str:
@@ -149,11 +156,11 @@ def _operation(
     rt: ChainHeadNeeds,
     follow: Follow,
     legacy: LegacyCaller,
-    method: str,
+    call: Call,
     block: str,
     args: dict[str, Any],
 ) -> dict[str, Any]:
-    network = follow.network
+    network, method = follow.network, call.method
 
     def outcome(kind: str, result: str) -> None:
         rt.metrics.count_extra(
@@ -174,6 +181,12 @@ def _operation(
         taken = queries[:free]
         op = follow.new_operation("storage", max(1, len(taken)))
         page = rt.follows.settings.storage_page_items
+        # its descendants' pages are priced as they are read, like archive_v1_storage's
+        costs = rt.quotas.costs(rpc.tier)
+        client, tier, quotas = rpc.client, rpc.tier, rt.quotas
+        legacy = MeteredCaller(
+            legacy, costs, base_cost(call, costs), lambda n: quotas.charge(client, n, tier)
+        )
 
         def pages() -> AsyncIterator[list[dict[str, Any]]]:
             return storage_items(legacy, network, block, taken, child_trie=child, page_items=page)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from common.config.errors import ConfigError
 from common.config.readers import check_keys, get_bool, get_int, mapping
 
 
@@ -26,6 +27,11 @@ class NewSpecConfig:
     # operations per socket
     operations: int = 16
     storage_page_items: int = 64  # storage items per notification page
+    # when a proxy process follows a network (addon/follow/): "on_demand" while
+    # follows are open (and a linger after); "always" from the start, for every
+    # network with node-wss endpoints, so head pinning and the pre-warm learn
+    # each new block even when no client asks for headers
+    view: str = "on_demand"
 
 
 def parse_new_spec(raw: Any) -> NewSpecConfig:
@@ -44,7 +50,14 @@ def parse_new_spec(raw: Any) -> NewSpecConfig:
             n, "pinned_blocks", d.pinned_blocks, key + "pinned_blocks", minimum=1
         ),
         operations=get_int(n, "operations", d.operations, key + "operations", minimum=1),
+        view=_view(n.get("view", d.view)),
         storage_page_items=get_int(
             n, "storage_page_items", d.storage_page_items, key + "storage_page_items", minimum=1
         ),
     )
+
+
+def _view(raw: Any) -> str:
+    if raw not in ("on_demand", "always"):
+        raise ConfigError("proxy.new_spec.view", f"must be on_demand or always, not {raw!r}")
+    return str(raw)
