@@ -127,6 +127,8 @@ EXTRA_COUNTERS: Final = (
 BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
 GAUGES: Final = ("ws_connections", "spool_batches")
 SUBSCRIPTION_GAUGES: Final = ("client_subscriptions", "upstream_subscriptions")
+# in ``client_subscriptions``: the chainHead_v1 follows open, beside the legacy methods
+FOLLOWS_METHOD: Final = "chainHead_v1_follow"
 # Per-node maps (endpoint id -> n); see the docstring for what each one holds.
 UPSTREAM_GAUGES: Final = (
     "upstream_sent_last_s",
