@@ -18,7 +18,8 @@ see ``common.usage_wire``) may carry an optional key ``"metrics"``::
                     "upstream_sent_last_s": {endpoint_id: n, ...},
                     "upstream_learned_rps": {endpoint_id: n, ...},
                     "upstream_backoff_s": {endpoint_id: n, ...},
-                    "mechanisms_off": {mechanism: 1, ...}}
+                    "mechanisms_off": {mechanism: 1, ...},
+                    "follow_pinned_blocks": {network: n, ...}}
     }
 
 Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
@@ -129,6 +130,8 @@ GAUGES: Final = ("ws_connections", "spool_batches")
 SUBSCRIPTION_GAUGES: Final = ("client_subscriptions", "upstream_subscriptions")
 # in ``client_subscriptions``: the chainHead_v1 follows open, beside the legacy methods
 FOLLOWS_METHOD: Final = "chainHead_v1_follow"
+# Per-network maps (network -> n): the blocks the chainHead_v1 follows hold pinned.
+NETWORK_GAUGES: Final = ("follow_pinned_blocks",)
 # Per-node maps (endpoint id -> n); see the docstring for what each one holds.
 UPSTREAM_GAUGES: Final = (
     "upstream_sent_last_s",

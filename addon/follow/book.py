@@ -21,7 +21,7 @@ from typing import Any
 
 from addon.follow.follow import Follow
 from addon.follow.view import NetworkView
-from addon.rpc.new_spec import CHAIN_HEAD_FOLLOW, LegacyCaller
+from addon.rpc.new_spec import LegacyCaller
 from addon.subs.hub import SubscriptionHub
 
 log = logging.getLogger("chainproxy.follow")
@@ -186,13 +186,15 @@ class FollowBook:
             await view.close()
         self.views.clear()
 
-    def gauges(self) -> dict[str, int]:
-        """Follows open and blocks they pin (``client_subscriptions`` has the
-        follows beside the legacy subscriptions)."""
-        return {
-            CHAIN_HEAD_FOLLOW: len(self.follows),
-            "pinned": sum(len(f.pinned) for f in self.follows.values()),
-        }
+    def open_follows(self) -> int:
+        return len(self.follows)
+
+    def pinned(self) -> dict[str, int]:
+        """Blocks pinned by the follows, per network (a gauge)."""
+        out: dict[str, int] = {}
+        for f in self.follows.values():
+            out[f.network] = out.get(f.network, 0) + len(f.pinned)
+        return out
 
 
 def _why(reason: str) -> str:

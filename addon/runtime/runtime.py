@@ -192,9 +192,10 @@ class Runtime:
     def _subscription_gauges(self) -> dict[str, dict[str, int]]:
         """The hub's, with the follows beside the legacy subscriptions."""
         gauges = self.lasting.subs.gauges()
-        follows = self.lasting.follows.gauges()
-        if follows[CHAIN_HEAD_FOLLOW]:
-            gauges["client_subscriptions"][CHAIN_HEAD_FOLLOW] = follows[CHAIN_HEAD_FOLLOW]
+        book = self.lasting.follows
+        if book.open_follows():
+            gauges["client_subscriptions"][CHAIN_HEAD_FOLLOW] = book.open_follows()
+        gauges["follow_pinned_blocks"] = book.pinned()
         return gauges
 
     def _upstream_gauges(self) -> dict[str, dict[str, int]]:

@@ -75,6 +75,8 @@ class GaugeTotals:
     # mechanisms a live proxy runs without (an accepted untested mitmproxy or
     # wsproto): the count of proxies
     mechanisms_off: dict[str, int] = field(default_factory=dict)
+    # network -> blocks pinned by chainHead_v1 follows, summed over the live proxies
+    follow_pinned_blocks: dict[str, int] = field(default_factory=dict)
 
     def backoff_left(self) -> dict[str, float]:
         """Seconds left of each node's back-off at ``at`` (all > 0)."""
@@ -206,6 +208,7 @@ class ProxyCounters:
             upstream_backoff_until=self._backoff_until(live.values(), now),
             upstream_quarantined=self._summed(g.upstream_quarantined for g in gauges),
             mechanisms_off=self._summed(g.mechanisms_off for g in gauges),
+            follow_pinned_blocks=self._summed(g.follow_pinned_blocks for g in gauges),
             at=now,
         )
 

@@ -147,6 +147,14 @@ def live_gauge_families(g: GaugeTotals) -> Iterator[Metric]:
     for mechanism, n in sorted(g.mechanisms_off.items()):
         off.add_metric([mechanism], n)
     yield off
+    pinned = GaugeMetricFamily(
+        "chainproxy_follow_pinned_blocks",
+        "Blocks held pinned by the chainHead_v1 follows, by network, summed",
+        labels=["network"],
+    )
+    for network, n in sorted(g.follow_pinned_blocks.items()):
+        pinned.add_metric([network], n)
+    yield pinned
     yield from upstream_gauge_families(g)
 
 

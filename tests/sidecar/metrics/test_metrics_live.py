@@ -230,3 +230,8 @@ async def test_the_dashboard_shows_follows_beside_subscriptions(
     assert "2 WebSocket connection(s)" in line
     assert "3 subscription(s) (chain_subscribeNewHeads 3)" in line
     assert "5 chainHead follow(s)" in line
+    section["gauges"]["follow_pinned_blocks"] = {"finney": 42}
+    later = batch_with_metrics(section, sent_at=T0 + 1)
+    assert (await client.post(USAGE, json=later)).status == 200
+    f = await scrape(client)
+    assert value(f, "chainproxy_follow_pinned_blocks", network="finney") == 42
