@@ -60,8 +60,9 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   budget), ``{network}`` for upstream waits (calls that queued for a node's
   budget before being sent or shed), ``{endpoint, reason}`` for upstream
   back-offs (a node started or extended a back-off: ``reason`` is
-  ``rate-limited`` for a 429 or a JSON-RPC rate-limit error, ``overloaded``
-  for a 503 with ``Retry-After``); ``{network, path}`` for WebSocket client
+  ``rate-limited`` for a 429 or a JSON-RPC rate-limit error, ``work-limited``
+  for a JSON-RPC error saying the node's work limit, ``overloaded`` for a 503
+  with ``Retry-After``); ``{network, path}`` for WebSocket client
   messages, counted when their socket ends (``path``: ``direct``, read by
   chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer).
 * ``gauges``: the proxy's current values when it built the batch (not deltas),
@@ -122,7 +123,8 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_access_log_dropped_total",
     "chainproxy_ws_messages_total",
 )
-BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
+# chainproxy_upstream_backoffs_total
+BACKOFF_REASONS: Final = ("rate-limited", "work-limited", "overloaded")
 GAUGES: Final = ("ws_connections", "spool_batches")
 SUBSCRIPTION_GAUGES: Final = ("client_subscriptions", "upstream_subscriptions")
 # Per-node maps (endpoint id -> n); see the docstring for what each one holds.

@@ -46,8 +46,8 @@ _EXTRA_HELP = {
     "chainproxy_pin_fallbacks_total": "Reads the proxy pinned to a head no node knew"
     " (reorged away, not imported yet), sent again unpinned, by network",
     "chainproxy_upstream_backoffs_total": "Times a node started or extended a back-off, by"
-    " endpoint and reason (rate-limited: 429 or a JSON-RPC rate-limit error; overloaded:"
-    " 503 with Retry-After)",
+    " endpoint and reason (rate-limited: 429 or a JSON-RPC rate-limit error; work-limited:"
+    " a JSON-RPC error saying the node's work limit; overloaded: 503 with Retry-After)",
 }
 
 
