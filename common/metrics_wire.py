@@ -64,7 +64,9 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   for a JSON-RPC error saying the node's work limit, ``overloaded`` for a 503
   with ``Retry-After``); ``{network, path}`` for WebSocket client
   messages, counted when their socket ends (``path``: ``direct``, read by
-  chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer).
+  chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer);
+  ``{endpoint}`` for silent upstreams (a node's subscription socket stopped
+  pushing while its network advanced: its subscriptions moved).
 * ``gauges``: the proxy's current values when it built the batch (not deltas),
   integers >= 0; at most ``MAX_ROWS`` methods per subscription map. The
   ``UPSTREAM_GAUGES`` maps are keyed by ``endpoint_id`` (at most ``MAX_ROWS``
@@ -74,10 +76,13 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   rate); ``upstream_backoff_s`` the whole seconds left of the node's back-off
   when the batch was built (only nodes backing off; the sidecar reads it as
   "until ``sent_at`` + seconds" and keeps the latest such time over the live
-  proxies, the others are summed). ``mechanisms_off``: 1 per mechanism the
-  proxy runs without (an untested mitmproxy or wsproto an operator accepted,
-  ``addon/mitm/versions.py``; absent on tested versions), keyed by a printable
-  label of 1..``MAX_LABEL_LEN`` characters (at most ``MAX_ROWS``). The
+  proxies, the others are summed); ``upstream_quarantined`` 1 per node a
+  cross-check quarantined; ``upstream_silent`` 1 per node whose subscription
+  socket went silent, until it pushes again (``addon/subs/silence.py``).
+  ``mechanisms_off``: 1 per mechanism the proxy runs without (an untested
+  mitmproxy or wsproto an operator accepted, ``addon/mitm/versions.py``;
+  absent on tested versions), keyed by a printable label of
+  1..``MAX_LABEL_LEN`` characters (at most ``MAX_ROWS``). The
   sidecar keeps the latest snapshot of each ``proxy_id`` (by ``sent_at``; an
   older one delivered late from the spool is ignored) and exposes the sum over
   the proxies whose snapshot arrived less than ``GAUGE_TTL_S`` ago — so a
@@ -122,6 +127,7 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_cross_checks_total",
     "chainproxy_access_log_dropped_total",
     "chainproxy_ws_messages_total",
+    "chainproxy_upstream_silent_total",
 )
 # chainproxy_upstream_backoffs_total
 BACKOFF_REASONS: Final = ("rate-limited", "work-limited", "overloaded")
@@ -133,6 +139,7 @@ UPSTREAM_GAUGES: Final = (
     "upstream_learned_rps",
     "upstream_backoff_s",
     "upstream_quarantined",  # 1 per node a cross-check quarantined (answer-mismatch)
+    "upstream_silent",  # 1 per node whose subscription socket went silent
 )
 # Per-mechanism maps (mechanism -> 1): what an untested mitmproxy or wsproto switched off.
 MECHANISM_GAUGES: Final = ("mechanisms_off",)

@@ -45,6 +45,8 @@ _EXTRA_HELP = {
     "chainproxy itself; mitmproxy: its WebSocket layer), counted when the socket ends",
     "chainproxy_pin_fallbacks_total": "Reads the proxy pinned to a head no node knew"
     " (reorged away, not imported yet), sent again unpinned, by network",
+    "chainproxy_upstream_silent_total": "Times a node's subscription socket went silent"
+    " (no head pushed while its network advanced; its subscriptions moved), by endpoint",
     "chainproxy_upstream_backoffs_total": "Times a node started or extended a back-off, by"
     " endpoint and reason (rate-limited: 429 or a JSON-RPC rate-limit error; work-limited:"
     " a JSON-RPC error saying the node's work limit; overloaded: 503 with Retry-After)",
