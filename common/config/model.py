@@ -94,6 +94,10 @@ class WebSocketConfig:
     # no new head for this long while the network advances: the socket is silent,
     # every subscription on it moves (two Bittensor block times)
     stall_s: float = 24.0
+    # client sockets: a WebSocket ping this often (0: none), and a client that has
+    # not answered one within ping_timeout_s is closed (1011) and its slot freed
+    ping_interval_s: float = 30.0
+    ping_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
