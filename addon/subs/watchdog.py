@@ -66,17 +66,17 @@ class Watchdog:
             else:
                 self._move(sh, reason)
         for socket, reason in silent.items():
-            canary = True  # one head subscription stays on the node, to hear it again
+            eid = socket.endpoint_id
             for sh in [sh for sh in self.shared.values() if sh.socket is socket]:
-                self._move(sh, reason, canary=canary and sh.kind.heads)
-                canary = canary and not sh.kind.heads
-            if socket.endpoint_id in self.silent.since:
+                # one head subscription stays on the node as its canary, to hear it again
+                self._move(sh, reason, canary=sh.kind.heads and eid not in self.silent.canaries)
+            if eid in self.silent.since:
                 log.warning(
                     "upstream %s is silent (%s): avoided for subscriptions until it pushes again",
-                    socket.endpoint_id,
+                    eid,
                     reason,
                 )
-                self.chain.upstream_silent(socket.endpoint_id)
+                self.chain.upstream_silent(eid)
 
     def stale(self, sh: SharedSubscription) -> str:
         """Why ``sh`` should leave its node now ("" when it should not)."""
