@@ -61,10 +61,13 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   budget), ``{network}`` for upstream waits (calls that queued for a node's
   budget before being sent or shed), ``{endpoint, reason}`` for upstream
   back-offs (a node started or extended a back-off: ``reason`` is
-  ``rate-limited`` for a 429 or a JSON-RPC rate-limit error, ``overloaded``
-  for a 503 with ``Retry-After``); ``{network, path}`` for WebSocket client
+  ``rate-limited`` for a 429 or a JSON-RPC rate-limit error, ``work-limited``
+  for a JSON-RPC error saying the node's work limit, ``overloaded`` for a 503
+  with ``Retry-After``); ``{network, path}`` for WebSocket client
   messages, counted when their socket ends (``path``: ``direct``, read by
-  chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer).
+  chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer);
+  ``{endpoint}`` for silent upstreams (a node's subscription socket stopped
+  pushing while its network advanced: its subscriptions moved).
 * ``gauges``: the proxy's current values when it built the batch (not deltas),
   integers >= 0; at most ``MAX_ROWS`` methods per subscription map. The
   ``UPSTREAM_GAUGES`` maps are keyed by ``endpoint_id`` (at most ``MAX_ROWS``
@@ -74,10 +77,13 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   rate); ``upstream_backoff_s`` the whole seconds left of the node's back-off
   when the batch was built (only nodes backing off; the sidecar reads it as
   "until ``sent_at`` + seconds" and keeps the latest such time over the live
-  proxies, the others are summed). ``mechanisms_off``: 1 per mechanism the
-  proxy runs without (an untested mitmproxy or wsproto an operator accepted,
-  ``addon/mitm/versions.py``; absent on tested versions), keyed by a printable
-  label of 1..``MAX_LABEL_LEN`` characters (at most ``MAX_ROWS``). The
+  proxies, the others are summed); ``upstream_quarantined`` 1 per node a
+  cross-check quarantined; ``upstream_silent`` 1 per node whose subscription
+  socket went silent, until it pushes again (``addon/subs/silence.py``).
+  ``mechanisms_off``: 1 per mechanism the proxy runs without (an untested
+  mitmproxy or wsproto an operator accepted, ``addon/mitm/versions.py``;
+  absent on tested versions), keyed by a printable label of
+  1..``MAX_LABEL_LEN`` characters (at most ``MAX_ROWS``). The
   sidecar keeps the latest snapshot of each ``proxy_id`` (by ``sent_at``; an
   older one delivered late from the spool is ignored) and exposes the sum over
   the proxies whose snapshot arrived less than ``GAUGE_TTL_S`` ago — so a
@@ -124,8 +130,10 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_ws_messages_total",
     "chainproxy_follow_operations_total",
     "chainproxy_follow_stops_total",
+    "chainproxy_upstream_silent_total",
 )
-BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
+# chainproxy_upstream_backoffs_total
+BACKOFF_REASONS: Final = ("rate-limited", "work-limited", "overloaded")
 GAUGES: Final = ("ws_connections", "spool_batches")
 SUBSCRIPTION_GAUGES: Final = ("client_subscriptions", "upstream_subscriptions")
 # in ``client_subscriptions``: the chainHead_v1 follows open, beside the legacy methods
@@ -138,6 +146,7 @@ UPSTREAM_GAUGES: Final = (
     "upstream_learned_rps",
     "upstream_backoff_s",
     "upstream_quarantined",  # 1 per node a cross-check quarantined (answer-mismatch)
+    "upstream_silent",  # 1 per node whose subscription socket went silent
 )
 # Per-mechanism maps (mechanism -> 1): what an untested mitmproxy or wsproto switched off.
 MECHANISM_GAUGES: Final = ("mechanisms_off",)

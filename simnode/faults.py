@@ -68,6 +68,16 @@ class Faults:
     # replica the same values
     upgrade_at: int | None = None
     upgrade_spec: int = BASE_SPEC + 1
+    # calls of these methods (HTTP and WebSocket, each item of a batch) are
+    # refused with a JSON-RPC error inside a 200, as a node at its own limits
+    # answers: ``refuse_code`` and ``refuse_message`` (by default -32004 "RPC work
+    # limit exceeded")
+    refuse_methods: tuple[str, ...] = ()
+    refuse_code: int = -32004
+    refuse_message: str = "RPC work limit exceeded"
+    # subscriptions push nothing (neither their first value nor any change):
+    # the socket stays open, its calls are answered, pings too
+    mute: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -91,7 +101,7 @@ class Faults:
 
 FAULT_KEYS = frozenset(f.name for f in dataclasses.fields(Faults))
 _BOOL_KEYS = frozenset(
-    {"hang", "close", "truncate", "garbage", "freeze", "fork", "die", "wrong_storage"}
+    {"hang", "close", "truncate", "garbage", "freeze", "fork", "die", "wrong_storage", "mute"}
 )
 
 
@@ -143,6 +153,18 @@ def check_fault(key: str, value: Any) -> Any:
             or not BASE_SPEC < value <= MAX_SPEC
         ):
             raise ValueError(f"upgrade_spec must be an integer in ({BASE_SPEC}, {MAX_SPEC}]")
+        return value
+    if key == "refuse_methods":
+        if not isinstance(value, list | tuple) or not all(isinstance(m, str) for m in value):
+            raise ValueError("refuse_methods must be a list of method names")
+        return tuple(value)
+    if key == "refuse_code":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError("refuse_code must be an integer")
+        return value
+    if key == "refuse_message":
+        if not isinstance(value, str) or not value:
+            raise ValueError("refuse_message must be a non-empty string")
         return value
     if key in ("lag", "finality_lag"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:

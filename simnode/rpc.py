@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,6 +209,13 @@ class Dispatcher:
         self.methods: tuple[str, ...] = tuple(sorted(table))
         self._methods_result = {"methods": list(self.methods)}
         self.submitted = 0
+        self._refused: frozenset[str] = frozenset()  # the ``refuse_methods`` fault
+        self._refusal: dict[str, Any] = {}
+
+    def refuse(self, methods: Iterable[str], code: int, message: str) -> None:
+        """Calls of ``methods`` are answered with this error from now on (none: off)."""
+        self._refused = frozenset(methods)
+        self._refusal = {"code": code, "message": message}
 
     @staticmethod
     def _const(name: str, value: Any) -> Handler:
@@ -240,6 +247,8 @@ class Dispatcher:
                 "id": entry.id,
                 "error": {"code": INTERNAL_ERROR, "message": "Internal error"},
             }
+        if self._refused and entry.method in self._refused:
+            return {"jsonrpc": "2.0", "id": entry.id, "error": dict(self._refusal)}
         try:
             result = self.call(entry.method, entry.params)
         except RpcError as exc:

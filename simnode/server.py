@@ -186,7 +186,10 @@ class SimNode:
 
     def apply_faults(self, changes: dict[str, Any]) -> bool:
         """Validate all, then apply all (all-or-nothing). Returns whether to die."""
-        return self.fault_state.apply(changes, self.chain)
+        die = self.fault_state.apply(changes, self.chain)
+        f = self.fault_state.faults
+        self.dispatcher.refuse(f.refuse_methods, f.refuse_code, f.refuse_message)
+        return die
 
     def die(self) -> None:
         """The ``die`` fault: ``on_die`` (the command exits at once), else stop serving."""
@@ -232,6 +235,7 @@ class SimNode:
             "max_rps_seen": self._rate.max_seen,
             "submitted": self.dispatcher.submitted,
             "subscriptions": self._ws.subscriptions,
+            "muted_notifications": self._ws.muted,
         }
 
     @property

@@ -147,3 +147,6 @@ class Lasting:
 
     def subscription_moved(self, network: str) -> None:
         self.metrics.count_extra("chainproxy_subscription_moves_total", network=network)
+
+    def upstream_silent(self, endpoint: str) -> None:
+        self.metrics.count_extra("chainproxy_upstream_silent_total", endpoint=endpoint)

@@ -175,6 +175,12 @@ class Runtime:
         self.policy.sidecar.session = None
         return self.lasting.detach_session()
 
+    def release_socket(self, sock: Any) -> None:
+        """A client socket closed (or is closing): its follows end, then its
+        subscriptions (the follows' ids leave its map first)."""
+        self.lasting.follows.release(sock)
+        self.lasting.subs.release(sock)
+
     def new_head(self, network: str) -> None:
         """A new best block is known: the pre-warm may fetch ahead for it."""
         self.lasting.new_head(network)

@@ -33,7 +33,7 @@ from addon.rpc.attempt import Attempt
 from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
-from addon.upstream.failover import assess
+from addon.upstream.failover import CAPACITY, assess, error_limit
 from addon.upstream.hedge import Hedger, finish_unheard
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.settle import Sent, abandon, report_failure, settle_outraced
@@ -43,7 +43,8 @@ from addon.upstream.transport import AiohttpTransport as AiohttpTransport
 from addon.upstream.transport import Transport, TransportError
 from addon.upstream.transport import new_session as new_session
 
-TOO_MANY = frozenset({"rate-limited", "http-503"})  # 429; 503 (a pause if Retry-After)
+# 429 or a node's limit in a JSON-RPC error; 503 (a pause if Retry-After)
+TOO_MANY = CAPACITY | {"http-503"}
 
 # What a node answers for a block it does not have (reorged away, not imported
 # yet, pruned, or another fork's): for a read the proxy pinned, a miss of the pin.
@@ -58,7 +59,9 @@ ResultKind = Literal["ok", "soft", "failed", "deadline", "no-upstream", "capacit
 @dataclass(frozen=True, slots=True)
 class ForwardResult:
     kind: ResultKind
-    answers: tuple[dict[str, Any], ...] | None  # one per call, in order (ok / soft)
+    # one per call, in order (ok / soft; "capacity": a batch's answers from the
+    # last node that refused some of its items for its limits, those included)
+    answers: tuple[dict[str, Any], ...] | None
     attempts: tuple[Attempt, ...]
     upstream: Upstream | None  # whose answer it is
     hedged: bool = False  # a second upstream raced a slow first one
@@ -135,7 +138,7 @@ class Forward:
 
     __slots__ = (
         "admission", "attempts", "body", "budget", "by_deadline", "calls", "clock",
-        "deadline", "hedged", "hedger", "is_batch", "min_block", "pinned", "pool",
+        "deadline", "hedged", "hedger", "is_batch", "limited", "min_block", "pinned", "pool",
         "prefer_archive", "running", "soft", "tip", "transport", "tried", "waited", "won",
     )  # fmt: skip
 
@@ -164,6 +167,8 @@ class Forward:
         self.tried: set[str] = set()
         self.attempts: list[Attempt] = []
         self.soft: tuple[tuple[dict[str, Any], ...], Upstream, int] | None = None
+        # a batch a node answered but for items it refused for its limits
+        self.limited: tuple[tuple[dict[str, Any], ...], Upstream, int] | None = None
         self.by_deadline = False
         self.hedged = False  # a second upstream was sent the call
         self.waited = False  # the hedge delay passed once (one hedge per call at most)
@@ -297,6 +302,8 @@ class Forward:
         )
         if verdict.verdict == "hard":
             report_failure(pool, admission, upstream, latency, verdict.reason, None)
+            if verdict.answers is not None and self.is_batch:  # some items refused
+                self.limited = (verdict.answers, upstream, len(raw))
             return None
         pool.succeeded(upstream, latency)  # a soft answer is a healthy node, behind
         if self.hedger is not None:
@@ -347,13 +354,18 @@ class Forward:
         # was split between racers and attempts
         if self.by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
             return ForwardResult("deadline", None, attempts, None, hedged)
-        if admission is not None and attempts and all(a.reason == "rate-limited" for a in attempts):
-            # every node tried said 429 "too many requests": the nodes' capacity is
-            # spent, as when their budgets are; a time to retry, not a 502. (A 503
-            # is a node failing, with or without Retry-After: the contract's 502.)
+        if admission is not None and attempts and all(a.reason in CAPACITY for a in attempts):
+            # every node tried said 429 "too many requests" (or its limit in a
+            # JSON-RPC error): the nodes' capacity is spent, as when their budgets
+            # are; a time to retry, not a 502. (A 503 is a node failing, with or
+            # without Retry-After: the contract's 502.) A batch keeps the items
+            # the last of them answered: only those it refused are refused.
             left = self.pool.backoff_left(set())
+            answers, upstream, size = self.limited or (None, None, 0)
+            if answers is not None and all(error_limit(a) for a in answers):
+                answers, upstream, size = None, None, 0  # nothing answered: refused whole
             return ForwardResult(
-                "capacity", None, attempts, None, hedged, retry_after_s=left or 1.0
+                "capacity", answers, attempts, upstream, hedged, size, retry_after_s=left or 1.0
             )
         if not attempts:
             if admission is not None and admission.shed:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from addon.rpc.jsonrpc import Call
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
-from addon.upstream.failover import assess
+from addon.upstream.failover import CAPACITY, assess
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.transport import TransportError
 
@@ -46,12 +46,13 @@ def report_failure(
     reason: str,
     retry_after: float | None,
 ) -> None:
-    """A failed attempt: "too many requests" (a 429, or a 503 with Retry-After)
-    pauses the node and a 429 teaches it a rate (with budgets kept); anything
-    else counts against its health."""
-    if admission is not None and (reason == "rate-limited" or retry_after is not None):
+    """A failed attempt: "too many requests" (a 429, a 503 with Retry-After, or
+    a node's limit said in a JSON-RPC error: ``failover.CAPACITY``) pauses the
+    node, and a limit teaches it a rate (with budgets kept); anything else
+    counts against its health."""
+    if admission is not None and (reason in CAPACITY or retry_after is not None):
         pool.throttled(upstream, latency_ms, retry_after, reason)
-        if reason == "rate-limited":  # a 429 teaches a rate; a 503 only pauses the node
+        if reason in CAPACITY:  # a limit teaches a rate; a 503 only pauses the node
             admission.budgets.rate_limited(upstream.id)
     else:
         pool.failed(upstream, latency_ms)

@@ -210,6 +210,10 @@ def _websocket(raw: Any) -> WebSocketConfig:
             w, "upstream_linger_s", d.upstream_linger_s, key + "upstream_linger_s"
         ),
         stall_s=get_num(w, "stall_s", d.stall_s, key + "stall_s"),
+        ping_interval_s=get_num(
+            w, "ping_interval_s", d.ping_interval_s, key + "ping_interval_s", zero_ok=True
+        ),
+        ping_timeout_s=get_num(w, "ping_timeout_s", d.ping_timeout_s, key + "ping_timeout_s"),
     )
 
 

@@ -72,6 +72,9 @@ class GaugeTotals:
     at: float  # when these totals were taken (the sidecar's clock)
     # nodes a live proxy's cross-check quarantined (answer-mismatch): the count of proxies
     upstream_quarantined: dict[str, int] = field(default_factory=dict)
+    # nodes whose subscription socket went silent in a live proxy (silent): the
+    # count of proxies
+    upstream_silent: dict[str, int] = field(default_factory=dict)
     # mechanisms a live proxy runs without (an accepted untested mitmproxy or
     # wsproto): the count of proxies
     mechanisms_off: dict[str, int] = field(default_factory=dict)
@@ -207,6 +210,7 @@ class ProxyCounters:
             upstream_learned_rps=self._summed(g.upstream_learned_rps for g in gauges),
             upstream_backoff_until=self._backoff_until(live.values(), now),
             upstream_quarantined=self._summed(g.upstream_quarantined for g in gauges),
+            upstream_silent=self._summed(g.upstream_silent for g in gauges),
             mechanisms_off=self._summed(g.mechanisms_off for g in gauges),
             follow_pinned_blocks=self._summed(g.follow_pinned_blocks for g in gauges),
             at=now,

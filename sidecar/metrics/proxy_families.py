@@ -49,9 +49,11 @@ _EXTRA_HELP = {
     " network, kind and outcome (done, inaccessible, error, limit_reached)",
     "chainproxy_follow_stops_total": "chainHead_v1 follows chainproxy stopped, by network and"
     " reason (pinned_blocks, no_head, view_rebuilt)",
+    "chainproxy_upstream_silent_total": "Times a node's subscription socket went silent"
+    " (no head pushed while its network advanced; its subscriptions moved), by endpoint",
     "chainproxy_upstream_backoffs_total": "Times a node started or extended a back-off, by"
-    " endpoint and reason (rate-limited: 429 or a JSON-RPC rate-limit error; overloaded:"
-    " 503 with Retry-After)",
+    " endpoint and reason (rate-limited: 429 or a JSON-RPC rate-limit error; work-limited:"
+    " a JSON-RPC error saying the node's work limit; overloaded: 503 with Retry-After)",
 }
 
 
