@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from addon.cache.redis_tier import SharedCacheTier
     from addon.cache.store import CacheStore
     from addon.chain.demand import Demand
+    from addon.chain.finality import FinalityLookups
     from addon.chain.state import ChainState
     from addon.quota.quotas import Quotas
     from addon.quota.sizes import AnswerSizes
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 _LASTING = (
     "clock", "metrics", "coalescer", "chain", "usage", "slots", "sizes", "subs",
     "ws_connections", "session", "transport", "lean", "redis", "spool", "cache",
-    "on_new_head", "legacy",
+    "on_new_head", "legacy", "finality",
 )  # fmt: skip
 _POLICY = (
     "config", "pools", "ws_pools", "quotas", "budget", "sidecar", "hedgers", "demand",
@@ -84,6 +85,7 @@ class Runtime:
         cache: CacheStore | None
         on_new_head: Callable[[str], None] | None
         legacy: LegacyCaller | None
+        finality: FinalityLookups
         config: Config
         pools: dict[str, UpstreamPool]
         ws_pools: dict[str, UpstreamPool]
