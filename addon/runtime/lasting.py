@@ -2,7 +2,8 @@
 a reload builds (``addon/runtime/policy.py``): chain state, live metrics,
 usage and its spool, the subscription hub, the coalescer, socket slots,
 answer sizes, the HTTP session and upstream client, the Redis link, the
-edge cache, the finality look-ups in flight, and the pre-warm's hook. It is
+edge cache, the finality look-ups and cache purges in flight, and the
+pre-warm's hook. It is
 also what the subscription hub reads and tells (``subs.hub.ChainView``): the
 hub lives as long as it does.
 """
@@ -16,12 +17,13 @@ from typing import Any
 
 import aiohttp
 
+from addon.cache.purge import NodePurges
 from addon.cache.store import CacheStore, DiskCacheStore
 from addon.chain.finality import FinalityLookups
 from addon.chain.state import ChainState
 from addon.quota.sizes import AnswerSizes
 from addon.redislink.link import RedisLink
-from addon.reporting.live_metrics import FINALITY_LOOKUPS, LiveMetrics
+from addon.reporting.live_metrics import CACHE_PURGED, FINALITY_LOOKUPS, LiveMetrics
 from addon.reporting.usage import Spool, UsageAggregator
 from addon.rpc.new_spec import LegacyCaller
 from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
@@ -45,6 +47,7 @@ class Lasting:
     sizes: AnswerSizes = field(default_factory=AnswerSizes)  # how large kinds of calls answer
     subs: SubscriptionHub = field(init=False)  # one hub per process, on each policy's pools
     finality: FinalityLookups = field(init=False)  # look-ups of hashes' finality in flight
+    purges: NodePurges = field(init=False)  # a quarantined node's cache entries, going
     ws_connections: int = 0  # client WebSockets open (a gauge)
     # one HTTP session (and one pool of upstream connections) per process
     session: aiohttp.ClientSession | None = None
@@ -70,6 +73,9 @@ class Lasting:
             count=lambda net, outcome: metrics.count_extra(
                 FINALITY_LOOKUPS, network=net, outcome=outcome
             ),
+        )
+        lasting.purges = NodePurges(
+            lambda net, tier, n: metrics.count_extra(CACHE_PURGED, n, network=net, tier=tier)
         )
         return lasting
 

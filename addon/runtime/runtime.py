@@ -27,6 +27,7 @@ from common.config import Config
 from common.config.model import ProxyConfig
 
 if TYPE_CHECKING:
+    from addon.cache.purge import NodePurges
     from addon.cache.redis_tier import SharedCacheTier
     from addon.cache.store import CacheStore
     from addon.chain.demand import Demand
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 _LASTING = (
     "clock", "metrics", "coalescer", "chain", "usage", "slots", "sizes", "subs",
     "ws_connections", "session", "transport", "lean", "redis", "spool", "cache",
-    "on_new_head", "legacy", "finality",
+    "on_new_head", "legacy", "finality", "purges",
 )  # fmt: skip
 _POLICY = (
     "config", "pools", "ws_pools", "quotas", "budget", "sidecar", "hedgers", "demand",
@@ -86,6 +87,7 @@ class Runtime:
         on_new_head: Callable[[str], None] | None
         legacy: LegacyCaller | None
         finality: FinalityLookups
+        purges: NodePurges
         config: Config
         pools: dict[str, UpstreamPool]
         ws_pools: dict[str, UpstreamPool]

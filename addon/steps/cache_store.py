@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from addon.cache.per_runtime import runtime_entry
+from addon.cache.purge import NodePurges
 from addon.cache.redis_tier import SharedCacheTier
 from addon.cache.rules import entries_to_store
 from addon.cache.store import CacheStore
@@ -54,6 +55,9 @@ class CacheStoreNeeds(Protocol):
     def pools(self) -> dict[str, UpstreamPool]: ...
 
     @property
+    def purges(self) -> NodePurges: ...
+
+    @property
     def shared_cache(self) -> SharedCacheTier | None: ...
 
     @property
@@ -66,6 +70,10 @@ def cache_store(rpc: RpcContext, rt: CacheStoreNeeds) -> None:
     hash asked for): never cached."""
     if rt.cache is None or rpc.result is None or rpc.result.kind != "ok":
         return
+    filler = rpc.upstream  # the node that answered: its entries go if it is quarantined
+    node = rt.pools[rpc.network].upstreams.get(filler) if filler is not None else None
+    if node is not None and node.quarantined:
+        return  # answered as it was being quarantined: not kept (its purge may be done)
     for i in rpc.forwarded:
         p, answer = rpc.plans.get(i), rpc.answers[i]
         if p is None or answer is None or "result" not in answer:
@@ -78,9 +86,9 @@ def cache_store(rpc: RpcContext, rt: CacheStoreNeeds) -> None:
                 # one copy per runtime, not one per block (hundreds of KB each)
                 entries = [(by_runtime, answer["result"])]
         for key, value in entries:
-            rt.cache.set(key, value)
+            rt.cache.set(key, value, filler)
             if rt.shared_cache is not None:
-                rt.shared_cache.put(key, value)
+                rt.shared_cache.put(key, value, filler)
         checker = rt.cross_checker
         if checker is not None and isinstance(call, Call) and checker.wanted():
             _cross_check(rpc, rt, call, answer["result"], tuple(k for k, _ in entries))
@@ -127,8 +135,14 @@ def _looked_up(rt: CacheStoreNeeds, sample: Sample, done: asyncio.Task[str]) -> 
 def _submit(rt: CacheStoreNeeds, sample: Sample) -> None:
     if rt.cross_checker is None or rt.transport is None:
         return  # (a look-up that ended as the process stops)
+    network = sample.network
     rt.cross_checker.submit(
-        sample, rt.pools[sample.network], rt.transport, rt.budgets, lambda ks: _forget(rt, ks)
+        sample,
+        rt.pools[network],
+        rt.transport,
+        rt.budgets,
+        lambda keys: _forget(rt, keys),
+        lambda endpoint: rt.purges.start(network, endpoint, rt.cache, rt.shared_cache),
     )
 
 

@@ -12,8 +12,10 @@ budget without waiting, or is skipped).
 * Agreement: nothing happens.
 * Mismatch: a third node is asked. Two against one: the one is quarantined
   (``UpstreamPool.quarantine``: no client calls; probes go on), its cached
-  answer (if it was the client's) is dropped. All three different, or no
-  third node: nobody can be blamed; the entry is dropped all the same.
+  answer (if it was the client's) is dropped, and so is every other cache
+  entry it answered (``purge``: ``addon/cache/purge.py``). All three
+  different, or no third node: nobody can be blamed; the entry is dropped all
+  the same.
 * A quarantined node is asked again, beside later checks of its network, the
   very call it was outvoted on; once it answers that as the majority did, it
   is admitted again (a node wrong on some keys agrees on most others: an
@@ -57,6 +59,16 @@ class Forget(Protocol):
     def __call__(self, keys: Sequence[str]) -> None: ...
 
 
+class Purge(Protocol):
+    """Every cache entry a node (by endpoint id) answered, to be forgotten."""
+
+    def __call__(self, endpoint: str) -> None: ...
+
+
+def _no_purge(endpoint: str) -> None:
+    """Nothing cached to purge."""
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One client answer to check: the call as sent, who answered, what."""
@@ -97,11 +109,14 @@ class CrossChecker:
         transport: Transport,
         budgets: BudgetBook | None,
         forget: Forget,
+        purge: Purge = _no_purge,
     ) -> None:
+        """``forget``: the sample's entries (its answer is not kept); ``purge``:
+        every entry of a node this check quarantines."""
         if len(self._tasks) >= _MAX_RUNNING:
             self.count(sample.network, "skipped")
             return
-        vote = functools.partial(self._vote, sample, pool, transport, budgets, forget)
+        vote = functools.partial(self._vote, sample, pool, transport, budgets, forget, purge)
         task = asyncio.ensure_future(self._check(sample, vote))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -121,6 +136,7 @@ class CrossChecker:
         transport: Transport,
         budgets: BudgetBook | None,
         forget: Forget,
+        purge: Purge,
     ) -> None:
         ask: Callable[[Upstream], Any] = lambda u: self._ask(u, s.call, transport, budgets)  # noqa: E731
         first = pool.upstreams.get(s.endpoint)
@@ -140,11 +156,11 @@ class CrossChecker:
         third = pool.choose({s.endpoint, second.id})
         c = _NOTHING if third is None else await ask(third)
         if c is not _NOTHING and c == s.result:
-            self._outvoted(s, pool, second, s.result)
+            self._outvoted(s, pool, second, s.result, purge)
             await self._readmit(s, pool, transport, budgets)
         elif c is not _NOTHING and c == b:
-            self._outvoted(s, pool, first, b)
             forget(s.keys)  # the client's answer came from it: not kept
+            self._outvoted(s, pool, first, b, purge)
         else:
             self.count(s.network, "unresolved")
             log.warning(
@@ -154,7 +170,9 @@ class CrossChecker:
             )
             forget(s.keys)
 
-    def _outvoted(self, s: Sample, pool: UpstreamPool, u: Upstream, majority: Any) -> None:
+    def _outvoted(
+        self, s: Sample, pool: UpstreamPool, u: Upstream, majority: Any, purge: Purge
+    ) -> None:
         if pool.quarantine(u):
             self._convicted[u.id] = (s.call, majority)
             log.warning(
@@ -166,6 +184,7 @@ class CrossChecker:
                 s.call.method,
             )
             self.count(s.network, "quarantined")
+            purge(u.id)  # its other answers are as suspect: none stays cached
 
     async def _readmit(
         self, s: Sample, pool: UpstreamPool, transport: Transport, budgets: BudgetBook | None

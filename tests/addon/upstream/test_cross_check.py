@@ -136,3 +136,35 @@ def test_sampling_takes_about_the_rate() -> None:
     checker = CrossChecker(0.01, count=lambda n, o: None, timeout_s=1, rng=random.Random(3))
     assert 60 <= sum(checker.wanted() for _ in range(10_000)) <= 140
     assert not CrossChecker(0.0, count=lambda n, o: None, timeout_s=1).wanted()
+
+
+class Purged(Run):
+    """A run that notes which nodes' cache entries it was told to purge."""
+
+    def __init__(self, pool: UpstreamPool, nodes: Nodes) -> None:
+        super().__init__(pool, nodes)
+        self.purged: list[str] = []
+
+    async def check(self, answered_by: str, result: Any) -> None:
+        sample = Sample("finney", CALL, answered_by, result, ("k1",))
+        forget, purge = self.forgotten.extend, self.purged.append
+        self.checker.submit(sample, self.pool, self.nodes, None, forget, purge)
+        await asyncio.gather(*list(self.checker._tasks))
+
+
+async def test_every_entry_of_a_quarantined_node_is_purged_once() -> None:
+    run = Purged(_pool("a", "b", "c"), Nodes({"a": "0xbad", "b": "0x2a", "c": "0x2a"}))
+    await run.check("b", "0x2a")  # a honest answer: nothing purged
+    await run.check("a", "0xbad")  # the liar answered the client
+    assert run.pool.upstreams["a"].quarantined and run.purged == ["a"]
+    await run.check("a", "0xbad")  # an answer of it still in flight then: already out
+    assert run.purged == ["a"]
+    run = Purged(_pool("a", "b", "c"), Nodes({"a": "0x2a", "b": "0xbad", "c": "0x2a"}))
+    for _ in range(10):  # until the coin sends the check to the liar b
+        await run.check("a", "0x2a")
+        if run.purged:
+            break
+    assert run.purged == ["b"] and run.forgotten == []
+    run = Purged(_pool("a", "b"), Nodes({"a": "0x2a", "b": "0xbad"}))
+    await run.check("a", "0x2a")  # no majority: nobody blamed, nothing purged
+    assert run.purged == [] and run.forgotten == ["k1"]
