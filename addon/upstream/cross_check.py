@@ -21,6 +21,11 @@ budget without waiting, or is skipped).
   is admitted again (a node wrong on some keys agrees on most others: an
   agreement on any other call would let it straight back in).
 
+A ``null`` that says a node does not have the block (yet) — from
+``chain_getBlockHash(n)``, ``chain_getHeader(hash)``, ``chain_getBlock(hash)``
+— is no vote: a node a block behind finality is not a liar (a ``null`` storage
+value is a value, and is compared).
+
 Outcomes are counted in ``chainproxy_cross_checks_total{network, outcome}``
 (``agree``, ``mismatch``, ``quarantined``, ``readmitted``, ``unresolved``,
 ``skipped``); quarantined nodes are reported to the sidecar, which shows an
@@ -37,6 +42,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from addon.rpc.blocks import HEADER_METHODS
 from addon.rpc.jsonrpc import Call
 from addon.upstream.admission import BudgetBook
 from addon.upstream.budgets import Ticket
@@ -141,7 +147,7 @@ class CrossChecker:
         ask: Callable[[Upstream], Any] = lambda u: self._ask(u, s.call, transport, budgets)  # noqa: E731
         first = pool.upstreams.get(s.endpoint)
         second = pool.choose({s.endpoint})
-        if first is None or second is None:
+        if first is None or second is None or _unknowing(s.call, s.result):
             self.count(s.network, "skipped")
             return
         b = await ask(second)
@@ -238,4 +244,13 @@ class CrossChecker:
             return _NOTHING
         if not isinstance(doc, dict) or "result" not in doc:
             return _NOTHING  # an error is not an answer to compare
+        if _unknowing(call, doc["result"]):
+            return _NOTHING  # it does not have the block: no vote
         return doc["result"]
+
+
+def _unknowing(call: Call, result: Any) -> bool:
+    """A ``null`` that says the node does not have the block, not what is in it."""
+    if call.facts.heights is not None:  # chain_getBlockHash(n…)
+        return result is None or (isinstance(result, list) and None in result)
+    return result is None and call.method in HEADER_METHODS
