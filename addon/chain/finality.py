@@ -16,7 +16,9 @@ that never saw it answer it ``null`` where the ones that did answer it.
   the header hashes to the hash asked), then, at or below finality,
   ``chain_getBlockHash(height)`` for whether it is that height's block. Both
   answers are immutable and cached (the second once final). What is learned
-  goes into the block index: the next read at that hash needs no look-up. A
+  goes into the block index: the next read at that hash needs no look-up
+  (another block at that height is not remembered: that answer may be a
+  liar's, cached until it is caught; asked again it costs a cache hit). A
   node that does not know the hash teaches nothing; the read went on as it
   would have anyway.
 
@@ -151,5 +153,9 @@ class FinalityLookups:
             at = await legacy.call(network, "chain_getBlockHash", [n])
             if not is_block_hash(at):
                 return UNKNOWN
-            self.index.put(block_hash, n, canonical=at.lower() == block_hash)
+            if at.lower() != block_hash:
+                # not remembered: that answer may be a liar's (cached until it
+                # is caught and purged); asked again it is a cache hit
+                return NOT_FINAL
+            self.index.put(block_hash, n, canonical=True)
         return verdict(self.index, block_hash, final)

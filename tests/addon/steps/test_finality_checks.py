@@ -110,9 +110,14 @@ async def test_reads_at_a_forks_block_or_above_finality_are_not_checked() -> Non
         await run(stages, rpc_flow(call("state_getStorage", ["0x26", h])))
         await _settled(rt)
     assert _count(rt, FINALITY_LOOKUPS, NOT_FINAL) == 2
-    assert rt.chain.blocks.canonical(fork) is False
     assert rt.chain.blocks.get(head) == FINALIZED + 5
     assert len(_asked(fake, "state_getStorage")) == 2  # the reads only: no check
+    canonical_asked = len(_asked(fake, "chain_getBlockHash"))
+    await run(stages, rpc_flow(call("state_getStorage", ["0x27", fork])))
+    await _settled(rt)
+    assert _count(rt, FINALITY_LOOKUPS, NOT_FINAL) == 3  # asked again: from the cache
+    assert len(_asked(fake, "chain_getBlockHash")) == canonical_asked
+    assert len(_asked(fake, "state_getStorage")) == 3
 
 
 async def test_a_hash_no_node_knows_is_answered_as_before() -> None:
