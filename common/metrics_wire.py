@@ -126,6 +126,8 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_pin_fallbacks_total",
     "chainproxy_prewarm_total",
     "chainproxy_cross_checks_total",
+    "chainproxy_finality_lookups_total",
+    "chainproxy_cache_purged_total",
     "chainproxy_access_log_dropped_total",
     "chainproxy_ws_messages_total",
     "chainproxy_follow_operations_total",

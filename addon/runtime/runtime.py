@@ -29,9 +29,11 @@ from common.config import Config
 from common.config.model import ProxyConfig
 
 if TYPE_CHECKING:
+    from addon.cache.purge import NodePurges
     from addon.cache.redis_tier import SharedCacheTier
     from addon.cache.store import CacheStore
     from addon.chain.demand import Demand
+    from addon.chain.finality import FinalityLookups
     from addon.chain.state import ChainState
     from addon.quota.quotas import Quotas
     from addon.quota.sizes import AnswerSizes
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
 _LASTING = (
     "clock", "metrics", "coalescer", "chain", "usage", "slots", "sizes", "subs", "follows",
     "ws_connections", "session", "transport", "lean", "redis", "spool", "cache",
-    "on_new_head", "legacy",
+    "on_new_head", "legacy", "finality", "purges",
 )  # fmt: skip
 _POLICY = (
     "config", "pools", "ws_pools", "quotas", "budget", "sidecar", "hedgers", "demand",
@@ -87,6 +89,8 @@ class Runtime:
         cache: CacheStore | None
         on_new_head: Callable[[str], None] | None
         legacy: LegacyCaller | None
+        finality: FinalityLookups
+        purges: NodePurges
         config: Config
         pools: dict[str, UpstreamPool]
         ws_pools: dict[str, UpstreamPool]

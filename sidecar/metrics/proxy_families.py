@@ -39,6 +39,11 @@ _EXTRA_HELP = {
     " the disk full); calls are never dropped for it",
     "chainproxy_cross_checks_total": "Finalized answers checked against a second node, by"
     " network and outcome (agree, mismatch, quarantined, readmitted, unresolved, skipped)",
+    "chainproxy_finality_lookups_total": "Look-ups of whether a block hash a client read at is"
+    " a finalized block, by network and outcome (final, not-final, unknown: no node told,"
+    " skipped: too many in flight)",
+    "chainproxy_cache_purged_total": "Cache entries removed because the node that answered"
+    " them was quarantined by a cross-check, by network and tier (local, shared)",
     "chainproxy_prewarm_total": "Reads fetched ahead at a new block by the pre-warm, by network"
     " and outcome (fetched, used by a client, wasted: no client came, skipped)",
     "chainproxy_ws_messages_total": "WebSocket client messages, by who read them (direct: "
