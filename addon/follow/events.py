@@ -4,6 +4,7 @@ and the runtime object they carry, made from a legacy ``state_getRuntimeVersion`
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from addon.rpc.new_spec import FOLLOW_EVENT
@@ -64,9 +65,21 @@ def operation(event: str, op_id: str, **fields: Any) -> Event:
     return {"event": event, "operationId": op_id, **fields}
 
 
-def frame(follow_id: str, event: Event) -> bytes:
-    """The notification as sent on the client's socket."""
+def frame(follow_id: str, event: Event | str) -> bytes:
+    """The notification as sent on the client's socket; ``event`` as a dict,
+    or already encoded (one encoding shared by every follow it goes to)."""
+    text = event if isinstance(event, str) else dumps_text(event)
     return (
         f'{{"jsonrpc":"2.0","method":"{FOLLOW_EVENT}",'
-        f'"params":{{"subscription":{dumps_text(follow_id)},"result":{dumps_text(event)}}}}}'
+        f'"params":{{"subscription":{dumps_text(follow_id)},"result":{text}}}}}'
     ).encode()
+
+
+@lru_cache(maxsize=256)
+def best_changed_text(block_hash: str) -> str:
+    return dumps_text(best_changed(block_hash))
+
+
+@lru_cache(maxsize=256)
+def finalized_text(hashes: tuple[str, ...], pruned: tuple[str, ...]) -> str:
+    return dumps_text(finalized(list(hashes), list(pruned)))

@@ -16,6 +16,7 @@ from typing import Any
 
 from addon.follow import events
 from addon.follow.tree import Block, BlockTree
+from common.jsontext import dumps_text
 
 log = logging.getLogger("chainproxy.follow")
 
@@ -71,7 +72,7 @@ class Follow:
         for frame in backlog:
             self._deliver(frame)
 
-    def emit(self, event: events.Event) -> None:
+    def emit(self, event: events.Event | str) -> None:
         if self.ended and event is not events.STOP:
             return
         frame = events.frame(self.id, event)
@@ -110,15 +111,20 @@ class Follow:
 
     def _announce(self, block: Block, new_runtime: Any) -> None:
         self.pinned.add(block.hash)
-        self.emit(events.new_block(block.hash, block.parent, new_runtime, self.with_runtime))
+        text = block.texts.get(self.with_runtime)
+        if text is None:  # encoded once per block and kind of follow, not per follow
+            ev = events.new_block(block.hash, block.parent, new_runtime, self.with_runtime)
+            text = block.texts[self.with_runtime] = dumps_text(ev)
+        self.emit(text)
 
     def best_changed(self, block_hash: str) -> None:
-        self.emit(events.best_changed(block_hash))
+        self.emit(events.best_changed_text(block_hash))
 
     def finalized(self, hashes: list[str], pruned: list[str]) -> None:
         # only what this follow was told of: a block pruned before it started
         # was never announced to it
-        self.emit(events.finalized(hashes, [h for h in pruned if h in self.pinned]))
+        told = tuple(h for h in pruned if h in self.pinned)
+        self.emit(events.finalized_text(tuple(hashes), told))
 
     def stop(self, reason: str) -> None:
         """The follow cannot go on: ``stop`` sent, operations ended."""

@@ -29,6 +29,8 @@ class Block:
     number: int
     runtime: Any = None  # the new spec's runtime object (None: not known)
     children: list[str] = field(default_factory=list)
+    # its newBlock event, encoded once for every follow (by withRuntime)
+    texts: dict[bool, str] = field(default_factory=dict)
 
 
 class UnknownParent(ValueError):
