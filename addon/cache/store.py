@@ -13,10 +13,19 @@ so it never changes and a copy can never be stale. A memory hit costs a dict
 lookup and a JSON decode instead of a SQLite read plus the LRU's write of the
 access time (about 100 µs). The disk's LRU order then reflects reads that missed
 the memory, which is what matters for what is worth keeping on disk.
+
+Writes leave the request's path: ``set`` keeps the text in memory (the front,
+or ``_pending`` for a value too large for it) and the disk write happens
+after the current loop turn, every write of that turn in one SQLite
+transaction (one commit: ~30 instead of ~55 µs of CPU a write, and the
+commit's I/O no longer between the node's answer and the client's). A read of
+a key still pending is answered from memory; without a running loop (a tool,
+a test) a write goes to disk at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import time
@@ -67,6 +76,8 @@ class DiskCacheStore:
         self._next_open = 0.0
         self._memo: OrderedDict[str, str] = OrderedDict()
         self._memo_bytes = 0
+        self._pending: dict[str, str] = {}  # written after this loop turn
+        self._flush_armed = False
         try:
             self._cache = self._open()
         except Exception as e:
@@ -148,6 +159,9 @@ class DiskCacheStore:
         if text is not None:
             self._memo.move_to_end(key)
             return loads(text)  # a fresh object per caller, like a disk read
+        text = self._pending.get(key)
+        if text is not None:  # larger than the front keeps, not on disk yet
+            return loads(text)
         try:
             raw = cache.get(key, default=_MISSING)
         except Exception as e:  # corrupt db, disk error, lock timeout
@@ -171,19 +185,50 @@ class DiskCacheStore:
         if cache is None:
             return
         text = dumps_text(value)
+        self._remember(key, text)
+        self._pending[key] = text
+        if self._flush_armed:
+            return
         try:
-            cache.set(key, text)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: written now
+            self.flush()
+            return
+        self._flush_armed = True
+        loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """The writes made since the last flush, in one transaction."""
+        self._flush_armed = False
+        pending, self._pending = self._pending, {}
+        cache = self._cache
+        if not pending or cache is None:
+            return
+        try:
+            if len(pending) == 1:
+                ((key, text),) = pending.items()
+                cache.set(key, text)
+            else:
+                with cache.transact():
+                    for key, text in pending.items():
+                        cache.set(key, text)
         except Exception as e:  # full disk, lock timeout, removed directory
             self._failed("write", e)
+            for key in pending:  # not on disk: not answered from memory either
+                self._forget_memo(key)
             return
         if self._outage.failing:
             self._worked()
-        self._remember(key, text)
+
+    def _forget_memo(self, key: str) -> None:
+        text = self._memo.pop(key, None)
+        if text is not None:
+            self._memo_bytes -= len(text)
 
     def delete(self, key: str) -> None:
         """Forget an entry (an answer a cross-check found wrong)."""
-        if self._memo.pop(key, None) is not None:
-            self._memo_bytes = sum(len(t) for t in self._memo.values())
+        self._forget_memo(key)
+        self._pending.pop(key, None)
         cache = self._cache
         if cache is None:
             return
@@ -195,6 +240,7 @@ class DiskCacheStore:
     def close(self) -> None:
         if self._cache is None:
             return
+        self.flush()
         try:
             self._cache.close()
         except Exception as e:
