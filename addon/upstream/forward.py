@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -130,6 +129,35 @@ def forward(
     ).run()
 
 
+async def first_done(
+    running: dict[asyncio.Task[tuple[int, bytes]], Sent], timeout: float | None
+) -> list[asyncio.Task[tuple[int, bytes]]]:
+    """The racers done when the first of them ends or ``timeout`` passes:
+    ``asyncio.wait(FIRST_COMPLETED)`` without its sets, counter and checks
+    (one future, one callback per racer, one timer)."""
+    tasks = list(running)
+    done = [t for t in tasks if t.done()]  # an eager task may have ended at once
+    if done:
+        return done
+    waiter = asyncio.get_running_loop().create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    for t in tasks:
+        t.add_done_callback(wake)
+    timer = None if timeout is None else asyncio.get_running_loop().call_later(timeout, wake)
+    try:
+        await waiter
+    finally:
+        if timer is not None:
+            timer.cancel()
+        for t in tasks:
+            t.remove_done_callback(wake)
+    return [t for t in tasks if t.done()]
+
+
 class Forward:
     """One call's way upstream: its attempts so far and what they answered."""
 
@@ -200,7 +228,7 @@ class Forward:
                             break
                         continue
                     running[asyncio.ensure_future(self._post(sent))] = sent
-                done, _ = await asyncio.wait(running, timeout=delay, return_when=FIRST_COMPLETED)
+                done = await first_done(running, delay)
                 if not done:  # the first is slow: race it on the next-best upstream, once
                     await self._hedge()
                     continue
