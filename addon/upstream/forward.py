@@ -33,7 +33,7 @@ from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
 from addon.upstream.failover import assess
-from addon.upstream.hedge import Hedger, finish_unheard
+from addon.upstream.hedge import Hedger, finish_unheard, first_done
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.settle import Sent, abandon, report_failure, settle_outraced
 
@@ -106,6 +106,7 @@ def forward(
     hedger: Hedger | None = None,
     admission: Admission | None = None,
     pinned: bool = False,
+    heavy: bool = False,
 ) -> Coroutine[Any, Any, ForwardResult]:
     """Attempts one after the other (failover); with a ``hedger``, an attempt
     not answered within its delay gets a second one racing it on the next-best
@@ -126,36 +127,8 @@ def forward(
         hedger=hedger,
         admission=admission,
         pinned=pinned,
+        heavy=heavy,
     ).run()
-
-
-async def first_done(
-    running: dict[asyncio.Task[tuple[int, bytes]], Sent], timeout: float | None
-) -> list[asyncio.Task[tuple[int, bytes]]]:
-    """The racers done when the first of them ends or ``timeout`` passes:
-    ``asyncio.wait(FIRST_COMPLETED)`` without its sets, counter and checks
-    (one future, one callback per racer, one timer)."""
-    tasks = list(running)
-    done = [t for t in tasks if t.done()]  # an eager task may have ended at once
-    if done:
-        return done
-    waiter = asyncio.get_running_loop().create_future()
-
-    def wake(_: object = None) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    for t in tasks:
-        t.add_done_callback(wake)
-    timer = None if timeout is None else asyncio.get_running_loop().call_later(timeout, wake)
-    try:
-        await waiter
-    finally:
-        if timer is not None:
-            timer.cancel()
-        for t in tasks:
-            t.remove_done_callback(wake)
-    return [t for t in tasks if t.done()]
 
 
 class Forward:
@@ -163,7 +136,7 @@ class Forward:
 
     __slots__ = (
         "admission", "attempts", "body", "budget", "by_deadline", "calls", "clock",
-        "deadline", "hedged", "hedger", "is_batch", "min_block", "pinned", "pool",
+        "deadline", "heavy", "hedged", "hedger", "is_batch", "min_block", "pinned", "pool",
         "prefer_archive", "running", "soft", "tip", "transport", "tried", "waited", "won",
     )  # fmt: skip
 
@@ -182,11 +155,13 @@ class Forward:
         hedger: Hedger | None = None,
         admission: Admission | None = None,
         pinned: bool = False,
+        heavy: bool = False,
     ) -> None:
         self.calls, self.is_batch, self.pool, self.transport = calls, is_batch, pool, transport
         self.budget, self.clock, self.tip, self.min_block = budget, clock, tip, min_block
         self.prefer_archive, self.hedger, self.admission = prefer_archive, hedger, admission
         self.pinned = pinned
+        self.heavy = heavy  # priced by its bytes: light calls go elsewhere meanwhile
         self.body = outbound_body(calls, is_batch)
         self.deadline = 0.0
         self.tried: set[str] = set()
@@ -267,7 +242,10 @@ class Forward:
         ticket: Ticket | None = None
         if admission is None:
             upstream = pool.choose(
-                self.tried, prefer_archive=self.prefer_archive, min_block=self.min_block
+                self.tried,
+                prefer_archive=self.prefer_archive,
+                min_block=self.min_block,
+                light=not self.heavy,
             )
         else:
             got = await admission.acquire(
@@ -289,8 +267,9 @@ class Forward:
             self.by_deadline = True
             return None
         self.tried.add(upstream.id)
-        pool.started(upstream)
-        return Sent(upstream, clock(), min(self.budget.attempt_timeout_s, remaining), ticket)
+        pool.started(upstream, self.heavy)
+        timeout = min(self.budget.attempt_timeout_s, remaining)
+        return Sent(upstream, clock(), timeout, ticket, self.heavy)
 
     async def _hedge(self) -> None:
         """The delay passed with no answer: the next-best upstream races it."""
@@ -307,6 +286,8 @@ class Forward:
     def _settle(self, sent: Sent, outcome: Outcome) -> ForwardResult | None:
         """One attempt's outcome reported; the result to return, or None: go on."""
         pool, admission, upstream = self.pool, self.admission, sent.upstream
+        if sent.heavy:
+            pool.heavy_ended(upstream)
         if sent.ticket is not None and admission is not None:
             admission.release(sent.ticket)
         latency = (self.clock() - sent.start) * 1000

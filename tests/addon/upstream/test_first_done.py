@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from addon.upstream.forward import first_done
+from addon.upstream.hedge import first_done
 
 
 async def _answer(delay: float, value: int) -> tuple[int, bytes]:
