@@ -19,6 +19,14 @@ Each entry is tagged with the node that answered it (its *filler*: diskcache's
 be purged (``purge``), not only the answer that was checked. A purge bumps a
 counter on disk: the other proxy processes of the machine drop their memory
 front when they see it change (they look at most once a second, on a read).
+
+Writes leave the request's path: ``set`` keeps the text in memory (the front,
+or ``_pending`` for a value too large for it) and the disk write happens
+after the current loop turn, every write of that turn in one SQLite
+transaction (one commit: ~30 instead of ~55 µs of CPU a write, and the
+commit's I/O no longer between the node's answer and the client's). A read of
+a key still pending is answered from memory; without a running loop (a tool,
+a test) a write goes to disk at once.
 """
 
 from __future__ import annotations
@@ -82,6 +90,8 @@ class DiskCacheStore:
         self._memo_bytes = 0
         self._purges: Any = None  # the disk's purge counter as last seen
         self._purges_due = 0.0
+        self._pending: dict[str, tuple[str, str | None]] = {}  # written after this loop turn
+        self._flush_armed = False
         try:
             self._cache = self._open()
         except Exception as e:
@@ -195,6 +205,9 @@ class DiskCacheStore:
         if memo is not None:
             self._memo.move_to_end(key)
             return loads(memo[0])  # a fresh object per caller, like a disk read
+        pending = self._pending.get(key)
+        if pending is not None:  # larger than the front keeps, not on disk yet
+            return loads(pending[0])
         try:
             raw, filler = cache.get(key, default=_MISSING, tag=True)
         except Exception as e:  # corrupt db, disk error, lock timeout
@@ -218,20 +231,50 @@ class DiskCacheStore:
         if cache is None:
             return
         text = dumps_text(value)
+        self._remember(key, text, filler)
+        self._pending[key] = (text, filler)
+        if self._flush_armed:
+            return
         try:
-            cache.set(key, text, tag=filler)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: written now
+            self.flush()
+            return
+        self._flush_armed = True
+        loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """The writes made since the last flush, in one transaction."""
+        self._flush_armed = False
+        pending, self._pending = self._pending, {}
+        cache = self._cache
+        if not pending or cache is None:
+            return
+        try:
+            if len(pending) == 1:
+                ((key, (text, filler)),) = pending.items()
+                cache.set(key, text, tag=filler)
+            else:
+                with cache.transact():
+                    for key, (text, filler) in pending.items():
+                        cache.set(key, text, tag=filler)
         except Exception as e:  # full disk, lock timeout, removed directory
             self._failed("write", e)
+            for key in pending:  # not on disk: not answered from memory either
+                self._forget_key(key)
             return
         if self._outage.failing:
             self._worked()
-        self._remember(key, text, filler)
 
-    def delete(self, key: str) -> None:
-        """Forget an entry (an answer a cross-check found wrong)."""
+    def _forget_key(self, key: str) -> None:
         old = self._memo.pop(key, None)
         if old is not None:
             self._memo_bytes -= len(old[0])
+
+    def delete(self, key: str) -> None:
+        """Forget an entry (an answer a cross-check found wrong)."""
+        self._forget_key(key)
+        self._pending.pop(key, None)
         cache = self._cache
         if cache is None:
             return
@@ -245,6 +288,7 @@ class DiskCacheStore:
         thread: a node may have filled many); the disk's purge counter moved,
         so the machine's other processes drop their memory fronts too. The
         entries the disk held (or, without a disk, the memory)."""
+        self.flush()  # writes still pending go to disk first, tagged: evicted below
         in_memory = self._forget_memo(filler)
         cache = self._cache
         if cache is None:
@@ -261,6 +305,7 @@ class DiskCacheStore:
     def close(self) -> None:
         if self._cache is None:
             return
+        self.flush()
         try:
             self._cache.close()
         except Exception as e:

@@ -90,6 +90,15 @@ def hex_bytes(value: Any, name: str) -> str:
     return value.lower()
 
 
+def call_parameters(value: Any) -> str:
+    """A runtime call's parameters as the legacy ``state_call`` takes them:
+    hex with or without ``0x``, ``""`` for none (what Substrate's server
+    accepts, and what polkadot-api sends for a call without parameters)."""
+    if isinstance(value, str) and value[:2] not in ("0x", "0X"):
+        value = "0x" + value
+    return hex_bytes(value, "callParameters")
+
+
 def _is_hex(value: str) -> bool:
     if value[:2] not in ("0x", "0X") or len(value) % 2:
         return False
@@ -119,7 +128,7 @@ def legacy_call(method: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         function = values[1]
         if not isinstance(function, str) or not function:
             raise BadParams("function must be a runtime entry point's name")
-        return "state_call", [function, hex_bytes(values[2], "callParameters"), at]
+        return "state_call", [function, call_parameters(values[2]), at]
     if method == "archive_v1_hashByHeight":
         return "chain_getBlockHash", [height(values[0])]
     if method in ("archive_v1_genesisHash", "chainSpec_v1_genesisHash"):

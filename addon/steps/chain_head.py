@@ -22,7 +22,7 @@ from addon.follow.book import FollowBook
 from addon.follow.follow import Follow
 from addon.newspec.metered import MeteredCaller
 from addon.newspec.storage_items import child_key, parse_items, storage_items
-from addon.newspec.translate import BadParams
+from addon.newspec.translate import BadParams, call_parameters
 from addon.pipeline.context import RpcContext, Socket
 from addon.quota.costs import base_cost
 from addon.quota.quotas import Quotas
@@ -209,9 +209,13 @@ def _operation(
             ),
         )
     else:
-        function, params = args.get("function"), args.get("callParameters")
-        if not isinstance(function, str) or not isinstance(params, str) or not _is_hex(params):
-            raise _Bad("function must be a string and callParameters a hex string")
+        function = args.get("function")
+        if not isinstance(function, str) or not function:
+            raise _Bad("function must be a runtime entry point's name")
+        try:
+            params = call_parameters(args.get("callParameters"))
+        except BadParams as e:
+            raise _Bad(str(e)) from None
         op = follow.new_operation("call", 1)
         _after(
             rpc,
@@ -275,16 +279,6 @@ def _hash(value: Any) -> str:
     if not isinstance(value, str) or not is_block_hash(value):
         raise _Bad("hash must be a 0x-prefixed 32-byte hex block hash")
     return value.lower()
-
-
-def _is_hex(value: str) -> bool:
-    if not value.startswith("0x") or len(value) % 2:
-        return False
-    try:
-        bytes.fromhex(value[2:])
-    except ValueError:
-        return False
-    return True
 
 
 class _Error(Exception):

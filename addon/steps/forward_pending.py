@@ -139,6 +139,7 @@ async def _send(
             hedger=None if rpc.reserved else rt.hedgers.get(rpc.network),
             admission=admission,
             pinned=rpc.unpinned is not None,
+            heavy=bool(rpc.reserved),
         )
 
     if p.coalesce.enabled:

@@ -111,7 +111,9 @@ class Admission:
         skip = set(tried)
         soonest: float | None = None
         while True:
-            upstream = pool.choose(skip, prefer_archive=prefer_archive, min_block=min_block)
+            upstream = pool.choose(
+                skip, prefer_archive=prefer_archive, min_block=min_block, light=not self.heavy
+            )
             if upstream is None:
                 backoff = pool.backoff_left(skip)
                 if backoff is not None:

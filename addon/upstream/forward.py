@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -34,7 +33,7 @@ from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
 from addon.upstream.failover import CAPACITY, assess, error_limit
-from addon.upstream.hedge import Hedger, finish_unheard
+from addon.upstream.hedge import Hedger, finish_unheard, first_done
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.settle import Sent, abandon, report_failure, settle_outraced
 
@@ -110,6 +109,7 @@ def forward(
     hedger: Hedger | None = None,
     admission: Admission | None = None,
     pinned: bool = False,
+    heavy: bool = False,
 ) -> Coroutine[Any, Any, ForwardResult]:
     """Attempts one after the other (failover); with a ``hedger``, an attempt
     not answered within its delay gets a second one racing it on the next-best
@@ -130,6 +130,7 @@ def forward(
         hedger=hedger,
         admission=admission,
         pinned=pinned,
+        heavy=heavy,
     ).run()
 
 
@@ -138,7 +139,8 @@ class Forward:
 
     __slots__ = (
         "admission", "attempts", "body", "budget", "by_deadline", "calls", "clock",
-        "deadline", "hedged", "hedger", "is_batch", "limited", "min_block", "pinned", "pool",
+        "deadline", "heavy", "hedged", "hedger", "is_batch", "limited", "min_block", "pinned",
+        "pool",
         "prefer_archive", "running", "soft", "tip", "transport", "tried", "waited", "won",
     )  # fmt: skip
 
@@ -157,11 +159,13 @@ class Forward:
         hedger: Hedger | None = None,
         admission: Admission | None = None,
         pinned: bool = False,
+        heavy: bool = False,
     ) -> None:
         self.calls, self.is_batch, self.pool, self.transport = calls, is_batch, pool, transport
         self.budget, self.clock, self.tip, self.min_block = budget, clock, tip, min_block
         self.prefer_archive, self.hedger, self.admission = prefer_archive, hedger, admission
         self.pinned = pinned
+        self.heavy = heavy  # priced by its bytes: light calls go elsewhere meanwhile
         self.body = outbound_body(calls, is_batch)
         self.deadline = 0.0
         self.tried: set[str] = set()
@@ -205,7 +209,7 @@ class Forward:
                             break
                         continue
                     running[asyncio.ensure_future(self._post(sent))] = sent
-                done, _ = await asyncio.wait(running, timeout=delay, return_when=FIRST_COMPLETED)
+                done = await first_done(running, delay)
                 if not done:  # the first is slow: race it on the next-best upstream, once
                     await self._hedge()
                     continue
@@ -244,7 +248,10 @@ class Forward:
         ticket: Ticket | None = None
         if admission is None:
             upstream = pool.choose(
-                self.tried, prefer_archive=self.prefer_archive, min_block=self.min_block
+                self.tried,
+                prefer_archive=self.prefer_archive,
+                min_block=self.min_block,
+                light=not self.heavy,
             )
         else:
             got = await admission.acquire(
@@ -266,8 +273,9 @@ class Forward:
             self.by_deadline = True
             return None
         self.tried.add(upstream.id)
-        pool.started(upstream)
-        return Sent(upstream, clock(), min(self.budget.attempt_timeout_s, remaining), ticket)
+        pool.started(upstream, self.heavy)
+        timeout = min(self.budget.attempt_timeout_s, remaining)
+        return Sent(upstream, clock(), timeout, ticket, self.heavy)
 
     async def _hedge(self) -> None:
         """The delay passed with no answer: the next-best upstream races it."""
@@ -284,6 +292,8 @@ class Forward:
     def _settle(self, sent: Sent, outcome: Outcome) -> ForwardResult | None:
         """One attempt's outcome reported; the result to return, or None: go on."""
         pool, admission, upstream = self.pool, self.admission, sent.upstream
+        if sent.heavy:
+            pool.heavy_ended(upstream)
         if sent.ticket is not None and admission is not None:
             admission.release(sent.ticket)
         latency = (self.clock() - sent.start) * 1000

@@ -61,6 +61,7 @@ class Upstream:
     updated_at: float = 0.0
     inflight: int = 0
     inflight_starts: list[float] = field(default_factory=list)  # ascending start times
+    heavy_inflight: int = 0  # of ``inflight``, reads priced by their bytes (1 MiB answers)
     consecutive_failures: int = 0
     ejected_until: float = 0.0
     requests: int = 0
@@ -141,11 +142,19 @@ class UpstreamPool:
         return cost
 
     def choose(
-        self, exclude: set[str], *, prefer_archive: bool = False, min_block: int | None = None
+        self,
+        exclude: set[str],
+        *,
+        prefer_archive: bool = False,
+        min_block: int | None = None,
+        light: bool = False,
     ) -> Upstream | None:
         """The next upstream to try. ``min_block``: the call needs that height, so
         upstreams known to be below it are passed over while any other is left
-        (and if none is known to have it, the most advanced are tried first)."""
+        (and if none is known to have it, the most advanced are tried first).
+        ``light``: a small read goes, within the best tier, to a node with no
+        heavy read in flight while there is one (a node streaming a 1 MiB
+        answer answers a small call behind it)."""
         now = self._clock()
         candidates = [
             u
@@ -164,6 +173,9 @@ class UpstreamPool:
             candidates = [u for u in candidates if u.archive]
         best_tier = min(self.effective_tier(u, now) for u in candidates)
         tier = [u for u in candidates if self.effective_tier(u, now) == best_tier]
+        if light and len(tier) > 1:
+            calm = [u for u in tier if not u.heavy_inflight]
+            tier = calm or tier
         if len(tier) == 1:
             return tier[0]
         a, b = self._rng.sample(tier, 2)
@@ -182,10 +194,15 @@ class UpstreamPool:
 
     # --- outcomes reported by the forwarder ------------------------------------------------
 
-    def started(self, u: Upstream) -> None:
+    def started(self, u: Upstream, heavy: bool = False) -> None:
         u.inflight += 1
+        u.heavy_inflight += heavy
         u.requests += 1
         u.inflight_starts.append(self._clock())  # the clock never goes back: stays sorted
+
+    def heavy_ended(self, u: Upstream) -> None:
+        """A heavy read started with ``started(u, heavy=True)`` ended (whatever its outcome)."""
+        u.heavy_inflight = max(0, u.heavy_inflight - 1)
 
     def _settle(self, u: Upstream, latency_ms: float | None) -> None:
         """One call in flight ended, ``latency_ms`` after it started (None: unknown)."""

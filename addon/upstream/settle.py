@@ -27,12 +27,15 @@ class Sent:
     start: float
     timeout: float
     ticket: Ticket | None
+    heavy: bool = False  # a read priced by its bytes: counted apart at its node
 
 
 def abandon(
     pool: UpstreamPool, admission: Admission | None, sent: Sent, clock: Callable[[], float]
 ) -> None:
     """The attempt ended without an outcome (cancelled): no health verdict."""
+    if sent.heavy:
+        pool.heavy_ended(sent.upstream)
     if sent.ticket is not None and admission is not None:
         admission.release(sent.ticket)
     pool.abandoned(sent.upstream, (clock() - sent.start) * 1000)
@@ -73,6 +76,8 @@ def settle_outraced(
     if task.cancelled():
         abandon(pool, admission, sent, clock)
         return
+    if sent.heavy:  # never raced today (a heavy read is not hedged); counted all the same
+        pool.heavy_ended(sent.upstream)
     if sent.ticket is not None and admission is not None:
         admission.release(sent.ticket)
     latency = (clock() - sent.start) * 1000

@@ -351,3 +351,20 @@ async def test_a_reorg_announces_the_new_fork_and_prunes_the_old(solo: Stack) ->
             assert not forked & set(finalized)
     finally:
         node.control(fork=False, finality_lag=2)
+
+
+async def test_call_parameters_may_be_empty_or_unprefixed(stack: Stack) -> None:
+    """polkadot-api sends ``""`` for a call without parameters; Substrate's
+    server reads hex with or without 0x."""
+    async with client(stack) as c:
+        sid = await follow(c)
+        block = events(c, sid)[0]["finalizedBlockHashes"][-1]
+        outputs = []
+        for params in ("", "0x"):
+            started = await c.ask("chainHead_v1_call", [sid, block, "Core_version", params])
+            done = await _op_end(c, sid, started["result"]["operationId"])
+            assert done["event"] == "operationCallDone", done
+            outputs.append(done["output"])
+        assert outputs[0] == outputs[1]
+        bad = await c.ask("chainHead_v1_call", [sid, block, "Core_version", "0xzz"])
+        assert bad["error"]["code"] == -32602
