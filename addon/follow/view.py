@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ log = logging.getLogger("chainproxy.follow")
 
 MAX_ANCESTRY = 256  # missing ancestors fetched for one head; deeper: rebuild
 MAX_UNFINALIZED = 4096  # blocks above the finalized one; more: finality stalled, rebuild
+RETRIES_S = (0.25, 0.5, 1.0, 2.0, 0.0)  # a block's header or runtime asked again after these
 _KINDS: tuple[SubKind, ...] = (
     SUBSCRIBE["chain_subscribeNewHeads"],
     SUBSCRIBE["chain_subscribeFinalizedHeads"],
@@ -242,17 +243,41 @@ class NetworkView:
             raise CallFailed(-32603, "chainproxy is not configured")
         return await legacy.call(self.network, method, params)
 
+    async def _patiently(self, what: str, fetch: Callable[[], Awaitable[Any]]) -> Any:
+        """A block just announced by one node may not be imported by the node
+        a call reaches yet (it answers null, or "unknown block"): asked again a
+        few times over about 4 s before the view gives up and rebuilds."""
+        last = ""
+        for delay in RETRIES_S:
+            try:
+                got = await fetch()
+            except CallFailed as e:
+                last = e.message
+            else:
+                if got is not None:
+                    return got
+                last = "no node had it"
+            await asyncio.sleep(delay)
+        raise _Rebuild(f"{what}: {last}")
+
     async def _header(self, block_hash: str) -> dict[str, Any]:
-        header = await self._call("chain_getHeader", [block_hash])
-        if not isinstance(header, dict) or parse_height(header.get("number")) is None:
-            raise _Rebuild(f"no header for {block_hash}")
-        got = header_hash(header)
-        if got is not None and got != block_hash.lower():
-            raise _Rebuild(f"a node answered another header for {block_hash}")
-        return header
+        async def fetch() -> dict[str, Any] | None:
+            header = await self._call("chain_getHeader", [block_hash])
+            if not isinstance(header, dict) or parse_height(header.get("number")) is None:
+                return None
+            got = header_hash(header)
+            if got is not None and got != block_hash.lower():
+                return None  # another block (chopsticks answers an unknown hash with genesis)
+            return header
+
+        return await self._patiently(f"the header of {block_hash}", fetch)
 
     async def _runtime(self, block_hash: str) -> Any:
-        return runtime_spec(await self._call("state_getRuntimeVersion", [block_hash]))
+        async def fetch() -> Any:
+            got = await self._call("state_getRuntimeVersion", [block_hash])
+            return runtime_spec(got) if isinstance(got, dict) else None
+
+        return await self._patiently(f"the runtime at {block_hash}", fetch)
 
 
 class _Rebuild(Exception):

@@ -36,6 +36,7 @@ class Chain:
         self.finalized = ""
         self.spec: dict[str, int] = {}
         self.calls: list[tuple[str, Any]] = []
+        self.not_yet = 0  # runtime reads answered "unknown block" first (not imported yet)
 
     def grow(self, parent: str, start: int, count: int, salt: str = "") -> list[str]:
         out = []
@@ -55,6 +56,9 @@ class Chain:
             if got is None:
                 raise CallFailed(-32000, "unknown block")
             return got
+        if method == "state_getRuntimeVersion" and self.not_yet > 0:
+            self.not_yet -= 1
+            raise CallFailed(-32000, "Client error: UnknownBlock")
         if method == "state_getRuntimeVersion":
             return {
                 "specName": "x",
@@ -179,4 +183,22 @@ async def test_a_gap_too_deep_stops_the_follows_and_rebuilds() -> None:
     await asyncio.wait_for(view.ready.wait(), 5)  # rebuilt at the new finalized block
     assert view.tree is not None and view.tree.finalized == far[-1]
     assert view.rebuilds == 1
+    await view.close()
+
+
+async def test_a_block_the_next_node_has_not_imported_yet_is_asked_again() -> None:
+    chain = Chain()
+    root = chain.grow(ZERO, 100, 1)[0]
+    chain.finalized = root
+    new = chain.grow(root, 101, 1)
+    view, hub, listener = await started(chain)
+    chain.not_yet = 2  # two nodes in turn do not know it yet
+    hub.push("new_heads", chain.headers[new[0]])
+    for _ in range(500):  # the retries wait 0.25 s, then 0.5 s
+        if ("best", new[0]) in listener.events:
+            break
+        await asyncio.sleep(0.01)
+    assert ("best", new[0]) in listener.events
+    assert not any(e[0] == "stop" for e in listener.events)
+    assert view.rebuilds == 0
     await view.close()
