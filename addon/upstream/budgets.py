@@ -131,8 +131,8 @@ class NodeBudget:
                 # a window after it ends, a window from now at the soonest
                 ended = self.ended
                 wait = ended[over - 1] + WINDOW_S - now if over <= len(ended) else WINDOW_S
-            if paced and self.learned is not None:  # full or not: the rate probes upward
-                self.learned = learned.look(self.learned, now, full=over > 0)
+            if over > 0 and paced and self.learned is not None:  # full: probe upward
+                self.learned = learned.grow(self.learned, now)
         if self.max_concurrency is not None and self.inflight >= self.max_concurrency:
             wait = max(wait, CONCURRENCY_POLL_S)
         return wait

@@ -11,8 +11,8 @@ with the node's own count as the signal:
   burst were sent before the cut. A 429 while the node was sent fewer than
   ``MIN_SEEN`` calls says little about a rate (a daily quota, a hiccup): it
   teaches nothing (the node's back-off answers it).
-* **Probe** (additive increase): while the node is *full* (a call found its
-  window at the rate), the rate grows by ``GROW_PER_S`` of itself (at least
+* **Probe** (additive increase): while the node is *full* (the rate held a
+  call back within the last second), the rate grows by ``GROW_PER_S`` of itself (at least
   ``MIN_STEP_PER_S`` calls) per second, so it creeps back up to the limit
   and past it by one call, which the next 429 cuts again. A node that is not
   full does not grow: its demand is below the rate, nothing is learnt by
@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 CUT = 0.9  # after a 429: this share of what the node was sent in its window
 CUT_EVERY_S = 1.0  # one cut per burst of 429s
 MIN_SEEN = 5  # fewer calls in the window: the 429 teaches no rate
-GROW_PER_S = 0.01  # while full: this share of the rate more per second
-MIN_STEP_PER_S = 0.1  # and at least this many calls a second more per second
+GROW_PER_S = 0.007  # while full: this share of the rate more per second
+MIN_STEP_PER_S = 0.05  # and at least this many calls a second more per second
 MAX_ACCRUE_S = 1.0  # growth between two looks at a full node counts at most this long
 FORGET_S = 60.0  # this long without a 429: forgotten (a limit lifted)
 CEILING = 100_000.0  # a rate grown past this is dropped: unlimited again
@@ -44,7 +44,7 @@ CEILING = 100_000.0  # a rate grown past this is dropped: unlimited again
 class Learned:
     rate: float  # calls in any second as the node counts them
     cut_at: float  # the last 429 that taught (or cut) it
-    grown_at: float  # the last look at the node: growth is counted from here
+    grown_at: float  # the last time the rate held a call back: growth counts from here
 
 
 def alive(state: Learned | None, now: float) -> Learned | None:
@@ -66,11 +66,10 @@ def cut(state: Learned | None, now: float, seen: int) -> Learned | None:
     return Learned(max(1.0, base * CUT), now, now)
 
 
-def look(state: Learned, now: float, full: bool) -> Learned:
-    """A call looked at the node: ``full`` when the rate held it back (the
-    rate grows for the time since the last look), else it went (no growth)."""
-    if not full:
-        return replace(state, grown_at=now)
+def grow(state: Learned, now: float) -> Learned:
+    """The rate held a call back (the node is full): it grows for the time
+    since it last did (at most ``MAX_ACCRUE_S``: a node full now and then
+    grows only for the seconds it was full, about)."""
     dt = min(max(0.0, now - state.grown_at), MAX_ACCRUE_S)
     step = max(MIN_STEP_PER_S, state.rate * GROW_PER_S) * dt
     return replace(state, rate=state.rate + step, grown_at=now)

@@ -82,9 +82,8 @@ if rate and paced then
     end
     local dt = math.min(math.max(0, now - grown) / 1000, MAX_ACCRUE)
     rate = rate + math.max(MIN_STEP, rate * GROW) * dt
-    redis.call('HSET', KEYS[3], 'rate', tostring(rate))
+    redis.call('HSET', KEYS[3], 'rate', tostring(rate), 'grown', tostring(now))
   end
-  redis.call('HSET', KEYS[3], 'grown', tostring(now))
 end
 if wait > 0 then return reply(wait) end
 for i = 1, calls do redis.call('ZADD', KEYS[2], now + lease, member .. '#' .. i) end
