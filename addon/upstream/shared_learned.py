@@ -39,7 +39,8 @@ _STATE = (
 local CUT, CUT_EVERY, MIN_SEEN = tonumber(ARGV[1]), tonumber(ARGV[2]) * 1000, tonumber(ARGV[3])
 local GROW, MIN_STEP = tonumber(ARGV[4]), tonumber(ARGV[5])
 local MAX_ACCRUE, FORGET, CEILING = tonumber(ARGV[6]), tonumber(ARGV[7]) * 1000, tonumber(ARGV[8])
-local window = tonumber(ARGV[9])
+local FAST, MIN_FAST = tonumber(ARGV[9]), tonumber(ARGV[10])
+local window = tonumber(ARGV[11])
 while true do
   local last = redis.call('LINDEX', KEYS[1], -1)
   if not last or tonumber(last) > now - window then break end
@@ -47,27 +48,29 @@ while true do
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local used = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
-local st = redis.call('HMGET', KEYS[3], 'rate', 'cut', 'grown')
+local st = redis.call('HMGET', KEYS[3], 'rate', 'cut', 'grown', 'ceiling')
 local rate, cut, grown = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+local ceiling = tonumber(st[4]) or 0
 if rate and (not cut or not grown or now - cut > FORGET or rate > CEILING) then
   redis.call('DEL', KEYS[3])
   rate = nil
 end
 local function reply(wait)
-  if not rate then return {wait, '-1', '0'} end
-  return {wait, tostring(rate), tostring(now - cut)}
+  if not rate then return {wait, '-1', '0', '0'} end
+  return {wait, tostring(rate), tostring(now - cut), tostring(ceiling)}
 end
 """
 )
 
-# A call (``calls``, paced or not) takes its place. ARGV from 10: calls,
+# A call (``calls``, paced or not) takes its place. ARGV from 12: calls,
 # paced (1: a single call that is no failover), lease member, lease ms.
-# Returns {ms until it may (0: taken), rate ('-1': none), ms since its cut}.
+# Returns {ms until it may (0: taken), rate ('-1': none), ms since its cut,
+# ceiling}.
 TAKE = (
     _STATE
     + """
-local calls, paced = tonumber(ARGV[10]), tonumber(ARGV[11]) == 1
-local member, lease = ARGV[12], tonumber(ARGV[13])
+local calls, paced = tonumber(ARGV[12]), tonumber(ARGV[13]) == 1
+local member, lease = ARGV[14], tonumber(ARGV[15])
 local wait = 0
 if rate and paced then
   local limit = math.max(1, math.floor(rate))
@@ -81,7 +84,11 @@ if rate and paced then
       wait = window
     end
     local dt = math.min(math.max(0, now - grown) / 1000, MAX_ACCRUE)
-    rate = rate + math.max(MIN_STEP, rate * GROW) * dt
+    if rate < ceiling - 1 then
+      rate = math.min(rate + math.max(MIN_FAST, rate * FAST) * dt, ceiling - 1)
+    else
+      rate = rate + math.max(MIN_STEP, rate * GROW) * dt
+    end
     redis.call('HSET', KEYS[3], 'rate', tostring(rate), 'grown', tostring(now))
   end
 end
@@ -93,21 +100,22 @@ return reply(0)
 )
 
 # A 429: the rate cut from the calls in the window (one cut per burst).
-# Returns {1 if a rate paces the node now else 0, rate, ms since its cut}.
+# Returns {1 if a rate paces the node now else 0, rate, ms since its cut, ceiling}.
 LEARN = (
     _STATE
     + """
-if rate and now - cut < CUT_EVERY then return {1, tostring(rate), tostring(now - cut)} end
+if rate and now - cut < CUT_EVERY then return reply(1) end
 if not rate and used < MIN_SEEN then return reply(0) end
 local base = used
 if rate then
   if used > 0 then base = math.min(rate, used) else base = rate end
 end
 rate = math.max(1, base * CUT)
-cut = now
-redis.call('HSET', KEYS[3], 'rate', tostring(rate), 'cut', tostring(now), 'grown', tostring(now))
+cut, ceiling = now, base
+redis.call('HSET', KEYS[3], 'rate', tostring(rate), 'cut', tostring(now), 'grown', tostring(now),
+  'ceiling', tostring(ceiling))
 redis.call('PEXPIRE', KEYS[3], FORGET + 1000)
-return {1, tostring(rate), '0'}
+return reply(1)
 """
 )
 
@@ -131,14 +139,14 @@ def learn_args() -> tuple[Any, ...]:
 
 
 def mirror(local: Budgets, endpoint: str, reply: Sequence[Any]) -> int:
-    """A script's reply ``{n, rate, ms since its cut}`` copied into this
-    process's book (``Budgets``, on its own clock); ``n``."""
-    n, rate, age_ms = int(reply[0]), float(reply[1]), float(reply[2])
+    """A script's reply ``{n, rate, ms since its cut, ceiling}`` copied into
+    this process's book (``Budgets``, on its own clock); ``n``."""
+    n, rate, age_ms, ceiling = int(reply[0]), float(reply[1]), float(reply[2]), float(reply[3])
     node = local.node(endpoint)
     now = local.clock()
     if rate < 0:
         node.learned = None
     else:
         grown = node.learned.grown_at if node.learned is not None else now
-        node.learned = Learned(rate, now - age_ms / 1000, grown)
+        node.learned = Learned(rate, now - age_ms / 1000, grown, ceiling)
     return n

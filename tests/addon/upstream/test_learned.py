@@ -26,7 +26,7 @@ times = st.floats(min_value=0.0, max_value=1000.0)
 def test_a_cut_never_raises_the_rate_and_is_one_per_burst(
     rate: float, at: float, seen: int, later: float
 ) -> None:
-    state = Learned(rate, at, at)
+    state = Learned(rate, at, at, rate)
     after = learned.cut(state, at + later, seen)
     if later < learned.CUT_EVERY_S:
         assert after == state  # the same burst: no second cut
@@ -44,20 +44,29 @@ def test_a_first_429_learns_from_the_window_unless_at_a_trickle(seen: int, now: 
         assert state is None
     else:
         assert state is not None and state.rate == max(1.0, seen * learned.CUT)
+        assert state.ceiling == seen  # where the limit is, about
 
 
-@given(rates, times, st.lists(st.floats(0.0, 5.0), max_size=50))
-def test_the_rate_grows_slowly_for_the_time_the_node_was_full(
-    rate: float, at: float, gaps: list[float]
+@given(rates, st.floats(0.0, 5000.0), times, st.lists(st.floats(0.0, 5.0), max_size=50))
+def test_the_rate_grows_for_the_time_the_node_was_full(
+    rate: float, ceiling: float, at: float, gaps: list[float]
 ) -> None:
-    state, now = Learned(rate, at, at), at
+    """Quickly back to a call below the ceiling (never past it that way),
+    slowly from there."""
+    state, now = Learned(rate, at, at, ceiling), at
     for dt in gaps:  # a call held back every ``dt`` s
         now += dt
         before = state.rate
         state = learned.grow(state, now)
-        step = max(learned.MIN_STEP_PER_S, before * learned.GROW_PER_S)
-        assert before <= state.rate <= before + step * min(dt, learned.MAX_ACCRUE_S) + 1e-9
-        assert state.grown_at == now and state.cut_at == at
+        accrued = min(dt, learned.MAX_ACCRUE_S)
+        assert state.rate >= before
+        if before < ceiling - 1:
+            fast = max(learned.MIN_FAST_STEP_PER_S, before * learned.FAST_PER_S)
+            assert state.rate <= min(before + fast * accrued, ceiling - 1) + 1e-9
+        else:
+            slow = max(learned.MIN_STEP_PER_S, before * learned.GROW_PER_S)
+            assert state.rate <= before + slow * accrued + 1e-9
+        assert state.grown_at == now and state.cut_at == at and state.ceiling == ceiling
 
 
 @dataclass

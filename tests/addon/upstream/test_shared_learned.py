@@ -96,3 +96,27 @@ async def test_while_redis_is_down_the_last_rate_heard_paces_locally(
     assert not any(isinstance(r, Ticket) for r in results)
     assert book.local.node(EID).learned_rps == pytest.approx(learned.CUT * 10, rel=0.01)
     await link.close()
+
+
+async def test_a_full_node_grows_back_quickly_to_below_the_ceiling(
+    redis_server: RedisServer,
+) -> None:
+    """Redis's script grows the rate as ``learned.grow`` does: quickly back
+    to one call below the window the cut was taken from, never past it so."""
+    link = redis_link(redis_server, timeout_ms=2000)
+    book = SharedBudgets(link, _book(), lease_s=5)
+    for _ in range(20):
+        assert isinstance(await _take(book), Ticket)
+    assert await _taught(book)  # 18 a second, the ceiling 20
+    node = book.local.node(EID)
+    assert node.learned is not None and node.learned.ceiling == 20
+    rates = []
+    for _ in range(300):  # held back again and again: the node is full
+        assert not isinstance(await _take(book), Ticket)
+        rates.append(node.learned_rps or 0.0)
+        if rates[-1] >= 19:
+            break
+        await asyncio.sleep(0.01)
+    assert rates == sorted(rates) and rates[0] >= 18 * 0.999
+    assert rates[-1] == pytest.approx(19)  # the ceiling less one call, and no further
+    await link.close()
