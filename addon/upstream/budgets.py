@@ -3,7 +3,7 @@ flight (pure state; time is passed in).
 
 A budget is the node's own limit (``registry.endpoints[].max_rps`` and
 ``max_concurrency``, e.g. a provider's published quota) or, for a node without
-one that answered 429, a **learned** rate (``addon/upstream/learned.py``: cut
+one that answered 429, a **learned** rate (``addon/upstream/learning/learned.py``: cut
 to 90 % of what the node was sent in its window when the 429 came, grown
 slowly while the node is full, so it settles near the real limit). A learned
 rate paces single calls only: a failover or a batch held back by a guess
@@ -47,8 +47,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from addon.upstream import learned
-from addon.upstream.learned import Learned
+from addon.upstream.learning import learned
+from addon.upstream.learning.learned import Learned
 from common.config import Endpoint
 
 # How long after its attempt ended a call still counts: the node's window. The

@@ -30,8 +30,8 @@ from typing import Any
 
 from addon.redislink.clock import NOW_MS as _NOW
 from addon.redislink.link import RedisLink, RedisUnavailable
-from addon.upstream import shared_learned
 from addon.upstream.budgets import CONCURRENCY_POLL_S, WINDOW_S, Budgets, Ticket
+from addon.upstream.learning import shared_learned
 
 # KEYS: the node's ended calls (their end times), its requests in flight, its
 # calls in flight. ARGV: max_rps (0: none), calls, max_concurrency (0: none),

@@ -13,7 +13,6 @@ from collections.abc import Callable
 import pytest
 
 from addon.runtime import Runtime
-from addon.upstream import learned
 from addon.upstream.budgets import (
     PROBE_CALLS,
     PROBE_REQUESTS,
@@ -22,6 +21,7 @@ from addon.upstream.budgets import (
     NodeBudget,
     Ticket,
 )
+from addon.upstream.learning import learned
 from common.config import Endpoint, parse_config
 from tests.fakes import FakeClock
 

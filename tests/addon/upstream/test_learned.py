@@ -1,4 +1,4 @@
-"""A learned rate (``addon/upstream/learned.py``): a 429 cuts it to 90 % of
+"""A learned rate (``addon/upstream/learning/learned.py``): a 429 cuts it to 90 % of
 what the node was sent, once per burst; it grows only while the node is full;
 and, against a simulated node that refuses calls beyond a limit it does not
 announce, it settles near that limit (not at 80 % of it) with hardly a 429
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.upstream import learned
 from addon.upstream.budgets import Budgets, Ticket
-from addon.upstream.learned import Learned
+from addon.upstream.learning import learned
+from addon.upstream.learning.learned import Learned
 from common.config import Endpoint
 from tests.fakes import FakeClock
 

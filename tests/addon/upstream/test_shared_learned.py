@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from addon.upstream import learned
 from addon.upstream.budgets import Budgets, Ticket
+from addon.upstream.learning import learned
 from addon.upstream.shared_budgets import SharedBudgets
 from common.config import Endpoint
 from tests.addon.helpers import redis_link

@@ -5,7 +5,7 @@ that may learn a rate (``proxy.upstream_limits.adaptive``) has its window in
 Redis, like a configured one (``shared_budgets.py``: the same keys and
 leases, a call counted from its take until a window after it ended, whoever
 sent it), and its learned rate beside it: a hash of the rate, its last cut
-and the last look at it (``addon/upstream/learned.py``'s ``Learned``, in
+and the last look at it (``addon/upstream/learning/learned.py``'s ``Learned``, in
 Redis's ms). One script per call sent takes a place, paced by the rate when
 there is one (a single call that is no failover), and grows the rate while
 the node is full; another, on a 429, cuts it from the calls in the node's
@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from addon.redislink.clock import NOW_MS as _NOW
-from addon.upstream import learned
 from addon.upstream.budgets import WINDOW_S, Budgets
-from addon.upstream.learned import Learned
+from addon.upstream.learning import learned
+from addon.upstream.learning.learned import Learned
 
 MAX_COUNTED = 1000  # calls of one request counted in the window at most (a huge batch)
 _WINDOW_MS = round(WINDOW_S * 1000)

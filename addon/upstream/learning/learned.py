@@ -26,7 +26,7 @@ So a node full at its limit ``L`` is sent ``L`` calls a second but for a
 second or so after each cut, and gets one probing 429 per
 ~``1 / (L * GROW_PER_S)`` seconds full (``1 / MIN_STEP_PER_S`` below 12 calls
 a second): about 4 per 1,000 calls it is sent.
-``addon/upstream/shared_learned.py`` runs the same rules in Lua on Redis's
+``addon/upstream/learning/shared_learned.py`` runs the same rules in Lua on Redis's
 clock, with these constants as its arguments.
 """
 
