@@ -267,8 +267,18 @@ class UpstreamPool:
         client call until its pause ends. Not a failure: it is not ejected for
         it, and its latency estimate is left alone (a fast 429 is not speed).
         Returns the pause in seconds."""
-        now = self._clock()
         self._settle(u, latency_ms)
+        return self.pause(u, retry_after, reason)
+
+    def refused(self, u: Upstream, latency_ms: float) -> None:
+        """The node said "too many requests" and a learned rate answers it
+        (``budgets.py``): the attempt ended, the node is neither failed nor
+        paused (its rate holds its excess back, the rest keeps going)."""
+        self._settle(u, latency_ms)
+
+    def pause(self, u: Upstream, retry_after: float | None, reason: str) -> float:
+        """No client call for the node until its pause ends (see ``throttled``)."""
+        now = self._clock()
         u.backoff_strikes += 1
         pause = backoff_s(u.backoff_strikes, retry_after, self.max_backoff_s)
         if now + pause > u.backoff_until:

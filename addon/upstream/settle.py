@@ -52,7 +52,21 @@ def report_failure(
     """A failed attempt: "too many requests" (a 429, a 503 with Retry-After, or
     a node's limit said in a JSON-RPC error: ``failover.CAPACITY``) pauses the
     node, and a limit teaches it a rate (with budgets kept); anything else
-    counts against its health."""
+    counts against its health. A 429 without ``Retry-After`` from a node that
+    learns a rate does not pause it: the rate, cut, holds back its excess and
+    the rest of its capacity keeps being used (a pause put its whole share on
+    the other nodes, past their limits in turn); only a 429 that taught no
+    rate (a trickle) pauses it."""
+    budgets = None if admission is None else admission.budgets
+    if (
+        budgets is not None
+        and reason == "rate-limited"
+        and retry_after is None
+        and budgets.learns(upstream.id)
+    ):
+        pool.refused(upstream, latency_ms)
+        budgets.rate_limited(upstream.id, lambda: pool.pause(upstream, None, reason))
+        return
     if admission is not None and (reason in CAPACITY or retry_after is not None):
         pool.throttled(upstream, latency_ms, retry_after, reason)
         if reason in CAPACITY:  # a limit teaches a rate; a 503 only pauses the node
