@@ -159,6 +159,10 @@ class Chain:
         self._genesis_override = genesis.lower() if genesis is not None else None
 
     @property
+    def fork_at(self) -> int | None:
+        return self._fork_at
+
+    @property
     def forked(self) -> bool:
         return self._fork_at is not None
 

@@ -223,6 +223,7 @@ class SimNode:
             "best": chain.best(),
             "finalized": chain.finalized(),
             "head": chain.head(),
+            "fork_at": chain.fork_at,  # blocks above it have the fork's hashes (None: no fork)
             "genesis": chain.genesis_hash(),
             "spec_version": chain.spec_version(chain.best()),
             "archive": chain.config.archive,

@@ -331,9 +331,22 @@ async def test_a_reorg_announces_the_new_fork_and_prunes_the_old(solo: Stack) ->
             sid = await follow(c)
             await wait_events(c, sid, "newBlock", 1)
             node.control(fork=True)
-            seen = len(events(c, sid, "newBlock"))
-            await wait_events(c, sid, "newBlock", seen + 3)
-            forked = {e["blockHash"] for e in events(c, sid, "newBlock")[seen + 1 :]}
+            fork_at = node.state()["fork_at"]
+            assert isinstance(fork_at, int)
+
+            async def fork_blocks() -> set[str]:
+                """The blocks announced above the fork point (the node knows
+                their numbers while it is on the fork)."""
+                out = set()
+                for e in events(c, sid, "newBlock"):
+                    got = node.rpc("chain_getHeader", [e["blockHash"]])["result"]
+                    if got and int(got["number"], 16) > fork_at:
+                        out.add(e["blockHash"])
+                return out
+
+            forked = await wait_until(
+                lambda: _at_least(fork_blocks(), 2), 20, "two of the fork's blocks announced"
+            )
             node.control(fork=False)  # back to the main chain: a reorg
             node.control(finality_lag=2)  # ... which is then finalized past the fork
 
@@ -368,3 +381,8 @@ async def test_call_parameters_may_be_empty_or_unprefixed(stack: Stack) -> None:
         assert outputs[0] == outputs[1]
         bad = await c.ask("chainHead_v1_call", [sid, block, "Core_version", "0xzz"])
         assert bad["error"]["code"] == -32602
+
+
+async def _at_least(blocks: Any, n: int) -> set[str] | None:
+    got = await blocks
+    return got if len(got) >= n else None
