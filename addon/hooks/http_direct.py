@@ -41,6 +41,8 @@ from addon.pipeline.runner import Runner
 
 log = logging.getLogger("chainproxy")
 
+METRIC = "chainproxy_http_direct_requests_total"  # calls read here, by network
+
 
 class HttpDirect:
     """After the pipeline: takes over the reads of the connections it answered."""
@@ -118,6 +120,7 @@ class HttpDirect:
         rpc = open_direct(request, peername[0] if peername else "unknown", reads, rt)
         if rpc is None:
             return http_reads.HAND_BACK
+        rt.metrics.count_extra(METRIC, network=rpc.network)
         pending = self.runner.run(rpc, rt)
         if pending is None:
             _answer(reads, rpc)
