@@ -75,7 +75,7 @@ class HttpDirect:
         reads = http_reads.take(
             ctx.master,
             flow,
-            self.request,
+            self.read_request,
             self.read_limits.limits,
             rt.config.proxy.max_body_bytes,
             on_busy=lambda busy: self.idle.busy(cid, busy),
@@ -106,7 +106,7 @@ class HttpDirect:
 
     # --- one request read directly -------------------------------------------------------
 
-    def request(
+    def read_request(  # not ``request``: that name is mitmproxy's hook
         self, reads: http_reads.DirectHttpReads, request: Request
     ) -> Awaitable[None] | http_reads._HandBack | None:
         rt = self.holder.runtime
