@@ -10,6 +10,7 @@ from mitmproxy import http
 
 from addon.hooks.drain import Drain
 from addon.hooks.holder import RuntimeHolder
+from addon.hooks.http_direct import HttpDirect
 from addon.hooks.idle import IdleConnections
 from addon.hooks.passthrough import SidecarPassthrough
 from addon.hooks.pipeline import RpcPipeline
@@ -49,18 +50,22 @@ def build_addons() -> list[Any]:
     limits = ReadLimits()
     rpc = RpcPipeline(holder)
     sockets = WebSocketRpc(holder, rpc, limits)
+    idle = IdleConnections(holder)
+    drain = Drain(holder, sockets)
     return [
         Settings(holder, limits, Prewarmer(holder)),  # the config → the runtime every part reads
         ReadLimitsAddon(limits),  # mitmproxy's missing read limits: patched in on load, out on done
-        IdleConnections(holder),  # a connection with no request for read_timeout_s: closed
+        idle,  # a connection with no request for read_timeout_s: closed
         ProxyTuning(),  # mitmproxy options, fast dispatch / lean mode
         HttpSession(holder),  # the pooled HTTP session (upstreams and sidecar)
         SnapshotRefresher(holder),  # background: routing snapshot from the sidecar
         ShipperAddon(holder),  # background: usage batches to the sidecar
         # before the pipeline: takes WebSocket handshakes, runs each message through it
         sockets,
-        Drain(holder, sockets),  # SIGTERM: answer what is in flight, then exit
+        drain,  # SIGTERM: answer what is in flight, then exit
         rpc,
         SidecarPassthrough(holder),  # every non-RPC path
+        # after the drain's response hook: reads a kept-alive client's next POSTs itself
+        HttpDirect(holder, rpc.runner, limits, idle, drain),
         Guard(),
     ]

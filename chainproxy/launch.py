@@ -93,6 +93,9 @@ def _inspect_options(web_port: int) -> tuple[str, list[str]]:
         # WebSocket answers and notifications through mitmproxy: mitmweb shows them
         "--set",
         "chainproxy_ws_direct=false",
+        # every HTTP request through mitmproxy too, none read directly
+        "--set",
+        "chainproxy_http_direct=false",
     ]
 
 

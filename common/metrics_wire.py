@@ -130,6 +130,7 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_cache_purged_total",
     "chainproxy_access_log_dropped_total",
     "chainproxy_ws_messages_total",
+    "chainproxy_http_direct_requests_total",
     "chainproxy_follow_operations_total",
     "chainproxy_follow_stops_total",
     "chainproxy_upstream_silent_total",

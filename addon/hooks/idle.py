@@ -73,12 +73,24 @@ class IdleConnections:
         self._sockets.discard(client.id)
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        cid = flow.client_conn.id
+        self._started(flow.client_conn.id)
+
+    def busy(self, cid: str, busy: bool) -> None:
+        """A request read by chainproxy itself (``hooks/http_direct.py``) began
+        (from its first byte: its deadline is the direct reads' own) or ended."""
+        if busy:
+            self._started(cid)
+        else:
+            self._stopped(cid)
+
+    def _started(self, cid: str) -> None:
         self._inflight[cid] = self._inflight.get(cid, 0) + 1
         self._disarm(cid)
 
     def _ended(self, flow: http.HTTPFlow) -> None:
-        cid = flow.client_conn.id
+        self._stopped(flow.client_conn.id)
+
+    def _stopped(self, cid: str) -> None:
         left = max(0, self._inflight.get(cid, 0) - 1)
         self._inflight[cid] = left
         if left == 0:

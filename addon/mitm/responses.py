@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mitmproxy import http
+from mitmproxy.net.http import http1
 
 from addon.mitm import internals as mitm_internals
 from addon.rpc.jsonrpc import Refusal, dumps, error_obj
@@ -60,3 +61,8 @@ def add_headers(response: http.Response, pairs: Iterable[tuple[str, str]]) -> No
 
 def refusal_response(r: Refusal, extra: Iterable[tuple[str, str]] = ()) -> http.Response:
     return json_response(r.status, error_obj(r.id, r.code, r.message, r.data), [*r.headers, *extra])
+
+
+def wire(response: http.Response) -> bytes:
+    """The bytes mitmproxy's HTTP/1 layer sends for ``response`` (head, body)."""
+    return bytes(http1.assemble_response(response))

@@ -45,6 +45,7 @@ log = logging.getLogger("chainproxy")
 OPTION = "chainproxy_lean"
 FAST_DISPATCH_OPTION = "chainproxy_fast_dispatch"
 DIRECT_OPTION = "chainproxy_ws_direct"
+HTTP_DIRECT_OPTION = "chainproxy_http_direct"
 
 # addon name (mitmproxy's lookup key) -> the options that put it to use; it is
 # unloaded only while each of these is at its default.
@@ -143,6 +144,15 @@ class ProxyTuning:
             "notifications to them directly (a cache hit costs a third; fast fan-out of "
             "subscriptions); false: both through mitmproxy's WebSocket layer, so that "
             "mitmweb shows them (make inspect sets it).",
+        )
+        loader.add_option(
+            HTTP_DIRECT_OPTION,
+            bool,
+            True,
+            "Read the POSTs that follow a call on a plain-text HTTP/1.1 keep-alive "
+            "connection directly and answer them through the same pipeline (a cache hit "
+            "costs a fraction of mitmproxy's path); false: every request through "
+            "mitmproxy, so that mitmweb shows them (make inspect sets it).",
         )
 
     def configure(self, updated: set[str]) -> None:

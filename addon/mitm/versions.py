@@ -65,6 +65,7 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("ws_backpressure", "WebSocket back-pressure", False),
     Mechanism("ws_direct_frames", "WebSocket direct frames", False),
     Mechanism("ws_direct_reads", "WebSocket direct reads", False),
+    Mechanism("http_direct_reads", "HTTP direct reads", False),
 )
 
 

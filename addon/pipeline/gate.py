@@ -16,7 +16,7 @@ from mitmproxy import http
 
 from addon.mitm.responses import make_headers, refusal_response
 from addon.pipeline.context import SIDECAR_PATH_KEY, Origin, Reply, RpcContext, Socket
-from addon.pipeline.paths import Preflight, SidecarRoute, classify
+from addon.pipeline.paths import Preflight, RpcRoute, SidecarRoute, classify
 from addon.pipeline.reply import finish
 from addon.pipeline.request_ids import new_request_id, request_id_of
 from addon.quota.local import client_identity
@@ -24,6 +24,18 @@ from addon.quota.quotas import Quotas
 from addon.quota.tiers import KEY_HEADER, KEY_PARAM, BadKey, Caller, take_key
 from addon.rpc.jsonrpc import POLICY_REFUSED, BadItem, Parsed, Refusal, error_obj, parse_body
 from common.config import Config
+
+
+class DirectRequest(Protocol):
+    """A POST read by chainproxy itself (``addon/mitm/http_requests.Request``)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+    def header(self, name: str) -> str | None: ...
 
 
 class GateNeeds(Protocol):
@@ -75,6 +87,40 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
     return _parse(rpc, flow.request.raw_content or b"", rt)
 
 
+def open_direct(
+    request: DirectRequest, peer: str, origin: Origin, rt: GateNeeds
+) -> RpcContext | None:
+    """``open_rpc`` for a POST read by chainproxy itself (``addon/mitm/http_reads.py``):
+    the same call, or None when it is not one (another path, a route refusal:
+    mitmproxy's path answers those)."""
+    route = classify("POST", request.path, rt.config.proxy.networks)
+    if not isinstance(route, RpcRoute):
+        return None
+    request_id = request_id_of(request.header("X-Request-Id"))
+    has_keys = rt.quotas.book.has_keys
+    caller, _ = request_caller(
+        peer,
+        request.header("X-Forwarded-For"),
+        request.header(KEY_HEADER) if has_keys else None,
+        request.path,
+        rt,
+    )
+    if isinstance(caller, Refusal):
+        rpc = RpcContext(route.network, rt.clock(), origin, request_id=request_id)
+        rpc.reply = Reply.refusal(caller)
+        return rpc
+    rpc = RpcContext(
+        route.network,
+        rt.clock(),
+        origin,
+        client=caller.client,
+        tier=caller.tier,
+        address=caller.address,
+        request_id=request_id,
+    )
+    return _parse(rpc, request.body, rt)
+
+
 def open_message(content: bytes, sock: Socket, origin: Origin, rt: GateNeeds) -> RpcContext:
     rpc = RpcContext(
         sock.network,
@@ -90,31 +136,46 @@ def open_message(content: bytes, sock: Socket, origin: Origin, rt: GateNeeds) ->
 
 
 def flow_caller(flow: http.HTTPFlow, rt: GateNeeds) -> Caller | Refusal:
+    """Whom a request is charged to (``request_caller``). The API key is taken
+    off the request here, so it is never logged, shown in mitmweb or passed on."""
+    request = flow.request
+    peer = flow.client_conn.peername[0] if flow.client_conn.peername else "unknown"
+    has_keys = rt.quotas.book.has_keys
+    caller, path = request_caller(
+        peer,
+        request.headers.get("X-Forwarded-For"),
+        request.headers.get(KEY_HEADER) if has_keys else None,
+        request.path,
+        rt,
+    )
+    if path is not None:
+        request.path = path
+        if has_keys:
+            request.headers.pop(KEY_HEADER, None)
+    return caller
+
+
+def request_caller(
+    peer: str, forwarded: str | None, key_header: str | None, path: str, rt: GateNeeds
+) -> tuple[Caller | Refusal, str | None]:
     """Whom a request is charged to: its address (or the one a trusted proxy in
     front of us names in ``X-Forwarded-For``) and its tier, by address or API
-    key. The key is taken off the request here, so it is never logged, shown in
-    mitmweb or passed on."""
+    key; and its path with the key taken off (None: no key looked for)."""
     p = rt.config.proxy
-    peer = flow.client_conn.peername[0] if flow.client_conn.peername else "unknown"
     address = client_identity(
-        peer,
-        flow.request.headers.get("X-Forwarded-For"),
-        p.trusted_proxies,
-        ipv6_prefix=p.rate_limit.ipv6_prefix,
+        peer, forwarded, p.trusted_proxies, ipv6_prefix=p.rate_limit.ipv6_prefix
     )
-    request = flow.request
     book = rt.quotas.book
     key = None
+    new_path = None
     if book.has_keys:
-        header = request.headers.get(KEY_HEADER)
-        if header is not None or KEY_PARAM in request.path:
-            key, request.path = take_key(request.path, header)
-            request.headers.pop(KEY_HEADER, None)
-    elif b"api_key" in request.data.path:
+        if key_header is not None or KEY_PARAM in path:
+            key, new_path = take_key(path, key_header)
+    elif "api_key" in path:
         # no keyed tiers: a key means nothing here, but it is still not kept
-        _, request.path = take_key(request.path, None)
+        _, new_path = take_key(path, None)
     if not book:
-        return Caller(address, None, address)  # most requests: no key, no tiers
+        return Caller(address, None, address), new_path  # most requests: no key, no tiers
     caller = book.caller(address, key)
     if isinstance(caller, BadKey):
         return Refusal(
@@ -126,8 +187,8 @@ def flow_caller(flow: http.HTTPFlow, rt: GateNeeds) -> Caller | Refusal:
                 "reason": "this API key matches no tier: check it, or send none for the "
                 "keyless quota",
             },
-        )
-    return Caller(caller.client, caller.tier, address)
+        ), new_path
+    return Caller(caller.client, caller.tier, address), new_path
 
 
 def _parse(rpc: RpcContext, body: bytes, rt: GateNeeds) -> RpcContext:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mitmproxy import http
 
-from addon.mitm.responses import add_headers, json_response
+from addon.mitm.responses import add_headers, json_response, wire
 from addon.pipeline.context import META_KEY, RpcContext
 from addon.rpc.jsonrpc import INTERNAL_ERROR, dumps, error_obj
 
@@ -27,6 +27,18 @@ def deliver(flow: http.HTTPFlow, rpc: RpcContext, now: float) -> None:
         return
     response = json_response(reply.status, reply.doc, reply.headers)
     finish(flow, response, rpc, now=now, outcome=reply.outcome)
+
+
+def http_answer(rpc: RpcContext) -> bytes | None:
+    """The bytes of the HTTP response ``deliver`` gives mitmproxy for this
+    call, as mitmproxy would send them (the direct HTTP reads write them);
+    None when the client went away."""
+    reply = rpc.reply
+    if reply is None:
+        return None
+    response = json_response(reply.status, reply.doc, reply.headers)
+    _contract_headers(response, rpc)
+    return wire(response)
 
 
 def message_body(rpc: RpcContext) -> bytes:
@@ -43,10 +55,8 @@ def finish(
     outcome: str,
 ) -> None:
     """Answer the flow and annotate it for mitmweb (metadata, comment, marked)."""
-    if rpc is not None and rpc.rate is not None:
-        add_headers(response, rpc.rate.headers())
-    if rpc is not None and rpc.request_id:
-        response.headers["X-Request-Id"] = rpc.request_id
+    if rpc is not None:
+        _contract_headers(response, rpc)
     flow.response = response
     if rpc is None:
         return
@@ -73,6 +83,14 @@ def finish(
         flow.marked = ":no_entry:" if outcome == "refused" else ":x:"
     elif rpc.failover:
         flow.marked = ":repeat:"
+
+
+def _contract_headers(response: http.Response, rpc: RpcContext) -> None:
+    """The quota's headers and the request id, on every answer to a call."""
+    if rpc.rate is not None:
+        add_headers(response, rpc.rate.headers())
+    if rpc.request_id:
+        response.headers["X-Request-Id"] = rpc.request_id
 
 
 def _comment(

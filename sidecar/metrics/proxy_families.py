@@ -48,6 +48,9 @@ _EXTRA_HELP = {
     " and outcome (fetched, used by a client, wasted: no client came, skipped)",
     "chainproxy_ws_messages_total": "WebSocket client messages, by who read them (direct: "
     "chainproxy itself; mitmproxy: its WebSocket layer), counted when the socket ends",
+    "chainproxy_http_direct_requests_total": "HTTP calls read and answered by chainproxy itself"
+    " on a kept-alive connection (chainproxy_http_direct), by network; the rest went through"
+    " mitmproxy's HTTP layer",
     "chainproxy_pin_fallbacks_total": "Reads the proxy pinned to a head no node knew"
     " (reorged away, not imported yet), sent again unpinned, by network",
     "chainproxy_follow_operations_total": "chainHead_v1 operations (body, call, storage) by"

@@ -17,9 +17,14 @@ DISPATCH_MODES: dict[str, tuple[str, ...]] = {
     "default": (),
     # info logging on, for the test that lean mode really unloaded the built-ins
     "lean": ("chainproxy_lean=true", "termlog_verbosity=info"),
-    # mitmproxy's own ways: its event dispatch, and every WebSocket message
-    # through its WebSocket layer both ways (no direct reads nor writes)
-    "mitmproxy-dispatch": ("chainproxy_fast_dispatch=false", "chainproxy_ws_direct=false"),
+    # mitmproxy's own ways: its event dispatch, every WebSocket message through
+    # its WebSocket layer both ways (no direct reads nor writes), every HTTP
+    # request through its HTTP layer (no direct reads)
+    "mitmproxy-dispatch": (
+        "chainproxy_fast_dispatch=false",
+        "chainproxy_ws_direct=false",
+        "chainproxy_http_direct=false",
+    ),
 }
 
 
