@@ -55,6 +55,8 @@ RUNS = ("light only", "units", "counting", LANE)
 # a diagnostic: the units run with the nodes' byte time off, so what is left of
 # the light tail is the proxy's own work on the heavy answers
 FAST = "units, nodes not slowed per MiB"
+# with --before: the units run and the diagnostic on the other checkout's proxy
+BEFORE, FAST_BEFORE = "units, before", "units, nodes not slowed per MiB, before"
 GOAL_P99 = 1.5  # light p99 with units at most this times the light-only p99
 
 
@@ -119,8 +121,9 @@ def _clients(url: str, run: int, tag: int, seconds: float, heavy: bool) -> Tally
 
 
 class HeavyNeighbours:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, before: Path | None = None) -> None:
         self.ctx = ctx
+        self.before = before  # another checkout: its units proxy measured beside
         self.nodes: list[Node] = []
         self.targets: dict[str, str] = {}
 
@@ -149,6 +152,12 @@ class HeavyNeighbours:
         )
         for (name, _), (_, url) in zip(variants, started, strict=True):
             self.targets[name] = url
+        if self.before is not None:
+            cfg = self._variant(units_cfg, "hn-before")
+            _, url = st.start_chainproxy(
+                "hn-before", cfg, sidecar, cpus=ctx.proxy_cpus, tree=self.before
+            )
+            self.targets[BEFORE] = self.targets[FAST_BEFORE] = url
         ctx.wait_routes(sidecar, 3)
 
     def _variant(self, base: Path, name: str, **proxy: Any) -> Path:
@@ -170,16 +179,18 @@ class HeavyNeighbours:
         p = self.ctx.p
         reps, seconds = (1, 1.0) if p.smoke else (1, 12.0) if p.stats_quick else (2, 25.0)
         print(f"\n[13] heavy neighbours: {reps} x {seconds:.0f} s per run", flush=True)
-        names = (*RUNS, FAST)
+        turns = (*RUNS, BEFORE) if self.before else RUNS
+        fast = (FAST, FAST_BEFORE) if self.before else (FAST,)
+        names = (*turns, *fast)
         tallies: dict[str, list[Tally]] = {k: [] for k in names}
         upstream = dict.fromkeys(names, 0)
         tag = 0
         for r in range(reps):
-            k = r % len(RUNS)
-            for name in [*RUNS[k:], *RUNS[:k], *([FAST] if r == 0 else [])]:
+            k = r % len(turns)
+            for name in [*turns[k:], *turns[:k], *(fast if r == 0 else ())]:
                 tag += 1
                 target = self.targets.get(name, self.targets["units"])
-                if name == FAST:
+                if name in fast:
                     self._slow(0.0)
                 before = self._bytes()
                 t = _clients(target + "/rpc/v1/finney", tag, tag, seconds, name != "light only")
@@ -212,6 +223,7 @@ class HeavyNeighbours:
             )
 
         base = runs["light only"]
+        base_p99 = base["light_p99_ms"]
         for k, ratio in (
             ("units", "units_p99_ratio"),
             ("counting", "counting_p99_ratio"),
@@ -223,6 +235,13 @@ class HeavyNeighbours:
                 " MiB/min",
                 f"{k}: " + light(runs[k]) + "; " + heavy(runs[k]),
                 f2(v[ratio]),
+            )
+        for k in (BEFORE, FAST_BEFORE) if BEFORE in runs else ():
+            r.row(
+                f"13. before (--before checkout): {k}, light p99",
+                f"light only p99 {f0(base['light_p99_ms'])} ms",
+                light(runs[k]) + "; " + heavy(runs[k]),
+                f2(runs[k]["light_p99_ms"] / base["light_p99_ms"]),
             )
         fast = runs[FAST]
         r.row(
@@ -250,4 +269,13 @@ class HeavyNeighbours:
             + ("n/a" if added is None else f"{added:+.1%}")
             + " to a hit's addon CPU (goal <= 5 %): "
             + ("n/a" if added is None else "met" if added <= 0.05 else "NOT met")
+            + (
+                ". Before (--before, same run): units"
+                f" {f2(runs[BEFORE]['light_p99_ms'] / base_p99)}x,"
+                f" nodes not slowed {f2(runs[FAST_BEFORE]['light_p99_ms'] / base_p99)}x"
+                f" (after: {f2(v['units_p99_ratio'])}x,"
+                f" {f2(runs[FAST]['light_p99_ms'] / base_p99)}x)"
+                if BEFORE in runs
+                else ""
+            )
         )

@@ -165,7 +165,11 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
         # simulated nodes with fast blocks, four proxies of its own
         ("11", "simulated nodes, sidecar, chainproxy on/off, bare mitmdump", UpstreamCalls),
         # simulated nodes slow per MiB, light and heavy clients, two proxies
-        ("13", "byte-slow simulated nodes, sidecar, chainproxy units/counting", HeavyNeighbours),
+        (
+            "13",
+            "byte-slow simulated nodes, sidecar, chainproxy units/counting",
+            partial(HeavyNeighbours, before=before),
+        ),
         # rate-limiting simulated nodes, four proxies (upstream_limits off/on)
         ("14", "rate-limiting simulated nodes, sidecar, chainproxy before/after", UpstreamLimits),
         # issue 25: a validator fleet with pre-warm on/off; the cross-check's cost
@@ -234,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
         "--before",
         type=Path,
         help="another checkout of the project (e.g. `git archive <commit> | tar -x -C DIR`):"
-        " its addon is measured too, as 'chainproxy before', in scenarios 1-3, 15 and 21",
+        " its addon is measured too, as 'chainproxy before', in scenarios 1-3, 13, 15 and 21",
     )
     return ap
 
