@@ -18,7 +18,10 @@ beside ``HEAVY`` heavy clients (``HEAVY_WORKERS`` calls in flight each:
 ``get_all_metagraphs`` with params of their own, so never a cache hit, and
 ``state_getKeysPaged(prefix, 1000)``), as fast as answered, sleeping
 ``Retry-After`` on a 429. Each client has its own 127.0.x.y address, so its own
-quota. Upstream bytes are the nodes' own ``bytes_out`` counters. The runs
+quota. The light clients run in one process and the heavy ones in another
+(``bench/neighbour_clients.py``), on the runner's core with the nodes: the
+proxies' core is theirs alone. Upstream bytes are the nodes' own
+``bytes_out`` counters. The runs
 alternate, order rotated each repetition; p50/p99 are over the light calls of
 every repetition together. Plus the unit costs' own CPU on the hit path
 (``bench/bench_addon.py --costs``).
@@ -26,25 +29,22 @@ every repetition together. Plus the unit costs' own CPU on the hit path
 
 from __future__ import annotations
 
-import asyncio
-import itertools
+import subprocess
+import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import yaml
 
 from bench.context import Context
+from bench.neighbour_clients import HEAVY, LIGHT, Tally, merge
 from bench.report import f0, f2
 from bench.results import json_results
 from bench.scripts import run_script, size_args
 from bench.stack import Node
 from chainproxy.supervisor import wait_http
 
-LIGHT, HEAVY, HEAVY_WORKERS = 20, 5, 3
-LIGHT_PERIOD_S = 1.0
 PER_MIB_MS, BYTE_SLOTS = 200.0, 2
 QUOTA = {"requests": 100, "window_s": 10}
 # the units proxy with a heavy lane: at most one read priced by its bytes in
@@ -55,23 +55,9 @@ RUNS = ("light only", "units", "counting", LANE)
 # a diagnostic: the units run with the nodes' byte time off, so what is left of
 # the light tail is the proxy's own work on the heavy answers
 FAST = "units, nodes not slowed per MiB"
-METAGRAPHS = "SubnetInfoRuntimeApi_get_all_metagraphs"
-STORAGE = "0x658faa385070e074c85bf6b568cf0555"
-KEYS = "0x26aa394eea5630e07c48ae0c9558cef7"
+# with --before: the units run and the diagnostic on the other checkout's proxy
+BEFORE, FAST_BEFORE = "units, before", "units, nodes not slowed per MiB, before"
 GOAL_P99 = 1.5  # light p99 with units at most this times the light-only p99
-
-
-@dataclass
-class Tally:
-    """What the clients of one run saw."""
-
-    light: list[float] = field(default_factory=list)  # seconds, each light call answered
-    light_errors: int = 0
-    heavy_ok: int = 0
-    heavy_429: int = 0
-    heavy_errors: int = 0
-    heavy_503: int = 0  # shed: upstream_capacity, the client waits its Retry-After
-    heavy_hedged: int = 0  # heavy answers a second node raced for (X-Chainproxy-Hedged)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -111,112 +97,33 @@ def verdict(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def storage_key(client: int, round_: int, k: int, tag: int) -> str:
-    """A light client's own storage key of one round (never a cache hit)."""
-    return f"{STORAGE}{tag:02x}{client:04x}{round_:08x}{k:02x}"
-
-
-def heavy_call(client: int, i: int, tag: int) -> dict[str, Any]:
-    """The heavy client's i-th call: params of its own, so never a cache hit."""
-    own = f"{tag:02x}{client:02x}{i:08x}"
-    if i % 2 == 0:
-        return {"method": "state_call", "params": [METAGRAPHS, "0x" + own]}
-    return {"method": "state_getKeysPaged", "params": [KEYS + own, 1000]}
-
-
-def client_ips(run: int) -> tuple[list[str], list[str]]:
-    """Light and heavy clients' source addresses for run ``run`` (fresh quotas)."""
-    third = 60 + run
-    return (
-        [f"127.0.{third}.{i + 2}" for i in range(LIGHT)],
-        [f"127.0.{third}.{i + 100}" for i in range(HEAVY)],
-    )
-
-
-def _session(ip: str) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(local_addr=(ip, 0)),
-        timeout=aiohttp.ClientTimeout(total=30),
-    )
-
-
-async def _light(url: str, ip: str, idx: int, tag: int, stop_at: float, t: Tally) -> None:
-    async with _session(ip) as s:
-        await asyncio.sleep(idx * LIGHT_PERIOD_S / LIGHT)  # spread over the period
-        slot = time.monotonic()
-        for n in itertools.count():
-            if time.monotonic() >= stop_at:
-                return
-            calls = [("chain_getHeader", [])] + [
-                ("state_getStorage", [storage_key(idx, n, k, tag)]) for k in range(3)
-            ]
-            for i, (method, params) in enumerate(calls):
-                doc = {"jsonrpc": "2.0", "id": i, "method": method, "params": params}
-                t0 = time.perf_counter()
-                try:
-                    async with s.post(url, json=doc) as r:
-                        body = await r.json(content_type=None)
-                    t.light.append(time.perf_counter() - t0)
-                    if r.status != 200 or "result" not in body:
-                        t.light_errors += 1
-                except (aiohttp.ClientError, TimeoutError, ValueError):
-                    t.light_errors += 1
-            slot += LIGHT_PERIOD_S
-            now = time.monotonic()
-            if slot < now:  # late: skip the missed slots, keep the phase
-                slot += LIGHT_PERIOD_S * (int((now - slot) / LIGHT_PERIOD_S) + 1)
-            await asyncio.sleep(slot - now)
-
-
-async def _heavy(url: str, ip: str, idx: int, tag: int, stop_at: float, t: Tally) -> None:
-    counter = itertools.count()
-    async with _session(ip) as s:
-
-        async def worker() -> None:
-            while time.monotonic() < stop_at:
-                i = next(counter)
-                doc = {"jsonrpc": "2.0", "id": i, **heavy_call(idx, i, tag)}
-                try:
-                    async with s.post(url, json=doc) as r:
-                        raw = await r.read()
-                        retry = r.headers.get("Retry-After")
-                        t.heavy_hedged += r.headers.get("X-Chainproxy-Hedged") == "1"
-                except (aiohttp.ClientError, TimeoutError):
-                    t.heavy_errors += 1
-                    continue
-                if r.status in (429, 503):
-                    if r.status == 429:
-                        t.heavy_429 += 1
-                    else:
-                        t.heavy_503 += 1
-                    wait = float(retry) if retry else 1.0
-                    await asyncio.sleep(max(0.0, min(wait, stop_at - time.monotonic())))
-                elif r.status == 200 and b'"result"' in raw[:200]:
-                    t.heavy_ok += 1
-                else:
-                    t.heavy_errors += 1
-
-        await asyncio.gather(*(worker() for _ in range(HEAVY_WORKERS)))
-
-
-async def _clients(url: str, run: int, tag: int, seconds: float, heavy: bool) -> Tally:
-    t = Tally()
-    stop_at = time.monotonic() + seconds
-    light_ips, heavy_ips = client_ips(run)
-    tasks = [_light(url, ip, i, tag, stop_at, t) for i, ip in enumerate(light_ips)]
-    if heavy:
-        tasks += [_heavy(url, ip, i, tag, stop_at, t) for i, ip in enumerate(heavy_ips)]
-    pending = [asyncio.ensure_future(c) for c in tasks]
-    _, late = await asyncio.wait(pending, timeout=seconds + 10)
-    for task in late:  # calls still in flight long after the end: not counted
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
-    return t
+def _clients(url: str, run: int, tag: int, seconds: float, heavy: bool) -> Tally:
+    """The light clients in one process and the heavy ones in another (on the
+    runner's core, never the proxies'), side by side: their tallies merged."""
+    roles = ("light", "heavy") if heavy else ("light",)
+    script = str(Path(__file__).resolve().parent / "neighbour_clients.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, role, url, str(run), str(tag), str(seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for role in roles
+    ]
+    tallies = []
+    for p in procs:
+        out, _ = p.communicate(timeout=seconds + 60)
+        got = json_results(out)
+        if p.returncode != 0 or got is None:
+            raise RuntimeError(f"neighbour_clients.py exited {p.returncode}")
+        tallies.append(Tally(**got))
+    return merge(tallies)
 
 
 class HeavyNeighbours:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, before: Path | None = None) -> None:
         self.ctx = ctx
+        self.before = before  # another checkout: its units proxy measured beside
         self.nodes: list[Node] = []
         self.targets: dict[str, str] = {}
 
@@ -245,6 +152,12 @@ class HeavyNeighbours:
         )
         for (name, _), (_, url) in zip(variants, started, strict=True):
             self.targets[name] = url
+        if self.before is not None:
+            cfg = self._variant(units_cfg, "hn-before")
+            _, url = st.start_chainproxy(
+                "hn-before", cfg, sidecar, cpus=ctx.proxy_cpus, tree=self.before
+            )
+            self.targets[BEFORE] = self.targets[FAST_BEFORE] = url
         ctx.wait_routes(sidecar, 3)
 
     def _variant(self, base: Path, name: str, **proxy: Any) -> Path:
@@ -266,21 +179,21 @@ class HeavyNeighbours:
         p = self.ctx.p
         reps, seconds = (1, 1.0) if p.smoke else (1, 12.0) if p.stats_quick else (2, 25.0)
         print(f"\n[13] heavy neighbours: {reps} x {seconds:.0f} s per run", flush=True)
-        names = (*RUNS, FAST)
+        turns = (*RUNS, BEFORE) if self.before else RUNS
+        fast = (FAST, FAST_BEFORE) if self.before else (FAST,)
+        names = (*turns, *fast)
         tallies: dict[str, list[Tally]] = {k: [] for k in names}
         upstream = dict.fromkeys(names, 0)
         tag = 0
         for r in range(reps):
-            k = r % len(RUNS)
-            for name in [*RUNS[k:], *RUNS[:k], *([FAST] if r == 0 else [])]:
+            k = r % len(turns)
+            for name in [*turns[k:], *turns[:k], *(fast if r == 0 else ())]:
                 tag += 1
                 target = self.targets.get(name, self.targets["units"])
-                if name == FAST:
+                if name in fast:
                     self._slow(0.0)
                 before = self._bytes()
-                t = asyncio.run(
-                    _clients(target + "/rpc/v1/finney", tag, tag, seconds, name != "light only")
-                )
+                t = _clients(target + "/rpc/v1/finney", tag, tag, seconds, name != "light only")
                 upstream[name] += self._bytes() - before
                 tallies[name].append(t)
                 self._slow(PER_MIB_MS)
@@ -310,6 +223,7 @@ class HeavyNeighbours:
             )
 
         base = runs["light only"]
+        base_p99 = base["light_p99_ms"]
         for k, ratio in (
             ("units", "units_p99_ratio"),
             ("counting", "counting_p99_ratio"),
@@ -321,6 +235,13 @@ class HeavyNeighbours:
                 " MiB/min",
                 f"{k}: " + light(runs[k]) + "; " + heavy(runs[k]),
                 f2(v[ratio]),
+            )
+        for k in (BEFORE, FAST_BEFORE) if BEFORE in runs else ():
+            r.row(
+                f"13. before (--before checkout): {k}, light p99",
+                f"light only p99 {f0(base['light_p99_ms'])} ms",
+                light(runs[k]) + "; " + heavy(runs[k]),
+                f2(runs[k]["light_p99_ms"] / base["light_p99_ms"]),
             )
         fast = runs[FAST]
         r.row(
@@ -348,4 +269,13 @@ class HeavyNeighbours:
             + ("n/a" if added is None else f"{added:+.1%}")
             + " to a hit's addon CPU (goal <= 5 %): "
             + ("n/a" if added is None else "met" if added <= 0.05 else "NOT met")
+            + (
+                ". Before (--before, same run): units"
+                f" {f2(runs[BEFORE]['light_p99_ms'] / base_p99)}x,"
+                f" nodes not slowed {f2(runs[FAST_BEFORE]['light_p99_ms'] / base_p99)}x"
+                f" (after: {f2(v['units_p99_ratio'])}x,"
+                f" {f2(runs[FAST]['light_p99_ms'] / base_p99)}x)"
+                if BEFORE in runs
+                else ""
+            )
         )

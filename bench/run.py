@@ -23,7 +23,9 @@ miss, beside scenario 1's coalesced identical call; scenario 17
 on and off; scenario 18 (``bench/cross_check_cost.py``) the cross-check's extra
 upstream calls; scenarios 19 and 20 (``bench/new_spec_scenarios.py``) the new
 spec chainproxy serves: ``chainHead_v1_follow`` fan-out beside legacy heads,
-one ``chainHead_v1_storage`` of 100 keys against 100 ``state_getStorage``.
+one ``chainHead_v1_storage`` of 100 keys against 100 ``state_getStorage``;
+scenario 21 (``bench/big_answers.py``) small cached reads' p99 while heavy
+clients pull ~1 MiB answers (with ``--before``, the other checkout too).
 Drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a
 machine with two or more cores every proxy under test is pinned to core 1 and
 everything else (load generator, upstreams, sidecar, this runner) to core 0, so
@@ -63,6 +65,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import scripts
+from bench.big_answers import WALL_S as BIG_WALL_S
+from bench.big_answers import BigAnswers
 from bench.context import CPUS, FULL, QUICK, SMOKE, Context
 from bench.cross_check_cost import WALL_S as CROSS_CHECK_WALL_S
 from bench.cross_check_cost import CrossCheckCost
@@ -161,12 +165,22 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
         # simulated nodes with fast blocks, four proxies of its own
         ("11", "simulated nodes, sidecar, chainproxy on/off, bare mitmdump", UpstreamCalls),
         # simulated nodes slow per MiB, light and heavy clients, two proxies
-        ("13", "byte-slow simulated nodes, sidecar, chainproxy units/counting", HeavyNeighbours),
+        (
+            "13",
+            "byte-slow simulated nodes, sidecar, chainproxy units/counting",
+            partial(HeavyNeighbours, before=before),
+        ),
         # rate-limiting simulated nodes, four proxies (upstream_limits off/on)
         ("14", "rate-limiting simulated nodes, sidecar, chainproxy before/after", UpstreamLimits),
         # issue 25: a validator fleet with pre-warm on/off; the cross-check's cost
         ("17", "simulated nodes with fast blocks, sidecar, pre-warm on/off", ValidatorFleet),
         ("18", "simulated nodes, sidecar, cross-check on/off", CrossCheckCost),
+        # big answers beside small ones (and the --before checkout's proxy beside it)
+        (
+            "21",
+            "simulated nodes, sidecar, chainproxy (and before)",
+            partial(BigAnswers, before=before),
+        ),
     ]
     for k, what, scenario in own:
         if k in only:
@@ -217,14 +231,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--only",
         default="",
-        help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,addon",
+        help="comma-separated scenarios: 1,2,...,21,addon",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(
         "--before",
         type=Path,
         help="another checkout of the project (e.g. `git archive <commit> | tar -x -C DIR`):"
-        " its addon is measured too, as 'chainproxy before', in scenarios 1-3 and 15",
+        " its addon is measured too, as 'chainproxy before', in scenarios 1-3, 13, 15 and 21",
     )
     return ap
 
@@ -254,8 +268,9 @@ def main() -> int:
             ("18", CROSS_CHECK_WALL_S),
             ("19", FOLLOW_WALL_S),
             ("20", STORAGE_WALL_S),
+            ("21", BIG_WALL_S),
         ):
-            # with --before scenario 15 runs half as many targets again
+            # with --before scenarios 15 and 21 run more targets
             extra += wall[not args.quick] * (1.5 if args.before else 1) if k in only else 0.0
     signal.alarm(int(p.wall_limit_s + extra + (60 if parallel else 0)))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -14,6 +14,11 @@ library's in a few corners, so those go to the standard library:
 
 ``loads`` is strict either way: no NaN/Infinity, no number that overflows to
 infinity, so whatever is parsed can be written back as valid JSON.
+
+``RawJson`` is a value kept as the JSON text it came in (a node's large
+result, a large cache entry): ``dumps`` writes its text verbatim (orjson's
+``Fragment``: a copy, no encoding), ``thaw`` parses it where a value is
+needed. It compares equal to the value it stands for.
 """
 
 from __future__ import annotations
@@ -23,6 +28,53 @@ import math
 from typing import Any
 
 import orjson
+
+
+class RawJson:
+    """A JSON value as its text, spliced verbatim by ``dumps``. Whoever makes
+    one vouches that ``text`` is one valid JSON value (``addon/rpc/splice.py``
+    scans for it; the cache wrote it with ``dumps``)."""
+
+    __slots__ = ("fragment", "text")
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+        self.fragment = orjson.Fragment(text)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is RawJson:
+            # the texts a scanner accepts are canonical (a string without
+            # escapes): the same text is the same value; otherwise parse both
+            return self.text == other.text or loads(self.text) == loads(other.text)
+        return bool(loads(self.text) == other)
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a value: never a key
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def __repr__(self) -> str:
+        return f"RawJson({self.text[:40]!r}…, {len(self.text)} bytes)"
+
+
+def thaw(value: Any) -> Any:
+    """``value``, with a ``RawJson`` (at the top, or inside lists and dicts)
+    parsed into what it stands for."""
+    kind = type(value)
+    if kind is RawJson:
+        return loads(value.text)
+    if kind is dict:
+        return {k: thaw(v) for k, v in value.items()}
+    if kind is list:
+        return [thaw(v) for v in value]
+    return value
+
+
+def _fragment(value: Any) -> Any:
+    """orjson's ``default``: a ``RawJson`` goes out as its text."""
+    if type(value) is RawJson:
+        return value.fragment
+    raise TypeError(type(value).__name__)
 
 
 def _reject_constant(name: str) -> Any:
@@ -80,13 +132,15 @@ def loads(body: bytes | str) -> Any:
 def dumps(doc: Any) -> bytes:
     """Compact JSON (non-ASCII as UTF-8, which is valid JSON either way)."""
     try:
-        return orjson.dumps(doc)
+        return orjson.dumps(doc, default=_fragment)
     except TypeError:  # JSONEncodeError: big ints, lone surrogates, int keys
-        return _ENCODER.encode(doc).encode()
+        return _ENCODER.encode(thaw(doc)).encode()
 
 
 def dumps_text(doc: Any) -> str:
+    if type(doc) is RawJson:  # a cache entry kept as the node wrote it
+        return doc.text.decode()
     try:
-        return orjson.dumps(doc).decode()
+        return orjson.dumps(doc, default=_fragment).decode()
     except TypeError:
-        return _ENCODER.encode(doc)
+        return _ENCODER.encode(thaw(doc))

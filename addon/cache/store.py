@@ -27,6 +27,9 @@ transaction (one commit: ~30 instead of ~55 µs of CPU a write, and the
 commit's I/O no longer between the node's answer and the client's). A read of
 a key still pending is answered from memory; without a running loop (a tool,
 a test) a write goes to disk at once.
+
+Large entries are written by a thread and read back unparsed
+(``addon/cache/large.py``).
 """
 
 from __future__ import annotations
@@ -36,12 +39,14 @@ import logging
 import sqlite3
 import time
 from collections import OrderedDict
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
 import diskcache
 
-from common.jsontext import dumps_text, loads
+from addon.cache.large import BIG_WRITE_BYTES, Entry, LargeWrites, value_of, write
+from common.jsontext import dumps_text
 from common.outage import Outage
 
 log = logging.getLogger("chainproxy.cache")
@@ -92,6 +97,7 @@ class DiskCacheStore:
         self._purges_due = 0.0
         self._pending: dict[str, tuple[str, str | None]] = {}  # written after this loop turn
         self._flush_armed = False
+        self._large = LargeWrites()  # large entries, written by a thread
         try:
             self._cache = self._open()
         except Exception as e:
@@ -204,10 +210,10 @@ class DiskCacheStore:
         memo = self._memo.get(key)
         if memo is not None:
             self._memo.move_to_end(key)
-            return loads(memo[0])  # a fresh object per caller, like a disk read
-        pending = self._pending.get(key)
+            return value_of(memo[0])  # a fresh object per caller, like a disk read
+        pending = self._pending.get(key) or self._large.writing.get(key)
         if pending is not None:  # larger than the front keeps, not on disk yet
-            return loads(pending[0])
+            return value_of(pending[0])
         try:
             raw, filler = cache.get(key, default=_MISSING, tag=True)
         except Exception as e:  # corrupt db, disk error, lock timeout
@@ -218,7 +224,7 @@ class DiskCacheStore:
         if self._outage.failing:
             self._worked()
         try:
-            value = loads(raw)
+            value = value_of(raw)
         except (TypeError, ValueError) as e:
             self._failed("decode", e)
             return None
@@ -244,27 +250,44 @@ class DiskCacheStore:
         loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """The writes made since the last flush, in one transaction."""
+        """The writes made since the last flush, in one transaction; the large
+        ones by the writer thread when a loop runs."""
         self._flush_armed = False
         pending, self._pending = self._pending, {}
         cache = self._cache
         if not pending or cache is None:
             return
-        try:
-            if len(pending) == 1:
-                ((key, (text, filler)),) = pending.items()
-                cache.set(key, text, tag=filler)
-            else:
-                with cache.transact():
-                    for key, (text, filler) in pending.items():
-                        cache.set(key, text, tag=filler)
-        except Exception as e:  # full disk, lock timeout, removed directory
-            self._failed("write", e)
-            for key in pending:  # not on disk: not answered from memory either
-                self._forget_key(key)
+        big = {k: v for k, v in pending.items() if len(v[0]) >= BIG_WRITE_BYTES}
+        if big and self._large.start(cache, big, self._written):
+            pending = {k: v for k, v in pending.items() if k not in big}
+        if not pending:
             return
-        if self._outage.failing:
+        try:
+            write(cache, pending.items())
+        except Exception as e:  # full disk, lock timeout, removed directory
+            self._wrote(pending, e)
+            return
+        self._wrote(pending, None)
+
+    async def settled(self) -> None:
+        """Until the large writes in flight in the writer thread are on disk."""
+        await self._large.settled()
+
+    def _wrote(self, items: dict[str, Entry], error: BaseException | None) -> None:
+        if error is not None:
+            self._failed("write", error)
+            for key in items:  # not on disk: not answered from memory either
+                self._forget_key(key)
+        elif self._outage.failing:
             self._worked()
+
+    def _written(
+        self, big: dict[str, Entry], error: BaseException | None, dropped: Collection[str]
+    ) -> None:
+        """(On the loop.) The thread's writes ended; those deleted meanwhile go again."""
+        self._wrote(big, error)
+        for key in dropped:
+            self.delete(key)
 
     def _forget_key(self, key: str) -> None:
         old = self._memo.pop(key, None)
@@ -275,6 +298,7 @@ class DiskCacheStore:
         """Forget an entry (an answer a cross-check found wrong)."""
         self._forget_key(key)
         self._pending.pop(key, None)
+        self._large.drop(key)  # the thread may write it after the delete below
         cache = self._cache
         if cache is None:
             return
@@ -289,6 +313,7 @@ class DiskCacheStore:
         so the machine's other processes drop their memory fronts too. The
         entries the disk held (or, without a disk, the memory)."""
         self.flush()  # writes still pending go to disk first, tagged: evicted below
+        await self.settled()
         in_memory = self._forget_memo(filler)
         cache = self._cache
         if cache is None:
@@ -306,6 +331,7 @@ class DiskCacheStore:
         if self._cache is None:
             return
         self.flush()
+        self._large.close()  # the large writes in flight end first
         try:
             self._cache.close()
         except Exception as e:

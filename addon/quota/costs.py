@@ -37,6 +37,7 @@ from typing import Any
 from addon.rpc.jsonrpc import Call
 from addon.rpc.sub_methods import UNSUBSCRIBE
 from common.config.model import CostConfig
+from common.jsontext import RawJson
 
 # A descendants storage item of the new spec (``archive_v1_storage``,
 # ``chainHead_v1_storage``) is read a page of this many keys at a time
@@ -138,6 +139,8 @@ def answer_bytes(value: Any) -> int:
     answers that matter are long hex strings or lists of them."""
     if isinstance(value, str):
         return len(value) + 2
+    if isinstance(value, RawJson):
+        return len(value)
     if isinstance(value, list):
         return 2 + sum(answer_bytes(v) + 1 for v in value)
     if isinstance(value, dict):

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from addon.chain.header_hash import is_other_genesis
 from addon.rpc.jsonrpc import Call, loads
+from addon.rpc.splice import RAW_MIN_BYTES, scan_answer
 
 Verdict = Literal["ok", "soft", "hard"]
 
@@ -118,6 +119,13 @@ def judge_answer(call: Call, answer: dict[str, Any], tip: int | None) -> tuple[V
     return "ok", ""
 
 
+def _scannable(call: Call) -> bool:
+    """Whose result ``judge_answer`` reads only for ``null``: a string result
+    may stay raw. (Block hashes by height and blocks or headers by hash are
+    looked into, and small.)"""
+    return call.facts.heights is None and call.method not in _HASH_PINNED_NULLABLE
+
+
 def _valid_answer(obj: Any) -> bool:
     if not isinstance(obj, dict) or "id" not in obj:
         return False
@@ -134,6 +142,13 @@ def assess(
         return Assessment("hard", "rate-limited")
     if status >= 500:
         return Assessment("hard", f"http-{status}")
+    if not is_batch and len(body) >= RAW_MIN_BYTES and _scannable(calls[0]):
+        # a large single answer: its string result kept as the node's bytes,
+        # not parsed (addon/rpc/splice.py); anything unusual is parsed below
+        raw = scan_answer(body)
+        if raw is not None:
+            verdict, reason = judge_answer(calls[0], raw, tip)
+            return Assessment(verdict, reason, (raw,), reason == "state-discarded")
     try:
         doc = loads(body)
     except (ValueError, RecursionError):

@@ -9,18 +9,15 @@ from typing import Any
 
 import pytest
 
-from bench.heavy_neighbours import (
+from bench.heavy_neighbours import LANE, RUNS, pct, summarise, verdict
+from bench.neighbour_clients import (
     HEAVY,
-    LANE,
     LIGHT,
-    RUNS,
     Tally,
     client_ips,
     heavy_call,
-    pct,
+    merge,
     storage_key,
-    summarise,
-    verdict,
 )
 
 
@@ -73,3 +70,12 @@ def test_clients_have_their_own_keys_and_addresses() -> None:
     ips = [ip for run in range(4) for group in client_ips(run) for ip in group]
     assert len(ips) == len(set(ips)) == 4 * (LIGHT + HEAVY)
     assert all(ip.startswith("127.0.") for ip in ips)
+
+
+def test_the_client_processes_tallies_merge() -> None:
+    light = Tally(light=[0.001, 0.002], light_errors=1)
+    heavy = Tally(heavy_ok=3, heavy_429=1, heavy_503=2, heavy_errors=1, heavy_hedged=1)
+    both = merge([light, heavy])
+    assert both.light == [0.001, 0.002] and both.light_errors == 1
+    assert (both.heavy_ok, both.heavy_429, both.heavy_503, both.heavy_errors) == (3, 1, 2, 1)
+    assert both.heavy_hedged == 1

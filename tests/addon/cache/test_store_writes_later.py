@@ -38,6 +38,7 @@ def test_writes_of_one_loop_turn_go_to_disk_after_it_in_one_transaction(tmp_path
         assert a.get("k1") == {"x": 1} and a.get("big") == big
         assert b.get("k1") is None
         await asyncio.sleep(0)  # the loop turns: the flush runs
+        await a.settled()  # the large one by the writer thread
         assert b.get("k1") == {"x": 1} and b.get("k2") == [2] and b.get("big") == big
 
     asyncio.run(scenario())
