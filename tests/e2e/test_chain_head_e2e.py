@@ -386,3 +386,28 @@ async def test_call_parameters_may_be_empty_or_unprefixed(stack: Stack) -> None:
 async def _at_least(blocks: Any, n: int) -> set[str] | None:
     got = await blocks
     return got if len(got) >= n else None
+
+
+async def test_a_stopped_operation_says_nothing_more_and_frees_its_slots(stack: Stack) -> None:
+    async with client(stack) as c:
+        sid = await follow(c)
+        block = events(c, sid)[0]["finalizedBlockHashes"][-1]
+        items = [{"key": NUMBER_KEY + f"{i:02x}", "type": "value"} for i in range(4)]
+        started = (await c.ask("chainHead_v1_storage", [sid, block, items, None]))["result"]
+        op = started["operationId"]
+        await wait_until(
+            lambda: any(
+                e["event"] == "operationWaitingForContinue" and e["operationId"] == op
+                for e in events(c, sid)
+            ),
+            15,
+            "the storage read waits for a continue",
+        )
+        assert (await c.ask("chainHead_v1_stopOperation", [sid, op]))["result"] is None
+        body = (await c.ask("chainHead_v1_body", [sid, block]))["result"]
+        assert body["result"] == "started"  # its four slots are free
+        await _op_end(c, sid, body["operationId"])
+        of_op = [e for e in events(c, sid) if e.get("operationId") == op]
+        assert of_op[-1]["event"] == "operationWaitingForContinue"  # nothing after the stop
+        late = await c.ask("chainHead_v1_continue", [sid, op])
+        assert late["error"]["code"] == -32803
