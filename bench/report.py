@@ -51,6 +51,10 @@ def f0(x: float | None, unit: str = "") -> str:
     return "n/a" if x is None else f"{x:,.0f}{unit}"
 
 
+def f1(x: float | None, unit: str = "") -> str:
+    return "n/a" if x is None else f"{x:,.1f}{unit}"
+
+
 def f2(x: float | None, unit: str = "") -> str:
     return "n/a" if x is None else f"{x:.2f}{unit}"
 

@@ -171,7 +171,11 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
             partial(HeavyNeighbours, before=before),
         ),
         # rate-limiting simulated nodes, four proxies (upstream_limits off/on)
-        ("14", "rate-limiting simulated nodes, sidecar, chainproxy before/after", UpstreamLimits),
+        (
+            "14",
+            "rate-limiting simulated nodes, sidecar, chainproxy before/after",
+            partial(UpstreamLimits, before=before),
+        ),
         # issue 25: a validator fleet with pre-warm on/off; the cross-check's cost
         ("17", "simulated nodes with fast blocks, sidecar, pre-warm on/off", ValidatorFleet),
         ("18", "simulated nodes, sidecar, cross-check on/off", CrossCheckCost),
@@ -238,7 +242,8 @@ def _parser() -> argparse.ArgumentParser:
         "--before",
         type=Path,
         help="another checkout of the project (e.g. `git archive <commit> | tar -x -C DIR`):"
-        " its addon is measured too, as 'chainproxy before', in scenarios 1-3, 13, 15 and 21",
+        " its addon is measured too, as 'chainproxy before', in scenarios 1-3, 13, 15 and 21"
+        " (in 14: as 'prior', learned limits on)",
     )
     return ap
 
@@ -260,7 +265,7 @@ def main() -> int:
     extra = 0.0
     if not args.smoke:  # a smoke run's limit is its own
         # scenario 14 brings its own time: its runs are open-loop and fixed in length
-        extra = upstream_limits_wall_s(args.quick) if "14" in only else 0.0
+        extra = upstream_limits_wall_s(args.quick, bool(args.before)) if "14" in only else 0.0
         for k, wall in (
             ("15", WS_WALL_S),
             ("16", TRUE_MISS_WALL_S),

@@ -222,14 +222,20 @@ class Stack(ProcessStack):
         proxies: list[tuple[str, Path]],
         *,
         cpus: set[int] | None = None,
+        trees: dict[str, Path] | None = None,
     ) -> list[tuple[Child, str]]:
         """The sidecar (name, config, URL) and chainproxy processes (name, config)
         started all at once, each waited for until it answers; the proxies'
         (process, URL) in order. What each start costs is mostly Python's
-        imports: side by side they take the cores there are."""
+        imports: side by side they take the cores there are. ``trees``: by
+        proxy name, another checkout whose addon it runs."""
         name, config, url = sidecar
         side = self.spawn(name, sidecar_argv(config))
-        started = [self.start_chainproxy(n, c, url, cpus=cpus, wait=False) for n, c in proxies]
+        trees = trees or {}
+        started = [
+            self.start_chainproxy(n, c, url, cpus=cpus, wait=False, tree=trees.get(n))
+            for n, c in proxies
+        ]
         wait_http(f"{url}/healthz", side, 30.0)
         for proc, proxy_url in started:
             wait_http(f"{proxy_url}/rpc/", proc)

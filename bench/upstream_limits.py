@@ -10,7 +10,12 @@ processes on core 1, fresh (nothing learned from an earlier run):
 * ``before``: ``proxy.upstream_limits: {enabled: false}`` (a 429 is a plain
   failure that fails over to the next node: the proxy before issue 24);
 * ``after``: ``proxy.upstream_limits`` at its defaults (adaptive budgets learned
-  from the 429s, a short fair wait, then 503 ``upstream_capacity``).
+  from the 429s, a short fair wait, then 503 ``upstream_capacity``);
+* ``prior`` (with ``bench/run.py --before DIR``): ``after`` with another
+  checkout's addon, so a change to the learned rates is measured beside the
+  same run's ``after``. It runs last; ``BENCH_14_PRIOR_FIRST=1`` runs it
+  right after ``before`` instead: the run in that slot meets 2-3x more 429s
+  whatever its code (docs/BENCHMARKS.md), so compare a slot with itself.
 
 One client offers ``OFFERED_RPS`` calls per second, open loop (a call is sent
 on schedule whatever the earlier ones are doing), each a ``state_getStorage`` of
@@ -18,7 +23,10 @@ a key of its own (never a cache hit, never coalesced). Two variants:
 ``limit_rps`` 15 (45/s of capacity for 30/s offered: every call fits) and 8
 (24/s for 30/s: a fifth of the calls cannot be placed). Upstream 429s are the
 sum of the nodes' ``rate_limited`` counters (over the whole run, and from its
-middle on: after the first seconds an adaptive proxy should have learnt);
+middle on: after the first seconds an adaptive proxy should have learnt); the
+nodes' logs of arrivals say whose request each 429 refused (the proxy's
+``User-Agent: chainproxy``, or the sidecar's probes), and how many came after
+the first ``WARMUP_S`` (per 1,000 client calls sent after it);
 client errors are any answer but HTTP 200 with a result, told apart as 503
 ``upstream_capacity`` (JSON-RPC ``error.data.policy``), 502, or other. p50/p99
 are over every call that got an HTTP answer.
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,13 +46,16 @@ import aiohttp
 import yaml
 
 from bench.context import Context
-from bench.report import f0, f2
+from bench.report import f0, f1, f2
 from bench.stack import Node
 from chainproxy.supervisor import wait_http
 
 OFFERED_RPS = 30.0
 LIMITS = (15, 8)  # limit_rps per node in the two variants
 RUNS = ("before", "after")
+PRIOR = "prior"  # with --before: the other checkout's addon, limits on
+AT_KEPT = 40  # the first 429s' times kept in a run's figures
+WARMUP_S = 4.0  # the 429s after this long are counted apart: an adaptive proxy has learnt
 STORAGE = "0x658faa385070e074c85bf6b568cf0555"
 GOAL_429_PER_1000 = 10.0  # after, last half of the run, variant 15
 CAPACITY = "upstream_capacity"
@@ -67,10 +79,33 @@ class NodeCounts:
 class RunResult:
     calls: list[Outcome] = field(default_factory=list)
     seconds: float = 0.0
+    warmup_s: float = WARMUP_S  # shorter in a run shorter than twice it (a smoke run)
     rate_limited_total: int = 0
     rate_limited_last_half: int = 0
     upstream_requests: int = 0
     max_rps_seen: list[int] = field(default_factory=list)  # per node
+    # 429s by whose request they refused (``sender``): over the run, after WARMUP_S
+    refused: dict[str, int] = field(default_factory=dict)
+    refused_after_warmup: dict[str, int] = field(default_factory=dict)
+    # each 429: seconds into the run, whose, which node (0, 1, 2): when they came
+    refused_at: list[tuple[float, str, int]] = field(default_factory=list)
+
+
+def sender(agent: str) -> str:
+    """Whose request a node's arrival was, from its User-Agent: ``proxy``
+    (the addon's ``chainproxy``), ``probes`` (the sidecar's), or ``other``."""
+    if agent == "chainproxy":
+        return "proxy"
+    return "probes" if agent.startswith("chainproxy-sidecar") else "other"
+
+
+def refusals(arrivals: list[dict[str, Any]], since: float | None = None) -> dict[str, int]:
+    """The refused arrivals (429s) by ``sender``, those after ``since`` when given."""
+    out = {"proxy": 0, "probes": 0, "other": 0}
+    for a in arrivals:
+        if a.get("refused") and (since is None or a["t"] >= since):
+            out[sender(a["agent"])] += 1
+    return out
 
 
 def classify(status: int, body: bytes) -> str:
@@ -106,6 +141,8 @@ def summarise(r: RunResult) -> dict[str, Any]:
     """One run's figures."""
     calls = len(r.calls)
     late = sum(1 for c in r.calls if c.t >= r.seconds / 2)
+    warm = sum(1 for c in r.calls if c.t >= r.warmup_s)
+    after_warmup = sum(r.refused_after_warmup.values())
     kinds = {k: sum(1 for c in r.calls if c.kind == k) for k in ("ok", "capacity", "502", "other")}
     answered = [c.latency_s for c in r.calls if c.latency_s is not None]
     return {
@@ -119,6 +156,12 @@ def summarise(r: RunResult) -> dict[str, Any]:
         "upstream_429": r.rate_limited_total,
         "upstream_429_per_1000": per_1000(r.rate_limited_total, calls),
         "upstream_429_last_half_per_1000": per_1000(r.rate_limited_last_half, late),
+        "warmup_s": r.warmup_s,
+        "upstream_429_after_warmup_per_1000": per_1000(after_warmup, warm),
+        "upstream_429_by_sender": dict(r.refused),
+        "upstream_429_after_warmup_by_sender": dict(r.refused_after_warmup),
+        # when they came (the first AT_KEPT): where the 429s of a quiet run went
+        "upstream_429_at": [f"{t:.1f}s {who} n{node}" for t, who, node in r.refused_at[:AT_KEPT]],
         "upstream_calls_per_call": r.upstream_requests / calls if calls else float("nan"),
         "max_rps_seen": r.max_rps_seen,
     }
@@ -154,13 +197,14 @@ async def _one(s: aiohttp.ClientSession, url: str, key: str, t: float, out: list
         out.append(Outcome(t, None, "other"))
 
 
-async def offer(url: str, tag: int, seconds: float, at_half: Any) -> list[Outcome]:
+async def offer(url: str, tag: int, seconds: float, at_half: Any) -> tuple[float, list[Outcome]]:
     """``OFFERED_RPS`` calls per second for ``seconds``, on schedule; ``at_half``
-    (blocking) is called in a thread at the middle of the run."""
+    (blocking) is called in a thread at the middle of the run. The wall-clock
+    time of the first call, and every call's outcome."""
     out: list[Outcome] = []
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as s:
-        start = time.monotonic()
+        start, wall = time.monotonic(), time.time()
         half = asyncio.ensure_future(_at(start + seconds / 2, at_half))
         tasks = []
         for i in range(int(OFFERED_RPS * seconds)):
@@ -169,7 +213,7 @@ async def offer(url: str, tag: int, seconds: float, at_half: Any) -> list[Outcom
             tasks.append(asyncio.ensure_future(_one(s, url, storage_key(tag, i), t, out)))
         await asyncio.wait(tasks, timeout=35)
         await half
-    return out
+    return wall, out
 
 
 async def _at(when: float, fn: Any) -> None:
@@ -177,14 +221,19 @@ async def _at(when: float, fn: Any) -> None:
     await asyncio.to_thread(fn)
 
 
-def wall_s(quick: bool) -> float:
-    """What this scenario adds to the runner's time limit."""
-    return 200.0 if quick else 400.0
+def wall_s(quick: bool, before: bool = False) -> float:
+    """What this scenario adds to the runner's time limit (``before``: with the
+    ``prior`` runs)."""
+    return (200.0 if quick else 400.0) * (1.5 if before else 1.0)
 
 
 class UpstreamLimits:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, before: Path | None = None) -> None:
         self.ctx = ctx
+        self.before = before  # another checkout: its addon is the ``prior`` run
+        self.runs = RUNS + ((PRIOR,) if before is not None else ())
+        if before is not None and os.environ.get("BENCH_14_PRIOR_FIRST"):
+            self.runs = ("before", PRIOR, "after")  # the slot after ``before`` is worse
         self.nodes: list[Node] = []
         self.targets: dict[tuple[int, str], str] = {}  # (limit, run) -> proxy URL
         self.sidecar = ""
@@ -198,17 +247,18 @@ class UpstreamLimits:
         base, self.sidecar = st.write_config(
             "ul-sidecar", [n.url for n in self.nodes], data_dir=ctx.tmp / "ul-sidecar"
         )
-        keys = [(limit, run) for limit in LIMITS for run in RUNS]
+        keys = [(limit, run) for limit in LIMITS for run in self.runs]
         started = st.start_sidecar_and_proxies(
             ("sidecar-ul", base, self.sidecar),
             [
                 (
                     f"ul-{run}-{limit}",
-                    self._variant(base, f"ul-{run}-{limit}", enabled=run == "after"),
+                    self._variant(base, f"ul-{run}-{limit}", enabled=run != "before"),
                 )
                 for limit, run in keys
             ],
             cpus=ctx.proxy_cpus,
+            trees={f"ul-{PRIOR}-{limit}": self.before for limit in LIMITS if self.before},
         )
         for key, (_, url) in zip(keys, started, strict=True):
             self.targets[key] = url
@@ -239,18 +289,31 @@ class UpstreamLimits:
             n.control(limit_rps=limit)
         mid: list[NodeCounts] = []
         url = self.targets[limit, run] + "/rpc/v1/finney"
-        calls = asyncio.run(offer(url, tag, seconds, lambda: mid.extend(self._counts())))
+        start, calls = asyncio.run(offer(url, tag, seconds, lambda: mid.extend(self._counts())))
         end = self._counts()
+        logs = [n.arrivals() for n in self.nodes]
+        arrivals = [a for log in logs for a in log]
+        refused_at = sorted(
+            (a["t"] - start, f"{sender(a['agent'])}:{a['calls']}", i)
+            for i, log in enumerate(logs)
+            for a in log
+            if a.get("refused")
+        )
         for n in self.nodes:
             n.reset()
         total = sum(c.rate_limited for c in end)
+        warmup = min(WARMUP_S, seconds / 2)
         return RunResult(
             calls=calls,
             seconds=seconds,
+            warmup_s=warmup,
             rate_limited_total=total,
             rate_limited_last_half=total - sum(c.rate_limited for c in mid),
             upstream_requests=sum(c.requests for c in end),
             max_rps_seen=[c.max_rps_seen for c in end],
+            refused=refusals(arrivals),
+            refused_after_warmup=refusals(arrivals, start + warmup),
+            refused_at=refused_at,
         )
 
     def run(self) -> None:
@@ -264,7 +327,7 @@ class UpstreamLimits:
         results: dict[int, dict[str, dict[str, Any]]] = {}
         tag = 0
         for limit in LIMITS:
-            for run in RUNS:
+            for run in self.runs:
                 tag += 1
                 s = summarise(self._run(limit, run, tag, seconds))
                 results.setdefault(limit, {})[run] = s
@@ -283,9 +346,12 @@ class UpstreamLimits:
         r = self.ctx.report
 
         def limits(x: dict[str, Any]) -> str:
+            by = x["upstream_429_by_sender"]
             return (
                 f"{f0(x['upstream_429_per_1000'])} x 429 per 1,000 calls"
-                f" ({f0(x['upstream_429_last_half_per_1000'])} in the last half),"
+                f" ({f0(x['upstream_429_last_half_per_1000'])} in the last half,"
+                f" {f1(x['upstream_429_after_warmup_per_1000'])} after {x['warmup_s']:g} s;"
+                f" {by['proxy']} to the proxy, {by['probes']} to probes),"
                 f" {f2(x['upstream_calls_per_call'])} upstream calls per call,"
                 f" nodes' peak {'/'.join(map(str, x['max_rps_seen']))} calls/s"
             )
@@ -311,6 +377,11 @@ class UpstreamLimits:
                 "after " + client(a),
                 "",
             )
+            if PRIOR in results[limit]:  # --before: the other checkout, limits on
+                pr = results[limit][PRIOR]
+                r.row(
+                    what + ": --before checkout", "prior " + limits(pr), "prior " + client(pr), ""
+                )
         roomy, tight = results[LIMITS[0]]["after"], results[LIMITS[1]]["after"]
         r.goal(
             f"Upstream limits ({seconds:.0f} s runs): at {LIMITS[0]}/s per node, after, "

@@ -1,6 +1,8 @@
 """The node's own log of arrivals: one entry per HTTP request or WebSocket
 message, in arrival order, with when it arrived, its calls' methods and who
-sent it (``GET /_sim/arrivals``).
+sent it (``GET /_sim/arrivals``), and whether the ``limit_rps`` fault refused
+it (``refused``: answered 429), so a benchmark can say whose calls met the
+node's limit.
 
 It is what a node's owner would read to check a promise such as "at most 20
 calls a second": ``busiest`` finds the sliding window (``(t - window_s, t]``,
@@ -30,6 +32,7 @@ class Arrival:
     methods: tuple[str, ...]  # the first calls' methods ("" for an invalid entry)
     agent: str  # the sender's User-Agent (a WebSocket message: its upgrade's)
     peer: str  # the sender's address and port: one connection
+    refused: bool = False  # answered 429 by the ``limit_rps`` fault
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +42,7 @@ class Arrival:
             "methods": list(self.methods),
             "agent": self.agent,
             "peer": self.peer,
+            "refused": self.refused,
         }
 
 

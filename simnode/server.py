@@ -259,10 +259,13 @@ class SimNode:
     def rate_limited(self) -> int:
         return self._rate_limited
 
-    def count(self, parsed: Parsed, request: web.Request, transport: str = "http") -> None:
+    def count(
+        self, parsed: Parsed, request: web.Request, transport: str = "http", refused: bool = False
+    ) -> None:
         """One request (an HTTP POST or a WebSocket message on ``request``'s
         connection) and each call in it (for the call rate, each entry of a
-        batch, valid or not, is a call)."""
+        batch, valid or not, is a call); ``refused``: the ``limit_rps`` fault
+        answers it 429."""
         now = self._clock()
         self._requests += 1
         self._rate.add(now, len(parsed.entries))
@@ -274,6 +277,7 @@ class SimNode:
                 methods=tuple(getattr(e, "method", "") for e in parsed.entries[:METHODS_KEPT]),
                 agent=request.headers.get("User-Agent", ""),
                 peer=_peer(request),
+                refused=refused,
             )
         )
         calls = self._calls
@@ -285,19 +289,21 @@ class SimNode:
 
     async def _handle_rpc(self, request: web.Request) -> web.StreamResponse:
         parsed = parse(await request.read())
-        self.count(parsed, request)
-        if self.fault_state.slow or self._stopping:
+        fs = self.fault_state
+        # nothing is awaited between the verdict and the log: its entry is this request's
+        refused = fs.slow and not self._stopping and not fs.admit(len(parsed.entries))
+        self.count(parsed, request, refused=refused)
+        if refused:
+            self._rate_limited += 1
+            first = parsed.entries[0]
+            return too_many_requests(None if parsed.batch else first.id, fs.retry_after())
+        if fs.slow or self._stopping:
             return await self._faulted(request, parsed)
         body = self.dispatcher.respond(parsed)
         self._bytes_out += len(body)
         return web.Response(body=body, content_type=JSON_CT)
 
     async def _faulted(self, request: web.Request, parsed: Parsed) -> web.StreamResponse:
-        fs = self.fault_state
-        if not self._stopping and not fs.admit(len(parsed.entries)):
-            self._rate_limited += 1
-            first = parsed.entries[0]
-            return too_many_requests(None if parsed.batch else first.id, fs.retry_after())
         a = await faulted_answer(
             self.fault_state,
             partial(self.dispatcher.respond, parsed),

@@ -6,6 +6,14 @@ One ``Admission`` per call (it remembers whether the call waited and whether
 it was shed); the budgets and the fair wait are the runtime's. A hedge takes
 budget only if there is some at once: it never waits (it is an optimisation,
 and a scarce budget is better spent on calls no one has sent yet).
+
+A node with a learned rate is taken first only while it keeps
+``budgets.PROBE_ROOM`` calls of room under the rate; when no node has that
+room, the whole rate is used, the node using the least of its budget first
+(``UpstreamPool.choose(spread=True)``), so the calls left over spread evenly
+rather than filling the fastest node to its limit. So while the nodes can
+carry the load, none is kept at its limit: the sidecar's probes find room
+there, and no rate grows into the node's next 429.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from addon.upstream.budgets import Ticket
+from addon.upstream.budgets import PROBE_ROOM, Ticket
 from addon.upstream.fair_wait import FairWait
 from addon.upstream.pool import Upstream, UpstreamPool
 
@@ -25,7 +33,12 @@ class BudgetBook(Protocol):
     def adaptive(self) -> bool: ...
 
     def try_take(
-        self, endpoint: str, calls: int, heavy: bool = False, retry: bool = False
+        self,
+        endpoint: str,
+        calls: int,
+        heavy: bool = False,
+        retry: bool = False,
+        room: int = 0,
     ) -> Ticket | float | Awaitable[Ticket | float]: ...
 
     def release(self, ticket: Ticket) -> None: ...
@@ -109,14 +122,19 @@ class Admission:
     ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
         """Best node first, skipping those without budget now. The second
         value: seconds until budget (or a back-off's end) may let one in;
-        None when no node is left to wait for. A failover goes to a node with
-        room under its learned rate if there is one, and only else to one past
-        it (a learned rate never holds a failover back)."""
+        None when no node is left to wait for. A node that would be left
+        short of ``PROBE_ROOM`` under its learned rate is taken only when no
+        node has that room (then the least used first). A failover goes to a
+        node with room under its learned rate if there is one, and only else
+        to one past it (a learned rate never holds a failover back)."""
+        got, _ = await self._pass(pool, tried, calls, prefer_archive, min_block, False, PROBE_ROOM)
+        if got is not None:
+            return got, None
         if tried:
-            got, _ = await self._pass(pool, tried, calls, prefer_archive, min_block, False)
+            got, _ = await self._pass(pool, tried, calls, prefer_archive, min_block, False, 0)
             if got is not None:
                 return got, None
-        return await self._pass(pool, tried, calls, prefer_archive, min_block, bool(tried))
+        return await self._pass(pool, tried, calls, prefer_archive, min_block, bool(tried), 0)
 
     async def _pass(
         self,
@@ -126,20 +144,27 @@ class Admission:
         prefer_archive: bool,
         min_block: int | None,
         retry: bool,
+        room: int,
     ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
-        """``_try`` over every node once; ``retry``: past learned rates."""
+        """``_try`` over every node once; ``retry``: past learned rates;
+        ``room``: leaving that many calls free under them (none: the least
+        used node first)."""
         skip = set(tried)
         soonest: float | None = None
         while True:
             upstream = pool.choose(
-                skip, prefer_archive=prefer_archive, min_block=min_block, light=not self.heavy
+                skip,
+                prefer_archive=prefer_archive,
+                min_block=min_block,
+                light=not self.heavy,
+                spread=room == 0,
             )
             if upstream is None:
                 backoff = pool.backoff_left(skip)
                 if backoff is not None:
                     soonest = backoff if soonest is None else min(soonest, backoff)
                 return None, soonest
-            taken = self.budgets.try_take(upstream.id, calls, self.heavy, retry)
+            taken = self.budgets.try_take(upstream.id, calls, self.heavy, retry, room)
             if inspect.isawaitable(taken):
                 taken = await taken
             if isinstance(taken, Ticket):

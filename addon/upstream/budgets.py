@@ -63,10 +63,18 @@ _MAX_KEPT = 100_000  # end times kept per node (bounded however high a rate)
 # With ``leave_for_probes`` (the runtime's books), the proxy sends a node at most
 # ``max_rps - PROBE_CALLS`` calls a second and ``max_concurrency -
 # PROBE_REQUESTS`` requests at once (at least 1 of each), so the node gets no
-# more than its budget with the probes. A learned rate leaves no room: it was
-# learned from what the node refused, probes included.
+# more than its budget with the probes. A learned rate is the node's whole
+# limit (it was learned from what the node refused): the probes' room under it
+# is ``PROBE_ROOM``, kept while the load allows.
 PROBE_CALLS = 11
 PROBE_REQUESTS = 2
+# A call goes first to a node that still has this many calls of room under its
+# learned rate (``try_take(room=...)``: a head probe's calls), and past that
+# room only when no node has it (``admission.py``): while the nodes' capacity
+# covers the load, the sidecar's next probe finds room at a node the proxy
+# keeps busy (else the node refuses it: 429s the proxy never sees), and no
+# node is full, so no learned rate probes upward into a 429 either.
+PROBE_ROOM = 4
 
 
 def proxy_share(limit: int | None, probes: int) -> int | None:
@@ -112,10 +120,13 @@ class NodeBudget:
             ended.popleft()
         return self.open_calls + len(ended)
 
-    def wait_s(self, now: float, calls: int, retry: bool = False) -> float:
+    def wait_s(self, now: float, calls: int, retry: bool = False, room: int = 0) -> float:
         """0 when ``calls`` more fit now; else how long until they may.
         A learned rate is a guess: it paces single calls, but never holds back
-        a failover (``retry``) or a batch, which would then fail or starve."""
+        a failover (``retry``) or a batch, which would then fail or starve.
+        ``room``: a paced call fits only with this many calls of the learned
+        rate still free after it (a node short of that room is not full: its
+        rate does not grow for it)."""
         wait = 0.0
         rate = self.rps(now)
         paced = self.max_rps is None and rate is not None
@@ -126,16 +137,21 @@ class NodeBudget:
             used = self.recent(now)
             over = used + min(calls, limit) - limit
             if over > 0:
-                # the calls that must leave the window for these to fit: the
-                # ended ones first, oldest first; one still in flight leaves
-                # a window after it ends, a window from now at the soonest
-                ended = self.ended
-                wait = ended[over - 1] + WINDOW_S - now if over <= len(ended) else WINDOW_S
+                wait = self._until(now, over)
+            elif paced and room > 0 and over + room > 0:
+                wait = self._until(now, over + room)
             if over > 0 and paced and self.learned is not None:  # full: probe upward
                 self.learned = learned.grow(self.learned, now)
         if self.max_concurrency is not None and self.inflight >= self.max_concurrency:
             wait = max(wait, CONCURRENCY_POLL_S)
         return wait
+
+    def _until(self, now: float, over: int) -> float:
+        """How long until ``over`` calls have left the window: the ended ones
+        first, oldest first; one still in flight leaves a window after it
+        ends, a window from now at the soonest."""
+        ended = self.ended
+        return ended[over - 1] + WINDOW_S - now if over <= len(ended) else WINDOW_S
 
     def use(self, now: float) -> float:
         """How much of its budget is in use (0..1): the larger of the rate's
@@ -235,15 +251,21 @@ class Budgets:
         return heavy and cap > 0 and self.node(endpoint).heavy_inflight >= cap
 
     def try_take(
-        self, endpoint: str, calls: int, heavy: bool = False, retry: bool = False
+        self,
+        endpoint: str,
+        calls: int,
+        heavy: bool = False,
+        retry: bool = False,
+        room: int = 0,
     ) -> Ticket | float:
         """A ticket if ``calls`` fit in the node's budget now (they are counted
         until the ticket is released, and a window after), else the seconds
         until they may. ``heavy``: a read priced by its bytes; ``retry``: a
-        failover attempt (a learned rate does not hold it back)."""
+        failover attempt (a learned rate does not hold it back); ``room``:
+        under a learned rate, leave this many calls free (``PROBE_ROOM``)."""
         now = self.clock()
         node = self.node(endpoint)
-        wait = node.wait_s(now, calls, retry)
+        wait = node.wait_s(now, calls, retry, room)
         if self.heavy_full(endpoint, heavy):
             wait = max(wait, CONCURRENCY_POLL_S)
         if wait > 0:

@@ -148,13 +148,17 @@ class UpstreamPool:
         prefer_archive: bool = False,
         min_block: int | None = None,
         light: bool = False,
+        spread: bool = False,
     ) -> Upstream | None:
         """The next upstream to try. ``min_block``: the call needs that height, so
         upstreams known to be below it are passed over while any other is left
         (and if none is known to have it, the most advanced are tried first).
         ``light``: a small read goes, within the best tier, to a node with no
         heavy read in flight while there is one (a node streaming a 1 MiB
-        answer answers a small call behind it)."""
+        answer answers a small call behind it). ``spread``: within the best
+        tier, the node using the least of its budget (the cheaper of equals),
+        not the cheaper of two: the calls a tight budget leaves over spread
+        evenly instead of filling the fastest node to its limit."""
         now = self._clock()
         candidates = [
             u
@@ -178,6 +182,9 @@ class UpstreamPool:
             tier = calm or tier
         if len(tier) == 1:
             return tier[0]
+        if spread and self.budget_use is not None:
+            use = self.budget_use
+            return min(tier, key=lambda u: (use(u.id), self.cost(u, now)))
         a, b = self._rng.sample(tier, 2)
         return a if self.cost(a, now) <= self.cost(b, now) else b
 

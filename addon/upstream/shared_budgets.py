@@ -162,14 +162,20 @@ class SharedBudgets:
             untaught()
 
     def try_take(
-        self, endpoint: str, calls: int, heavy: bool = False, retry: bool = False
+        self,
+        endpoint: str,
+        calls: int,
+        heavy: bool = False,
+        retry: bool = False,
+        room: int = 0,
     ) -> Ticket | float | Awaitable[Ticket | float]:
         if not self.local.configured(endpoint):
             if self._shared_learning(endpoint) and not self.local.heavy_full(endpoint, heavy):
                 if self.link.up:
-                    return self._take_learned(endpoint, calls, heavy, retry)
+                    return self._take_learned(endpoint, calls, heavy, retry, room)
                 self.link.fallback("budgets")
-            return self.local.try_take(endpoint, calls, heavy, retry)  # unlimited or learned
+            # unlimited or learned
+            return self.local.try_take(endpoint, calls, heavy, retry, room)
         if self.local.heavy_full(endpoint, heavy):
             return CONCURRENCY_POLL_S  # the heavy lane is this process's: no round trip
         if not self.link.up:
@@ -211,7 +217,7 @@ class SharedBudgets:
         return Ticket(endpoint, member, heavy, max(1, calls))
 
     async def _take_learned(
-        self, endpoint: str, calls: int, heavy: bool, retry: bool
+        self, endpoint: str, calls: int, heavy: bool, retry: bool, room: int
     ) -> Ticket | float:
         member = self._member_prefix + str(next(_IDS))
         paced = calls <= 1 and not retry  # a learned rate paces single calls only
@@ -220,12 +226,12 @@ class SharedBudgets:
             self._learn_take_sha,
             3,
             *shared_learned.keys(self.link.key, endpoint),
-            *shared_learned.take_args(calls, paced, member, self.lease_ms),
+            *shared_learned.take_args(calls, paced, member, self.lease_ms, room),
         )
         try:
             reply = await self.link.run("budgets", lambda: self.link.pipe.submit(*command))
         except RedisUnavailable:
-            return self.local.try_take(endpoint, calls, heavy, retry)
+            return self.local.try_take(endpoint, calls, heavy, retry, room)
         wait_ms = shared_learned.mirror(self.local, endpoint, reply)
         if wait_ms > 0:
             return wait_ms / 1000

@@ -1,5 +1,6 @@
 """Scenario 14's pure parts: how a client call's answer is told apart, one
-run's figures (the last half's 429s per its own calls), the ratio and goals."""
+run's figures (the last half's 429s per its own calls; whose requests the
+nodes refused), the ratio and goals."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import pytest
 
 from bench.upstream_limits import (
     LIMITS,
+    WARMUP_S,
     Outcome,
     RunResult,
     classify,
+    refusals,
+    sender,
     storage_key,
     summarise,
     verdict,
@@ -60,6 +64,25 @@ def test_a_run_counts_the_last_half_against_its_own_calls() -> None:
     assert s["upstream_calls_per_call"] == pytest.approx(1.5)
     assert s["p99_ms"] == pytest.approx(2000)  # the unanswered call has no latency
     assert math.isnan(summarise(RunResult())["p50_ms"])
+
+
+def test_each_429_is_put_down_to_whose_request_it_refused() -> None:
+    assert sender("chainproxy") == "proxy"
+    assert sender("chainproxy-sidecar/0.1") == "probes"
+    assert sender("Python/3.12 aiohttp/3.9") == "other"
+    log = [
+        {"t": 1.0, "agent": "chainproxy", "refused": True},
+        {"t": 2.0, "agent": "chainproxy", "refused": False},
+        {"t": 5.0, "agent": "chainproxy-sidecar/0.1", "refused": True},
+        {"t": 6.0, "agent": "chainproxy", "refused": True},
+        {"t": 7.0, "agent": "curl"},  # an older node's log: no verdict
+    ]
+    assert refusals(log) == {"proxy": 2, "probes": 1, "other": 0}
+    assert refusals(log, since=5.0) == {"proxy": 1, "probes": 1, "other": 0}
+    calls = [Outcome(t=i / 10, latency_s=0.01, kind="ok") for i in range(100)]
+    s = summarise(RunResult(calls=calls, seconds=10.0, refused_after_warmup={"proxy": 3}))
+    warm = sum(1 for c in calls if c.t >= WARMUP_S)
+    assert s["upstream_429_after_warmup_per_1000"] == pytest.approx(3000 / warm)
 
 
 def _fig(per_1000: float, last: float, errors: int = 0, **kw: int) -> dict[str, float]:

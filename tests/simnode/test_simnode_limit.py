@@ -59,6 +59,9 @@ async def test_calls_beyond_the_limit_get_429_without_retry_after_by_default(
     }
     state = node.state()
     assert state["rate_limited"] == 1 and state["requests"] == 4
+    # the node's log says which request it refused (whose 429 it was)
+    assert [a.refused for a in node.arrivals.entries()] == [False] * 3 + [True]
+    assert node.arrivals.to_json()["arrivals"][3]["refused"] is True
     node.set_faults(limit_rps=0)  # off: nothing is refused
     assert await statuses(session, node, 10) == [200] * 10
 

@@ -63,26 +63,30 @@ end
 )
 
 # A call (``calls``, paced or not) takes its place. ARGV from 12: calls,
-# paced (1: a single call that is no failover), lease member, lease ms.
-# Returns {ms until it may (0: taken), rate ('-1': none), ms since its cut,
-# ceiling}.
+# paced (1: a single call that is no failover), lease member, lease ms, room
+# (a paced call fits only with this many calls of the rate free after it; a
+# node short of that room is not full: no growth). Returns {ms until it may
+# (0: taken), rate ('-1': none), ms since its cut, ceiling}.
 TAKE = (
     _STATE
     + """
 local calls, paced = tonumber(ARGV[12]), tonumber(ARGV[13]) == 1
-local member, lease = ARGV[14], tonumber(ARGV[15])
+local member, lease, room = ARGV[14], tonumber(ARGV[15]), tonumber(ARGV[16]) or 0
 local wait = 0
+local function until_left(over)
+  local ended = redis.call('LLEN', KEYS[1])
+  if over > ended then return window end
+  local left = tonumber(redis.call('LINDEX', KEYS[1], ended - over)) + window - now
+  return math.max(1, math.ceil(left))
+end
 if rate and paced then
   local limit = math.max(1, math.floor(rate))
   local over = used + math.min(calls, limit) - limit
+  if over <= 0 and room > 0 and over + room > 0 then
+    wait = until_left(over + room)
+  end
   if over > 0 then
-    local ended = redis.call('LLEN', KEYS[1])
-    if over <= ended then
-      local left = tonumber(redis.call('LINDEX', KEYS[1], ended - over)) + window - now
-      wait = math.max(1, math.ceil(left))
-    else
-      wait = window
-    end
+    wait = until_left(over)
     local dt = math.min(math.max(0, now - grown) / 1000, MAX_ACCRUE)
     if rate < ceiling - 1 then
       rate = math.min(rate + math.max(MIN_FAST, rate * FAST) * dt, ceiling - 1)
@@ -129,9 +133,11 @@ def keys(key: Callable[..., str], endpoint: str) -> tuple[str, str, str]:
     )
 
 
-def take_args(calls: int, paced: bool, member: str, lease_ms: int) -> tuple[Any, ...]:
+def take_args(
+    calls: int, paced: bool, member: str, lease_ms: int, room: int = 0
+) -> tuple[Any, ...]:
     counted = min(max(1, calls), MAX_COUNTED)
-    return (*learned.args(), _WINDOW_MS, counted, int(paced), member, lease_ms)
+    return (*learned.args(), _WINDOW_MS, counted, int(paced), member, lease_ms, room)
 
 
 def learn_args() -> tuple[Any, ...]:

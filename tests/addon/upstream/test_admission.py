@@ -8,8 +8,10 @@ import asyncio
 import random
 import time
 
+import pytest
+
 from addon.upstream.admission import Admission
-from addon.upstream.budgets import WINDOW_S, Budgets, Ticket
+from addon.upstream.budgets import PROBE_ROOM, WINDOW_S, Budgets, Ticket
 from addon.upstream.fair_wait import FairWait
 from addon.upstream.pool import TIER_SYNCED, Upstream, UpstreamPool
 from common.config import Endpoint
@@ -102,6 +104,59 @@ async def test_the_next_node_with_budget_is_taken() -> None:
     assert first[0].id != second[0].id
 
 
+def _learned(budgets: Budgets, eid: str, seen: int) -> None:
+    """``eid`` answered 429 with ``seen`` calls in its window (all ended now):
+    its rate is learned, and they count a window more."""
+    for _ in range(seen):
+        t = budgets.try_take(eid, 1)
+        assert isinstance(t, Ticket)
+        budgets.release(t)
+    budgets.rate_limited(eid)
+
+
+async def test_a_node_short_of_room_for_probes_is_passed_over_while_another_has_it() -> None:
+    """A node kept at its learned rate leaves the sidecar's probes no room:
+    calls go first where ``PROBE_ROOM`` calls stay free under the rate."""
+    pool, budgets, fair = _setup(nodes=2)
+    busy, other = "endpoint-srf-0", "endpoint-srf-1"
+    _learned(budgets, busy, 10)  # 9 a second, 10 in its window: full
+    _learned(budgets, other, 10)
+    budgets.node(busy).ended.clear()  # its window: 6 calls, 3 free (short of the room)
+    for _ in range(6):
+        t = budgets.try_take(busy, 1, retry=True)
+        assert isinstance(t, Ticket)
+    budgets.node(other).ended.clear()  # its window: empty
+    for eid, ms in ((busy, 0.1), (other, 50.0)):  # busy the cheaper: p2c would take it
+        pool.upstreams[eid].ewma_ms, pool.upstreams[eid].updated_at = ms, time.monotonic()
+    got = []
+    for _ in range(9 - PROBE_ROOM):
+        a = _admission(budgets, fair, "c")
+        took = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+        assert took is not None
+        got.append(took[0].id)
+    assert got == [other] * (9 - PROBE_ROOM)  # while it has the room
+    # now neither has the room: the whole rate, the least used node first
+    # (other: 5 of 9, busy: 6 of 9), not the cheaper
+    pool.budget_use = budgets.use
+    got = []
+    for _ in range(2):
+        a = _admission(budgets, fair, "c")
+        took = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+        assert took is not None and not a.waited
+        got.append(took[0].id)
+    assert got == [other, busy]  # 6 and 6 of 9 (a tie: the cheaper)
+    assert budgets.node(busy).learned_rps == pytest.approx(9.0)  # short of room: no growth
+
+
+async def test_a_node_without_a_learned_rate_always_has_room() -> None:
+    pool, budgets, fair = _setup(nodes=2)
+    _learned(budgets, "endpoint-srf-0", 10)  # 9 a second, 10 in its window
+    for _ in range(20):
+        a = _admission(budgets, fair, "c")
+        took = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+        assert took is not None and took[0].id == "endpoint-srf-1"
+
+
 async def test_scarce_capacity_is_shared_round_robin_between_clients() -> None:
     """A client with ten times the calls in line gets no more turns than the other."""
     pool, budgets, fair = _setup(max_concurrency=1)
@@ -185,3 +240,23 @@ def test_a_node_near_its_budget_is_the_dearer_choice() -> None:
     picks = [pool.choose(set()).id for _ in range(200)]  # type: ignore[union-attr]
     assert picks.count("endpoint-srf-1") == 200  # p2c: the one with room wins every time
     assert budgets.use("endpoint-srf-0") == 0.9 and budgets.use("endpoint-srf-1") == 0.0
+
+
+def test_spread_takes_the_least_used_node_not_the_cheaper_of_two() -> None:
+    """When no node keeps the probes' room, the calls left over go to the
+    node using the least of its budget: spread evenly, not piled on the
+    fastest node up to its limit."""
+    pool, budgets, _ = _setup(max_rps=10, nodes=3)
+    pool.budget_use = budgets.use
+    now = time.monotonic()
+    for i, ms in enumerate((0.1, 20.0, 40.0)):  # node 0 the fastest
+        pool.upstreams[f"endpoint-srf-{i}"].ewma_ms = ms
+        pool.upstreams[f"endpoint-srf-{i}"].updated_at = now
+    for eid, n in (("endpoint-srf-0", 6), ("endpoint-srf-1", 5), ("endpoint-srf-2", 7)):
+        for _ in range(n):
+            assert isinstance(budgets.try_take(eid, 1), Ticket)
+    assert pool.choose(set(), spread=True).id == "endpoint-srf-1"  # type: ignore[union-attr]
+    assert budgets.try_take("endpoint-srf-1", 1)  # 6, 6, 7: a tie, the cheaper
+    assert pool.choose(set(), spread=True).id == "endpoint-srf-0"  # type: ignore[union-attr]
+    pool.budget_use = None  # no budgets kept: the cheaper of two, as ever
+    assert pool.choose(set(), spread=True) is not None

@@ -16,6 +16,7 @@ from addon.runtime import Runtime
 from addon.upstream.budgets import (
     PROBE_CALLS,
     PROBE_REQUESTS,
+    PROBE_ROOM,
     WINDOW_S,
     Budgets,
     NodeBudget,
@@ -315,6 +316,43 @@ def test_a_learned_rate_paces_single_calls_but_never_a_failover_or_a_batch() -> 
     assert not isinstance(book.try_take("a", 1), Ticket)  # a first attempt waits
     assert isinstance(book.try_take("a", 1, retry=True), Ticket)  # a failover goes
     assert isinstance(book.try_take("a", 20), Ticket)  # a batch is not starved
+
+
+def test_room_under_a_learned_rate_is_kept_without_growing_the_rate() -> None:
+    """``room``: a paced call fits only with that many calls of the learned
+    rate free after it; a node short of that room is not full (no growth),
+    and the room's wait says when the oldest call leaves the window."""
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a")], clock=clock)
+    for _ in range(10):
+        t = book.try_take("a", 1)
+        assert isinstance(t, Ticket)
+        book.release(t)
+    book.rate_limited("a")  # learned: 9 a second, from the 10 in the window
+    node = book.node("a")
+    clock.advance(WINDOW_S + 0.1)  # the window empties
+    assert node.recent(clock.t) == 0
+    taken = [book.try_take("a", 1, room=PROBE_ROOM) for _ in range(9)]
+    assert all(isinstance(t, Ticket) for t in taken[: 9 - PROBE_ROOM])  # 5 leave 4 free
+    short = taken[9 - PROBE_ROOM]
+    assert isinstance(short, float) and short == pytest.approx(WINDOW_S)  # all in flight
+    assert node.learned_rps == pytest.approx(9.0)  # short of room is not full: no growth
+    for _ in range(PROBE_ROOM):  # without room: the whole rate
+        assert isinstance(book.try_take("a", 1), Ticket)
+    assert not isinstance(book.try_take("a", 1), Ticket)  # full: now it grows
+    assert node.learned_rps is not None and node.learned_rps > 9.0
+
+
+def test_room_is_a_learned_rates_alone() -> None:
+    """A node without a rate, a configured rate (its probes' room is set
+    aside already), a failover and a batch are not held back by ``room``."""
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a"), _endpoint("c", max_rps=5)], clock=clock)
+    assert all(isinstance(book.try_take("a", 1, room=PROBE_ROOM), Ticket) for _ in range(10))
+    assert all(isinstance(book.try_take("c", 1, room=PROBE_ROOM), Ticket) for _ in range(5))
+    book.rate_limited("a")  # 9 a second, 10 in the window
+    assert isinstance(book.try_take("a", 1, retry=True, room=PROBE_ROOM), Ticket)
+    assert isinstance(book.try_take("a", 3, room=PROBE_ROOM), Ticket)
 
 
 def test_a_learned_rate_is_forgotten_after_a_quiet_while() -> None:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from addon.upstream.budgets import Budgets, Ticket
+from addon.upstream.budgets import PROBE_ROOM, WINDOW_S, Budgets, Ticket
 from addon.upstream.learning import learned
 from addon.upstream.shared_budgets import SharedBudgets
 from common.config import Endpoint
@@ -26,8 +26,10 @@ def _book() -> Budgets:
     return Budgets([e], clock=time.monotonic)
 
 
-async def _take(book: SharedBudgets, calls: int = 1, retry: bool = False) -> Ticket | float:
-    taken = book.try_take(EID, calls, retry=retry)
+async def _take(
+    book: SharedBudgets, calls: int = 1, retry: bool = False, room: int = 0
+) -> Ticket | float:
+    taken = book.try_take(EID, calls, retry=retry, room=room)
     return taken if isinstance(taken, Ticket | float) else await taken
 
 
@@ -96,6 +98,34 @@ async def test_while_redis_is_down_the_last_rate_heard_paces_locally(
     assert not any(isinstance(r, Ticket) for r in results)
     assert book.local.node(EID).learned_rps == pytest.approx(learned.CUT * 10, rel=0.01)
     await link.close()
+
+
+async def test_room_under_the_shared_rate_is_kept_without_growing_it(
+    redis_server: RedisServer,
+) -> None:
+    """Redis's script keeps ``room`` as ``Budgets`` does: a paced call fits
+    only with that many calls of the rate free after it, from every proxy's
+    calls in the window, and a node short of room is not full (no growth)."""
+    a, b = redis_link(redis_server, timeout_ms=2000), redis_link(redis_server, timeout_ms=2000)
+    pa, pb = SharedBudgets(a, _book(), lease_s=5), SharedBudgets(b, _book(), lease_s=5)
+    first = [await _take(pa, room=PROBE_ROOM) for _ in range(10)]  # no rate: no room kept
+    assert all(isinstance(t, Ticket) for t in first)
+    assert await _taught(pa)  # 9 a second, from the 10 in the window
+    for t in first:
+        assert isinstance(t, Ticket)
+        pa.release(t)
+    await asyncio.sleep(WINDOW_S + 0.05)  # the window empties
+    # the two proxies' calls together: 5 fit with 4 of the 9 left free
+    for book in (pa, pb, pa, pb, pa):
+        assert isinstance(await _take(book, room=PROBE_ROOM), Ticket)
+    short = await _take(pb, room=PROBE_ROOM)
+    assert isinstance(short, float) and short == pytest.approx(WINDOW_S)  # all in flight
+    assert await _take(pb, retry=True, room=PROBE_ROOM)  # a failover goes
+    node = pa.local.node(EID)
+    assert isinstance(await _take(pa), Ticket)  # without room: the whole rate (7 of 9)
+    assert node.learned_rps == pytest.approx(9.0)  # short of room is not full: not grown
+    await a.close()
+    await b.close()
 
 
 async def test_a_full_node_grows_back_quickly_to_below_the_ceiling(
