@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .chain import Chain, is_hash
+from .chain import PRUNING_DEPTH, Chain, is_hash
 from .runtime import BASE_SPEC, MAX_SPEC
 from .window import WindowLimit
 
@@ -65,6 +65,11 @@ class Faults:
     # replica the same values
     upgrade_at: int | None = None
     upgrade_spec: int = BASE_SPEC + 1
+    # state pruning: the node keeps the state of its last ``state_keep`` blocks and
+    # answers "State already discarded for <hash>" for state at older ones; null:
+    # it keeps every block's (an archive). The node's own (``--state-keep``,
+    # ``--archive``) is what a reset goes back to
+    state_keep: int | None = PRUNING_DEPTH
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -141,6 +146,12 @@ def check_fault(key: str, value: Any) -> Any:
         ):
             raise ValueError(f"upgrade_spec must be an integer in ({BASE_SPEC}, {MAX_SPEC}]")
         return value
+    if key == "state_keep":
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise ValueError("state_keep must be an integer >= 1 or null")
+        return value
     if key == "lag":
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError("lag must be an integer >= 0")
@@ -178,6 +189,7 @@ class FaultState:
         chain.wrong_storage = faults.wrong_storage
         chain.set_genesis_override(faults.genesis)
         chain.set_upgrade(faults.upgrade_at, faults.upgrade_spec)
+        chain.set_state_keep(faults.state_keep)
         if faults.byte_slots != self.faults.byte_slots:
             # calls already waiting finish on the old places
             self._byte_slots = asyncio.Semaphore(faults.byte_slots)
