@@ -65,12 +65,13 @@ class Admission:
         wait: bool,
         prefer_archive: bool = False,
         min_block: int | None = None,
+        state_block: int | None = None,
     ) -> tuple[Upstream, Ticket] | None:
         """A node with budget for ``calls`` and the ticket that holds it; None
         when no node is left (``shed`` says whether budgets were the reason)."""
 
         async def attempt() -> tuple[tuple[Upstream, Ticket] | None, float | None]:
-            return await self._try(pool, tried, calls, prefer_archive, min_block)
+            return await self._try(pool, tried, calls, prefer_archive, min_block, state_block)
 
         if not self.fair.busy or not wait:
             got, retry = await attempt()
@@ -104,6 +105,7 @@ class Admission:
         calls: int,
         prefer_archive: bool,
         min_block: int | None,
+        state_block: int | None = None,
     ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
         """Best node first, skipping those without budget now. The second
         value: seconds until budget (or a back-off's end) may let one in;
@@ -111,7 +113,9 @@ class Admission:
         skip = set(tried)
         soonest: float | None = None
         while True:
-            upstream = pool.choose(skip, prefer_archive=prefer_archive, min_block=min_block)
+            upstream = pool.choose(
+                skip, prefer_archive=prefer_archive, min_block=min_block, state_block=state_block
+            )
             if upstream is None:
                 backoff = pool.backoff_left(skip)
                 if backoff is not None:
