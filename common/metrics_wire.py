@@ -73,7 +73,11 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   rate); ``upstream_backoff_s`` the whole seconds left of the node's back-off
   when the batch was built (only nodes backing off; the sidecar reads it as
   "until ``sent_at`` + seconds" and keeps the latest such time over the live
-  proxies, the others are summed). ``mechanisms_off``: 1 per mechanism the
+  proxies, the others are summed); ``upstream_state_lost`` the latest block a
+  node answered "State already discarded" for although its measured horizon
+  covered it (only nodes with such a correction in force; the sidecar keeps
+  the highest over the live proxies and checks that block at the node's next
+  full probe). ``mechanisms_off``: 1 per mechanism the
   proxy runs without (an untested mitmproxy or wsproto an operator accepted,
   ``addon/mitm/versions.py``; absent on tested versions), keyed by a printable
   label of 1..``MAX_LABEL_LEN`` characters (at most ``MAX_ROWS``). The
@@ -131,6 +135,7 @@ UPSTREAM_GAUGES: Final = (
     "upstream_learned_rps",
     "upstream_backoff_s",
     "upstream_quarantined",  # 1 per node a cross-check quarantined (answer-mismatch)
+    "upstream_state_lost",  # the latest block a node answered "state discarded" for
 )
 # Per-mechanism maps (mechanism -> 1): what an untested mitmproxy or wsproto switched off.
 MECHANISM_GAUGES: Final = ("mechanisms_off",)

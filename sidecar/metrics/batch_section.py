@@ -47,6 +47,7 @@ class Gauges:
     upstream_learned_rps: tuple[tuple[str, int], ...] = ()
     upstream_backoff_s: tuple[tuple[str, int], ...] = ()
     upstream_quarantined: tuple[tuple[str, int], ...] = ()
+    upstream_state_lost: tuple[tuple[str, int], ...] = ()
     # mechanism -> 1 (common.metrics_wire.MECHANISM_GAUGES)
     mechanisms_off: tuple[tuple[str, int], ...] = ()
 

@@ -72,6 +72,8 @@ class GaugeTotals:
     at: float  # when these totals were taken (the sidecar's clock)
     # nodes a live proxy's cross-check quarantined (answer-mismatch): the count of proxies
     upstream_quarantined: dict[str, int] = field(default_factory=dict)
+    # the latest block a node answered "state discarded" for, over the live proxies
+    upstream_state_lost: dict[str, int] = field(default_factory=dict)
     # mechanisms a live proxy runs without (an accepted untested mitmproxy or
     # wsproto): the count of proxies
     mechanisms_off: dict[str, int] = field(default_factory=dict)
@@ -205,6 +207,7 @@ class ProxyCounters:
             upstream_learned_rps=self._summed(g.upstream_learned_rps for g in gauges),
             upstream_backoff_until=self._backoff_until(live.values(), now),
             upstream_quarantined=self._summed(g.upstream_quarantined for g in gauges),
+            upstream_state_lost=self._highest(g.upstream_state_lost for g in gauges),
             mechanisms_off=self._summed(g.mechanisms_off for g in gauges),
             at=now,
         )
@@ -218,6 +221,15 @@ class ProxyCounters:
                     out[key] += n
                 elif len(out) < self.max_series:  # keys past the cap are left out
                     out[key] = n
+        return out
+
+    def _highest(self, snapshots: Iterable[tuple[tuple[str, int], ...]]) -> dict[str, int]:
+        """Per key, the highest value over the snapshots."""
+        out: dict[str, int] = {}
+        for pairs in snapshots:
+            for key, n in pairs:
+                if key in out or len(out) < self.max_series:
+                    out[key] = max(out.get(key, n), n)
         return out
 
     def _backoff_until(self, live: Iterable[_Snapshot], now: float) -> dict[str, float]:

@@ -142,6 +142,8 @@ def _probing(
             on_transition=registry.on_transition,
             chain_runtimes=ChainRuntimeBook(config, store, clock),
             state_probe=None if state_factory is None else state_factory(session, config),
+            # blocks the proxies saw a node answer "state discarded" for
+            reported=lambda eid: app[USAGE_KEY].proxy_metrics.gauges().upstream_state_lost.get(eid),
         )
         registry.attach(prober)  # incidents: load, reconcile with the restored health
         app[STORE_KEY] = store
