@@ -11,6 +11,7 @@ from addon.cache.per_runtime import runtime_entry
 from addon.cache.redis_tier import SharedCacheTier
 from addon.cache.rules import entries_to_store
 from addon.cache.store import CacheStore
+from addon.chain.routing_hints import state_block
 from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
 from addon.rpc.jsonrpc import Call
@@ -82,7 +83,9 @@ def _cross_check(
     height = rt.chain.blocks.get(hashes[-1][1]) if hashes else None
     if rpc.upstream is None or finalized is None or height is None or height > finalized:
         return  # not known final: a node behind or on a fork may rightly differ
-    sample = Sample(rpc.network, call, rpc.upstream, result, keys)
+    sample = Sample(
+        rpc.network, call, rpc.upstream, result, keys, state_block(call, rt.chain.blocks)
+    )
     rt.cross_checker.submit(
         sample, rt.pools[rpc.network], rt.transport, rt.budgets, lambda ks: _forget(rt, ks)
     )
