@@ -117,7 +117,9 @@ async def _forward(rpc: RpcContext, rt: ForwardPendingNeeds, pending: list[int])
     if result.upstream is not None:
         rpc.upstream, rpc.provider = result.upstream.id, result.upstream.provider
     for eid in result.corrected:
-        log.info("%s: %s has no state at a block its horizon covered: corrected", rpc.network, eid)
+        log.info(
+            "%s: %s no longer holds the state a read asked: its horizon corrected", rpc.network, eid
+        )
     _fill(rpc, pending, result, rt)
     if result.kind == "soft":
         _state_unavailable(rpc, rt, pending, result)
