@@ -21,7 +21,9 @@ connection; scenario 16 (``bench/true_miss.py``) distinct calls that really
 miss, beside scenario 1's coalesced identical call; scenario 17
 (``bench/validator_fleet.py``) a validator fleet syncing at every block, pre-warm
 on and off; scenario 18 (``bench/cross_check_cost.py``) the cross-check's extra
-upstream calls.
+upstream calls; scenarios 19 and 20 (``bench/new_spec_scenarios.py``) the new
+spec chainproxy serves: ``chainHead_v1_follow`` fan-out beside legacy heads,
+one ``chainHead_v1_storage`` of 100 keys against 100 ``state_getStorage``.
 Drives them with ``wrk`` (or ``bench/pyload.py`` without it). On a
 machine with two or more cores every proxy under test is pinned to core 1 and
 everything else (load generator, upstreams, sidecar, this runner) to core 0, so
@@ -67,6 +69,12 @@ from bench.cross_check_cost import CrossCheckCost
 from bench.faults import FaultBench
 from bench.heavy_neighbours import HeavyNeighbours
 from bench.load import generator
+from bench.new_spec_scenarios import (
+    FOLLOW_WALL_S,
+    STORAGE_WALL_S,
+    chain_head_storage,
+    follow_fanout,
+)
 from bench.real_client_sync import bench_step as real_client_sync
 from bench.redis_scale import RedisScale
 from bench.report import Report
@@ -184,6 +192,8 @@ def plan(ctx: Context, only: set[str], before: Path | None) -> list[Step]:
             ("6", scripts.stats),
             ("8", scripts.memory),
             ("9", scripts.fanout),
+            ("19", follow_fanout),  # after 9: it prints 9's figure beside its own
+            ("20", chain_head_storage),
             ("addon", scripts.addon_cpu),
         )
         if k in only
@@ -207,7 +217,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--only",
         default="",
-        help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,addon",
+        help="comma-separated scenarios: 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,addon",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(
@@ -242,6 +252,8 @@ def main() -> int:
             ("16", TRUE_MISS_WALL_S),
             ("17", FLEET_WALL_S),
             ("18", CROSS_CHECK_WALL_S),
+            ("19", FOLLOW_WALL_S),
+            ("20", STORAGE_WALL_S),
         ):
             # with --before scenario 15 runs half as many targets again
             extra += wall[not args.quick] * (1.5 if args.before else 1) if k in only else 0.0

@@ -18,7 +18,8 @@ see ``common.usage_wire``) may carry an optional key ``"metrics"``::
                     "upstream_sent_last_s": {endpoint_id: n, ...},
                     "upstream_learned_rps": {endpoint_id: n, ...},
                     "upstream_backoff_s": {endpoint_id: n, ...},
-                    "mechanisms_off": {mechanism: 1, ...}}
+                    "mechanisms_off": {mechanism: 1, ...},
+                    "follow_pinned_blocks": {network: n, ...}}
     }
 
 Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
@@ -60,10 +61,13 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   budget), ``{network}`` for upstream waits (calls that queued for a node's
   budget before being sent or shed), ``{endpoint, reason}`` for upstream
   back-offs (a node started or extended a back-off: ``reason`` is
-  ``rate-limited`` for a 429 or a JSON-RPC rate-limit error, ``overloaded``
-  for a 503 with ``Retry-After``); ``{network, path}`` for WebSocket client
+  ``rate-limited`` for a 429 or a JSON-RPC rate-limit error, ``work-limited``
+  for a JSON-RPC error saying the node's work limit, ``overloaded`` for a 503
+  with ``Retry-After``); ``{network, path}`` for WebSocket client
   messages, counted when their socket ends (``path``: ``direct``, read by
-  chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer).
+  chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer);
+  ``{endpoint}`` for silent upstreams (a node's subscription socket stopped
+  pushing while its network advanced: its subscriptions moved).
 * ``gauges``: the proxy's current values when it built the batch (not deltas),
   integers >= 0; at most ``MAX_ROWS`` methods per subscription map. The
   ``UPSTREAM_GAUGES`` maps are keyed by ``endpoint_id`` (at most ``MAX_ROWS``
@@ -73,14 +77,17 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   rate); ``upstream_backoff_s`` the whole seconds left of the node's back-off
   when the batch was built (only nodes backing off; the sidecar reads it as
   "until ``sent_at`` + seconds" and keeps the latest such time over the live
-  proxies, the others are summed); ``upstream_state_lost`` the latest block a
-  node answered "State already discarded" for although its measured horizon
-  covered it (only nodes with such a correction in force; the sidecar keeps
-  the highest over the live proxies and checks that block at the node's next
-  full probe). ``mechanisms_off``: 1 per mechanism the
-  proxy runs without (an untested mitmproxy or wsproto an operator accepted,
-  ``addon/mitm/versions.py``; absent on tested versions), keyed by a printable
-  label of 1..``MAX_LABEL_LEN`` characters (at most ``MAX_ROWS``). The
+  proxies, the others are summed); ``upstream_quarantined`` 1 per node a
+  cross-check quarantined; ``upstream_silent`` 1 per node whose subscription
+  socket went silent, until it pushes again (``addon/subs/silence.py``);
+  ``upstream_state_lost`` the latest block a node answered "State already
+  discarded" for although its measured horizon covered it (only nodes with
+  such a correction in force; the sidecar keeps the highest over the live
+  proxies and checks that block at the node's next full probe).
+  ``mechanisms_off``: 1 per mechanism the proxy runs without (an untested
+  mitmproxy or wsproto an operator accepted, ``addon/mitm/versions.py``;
+  absent on tested versions), keyed by a printable label of
+  1..``MAX_LABEL_LEN`` characters (at most ``MAX_ROWS``). The
   sidecar keeps the latest snapshot of each ``proxy_id`` (by ``sent_at``; an
   older one delivered late from the spool is ignored) and exposes the sum over
   the proxies whose snapshot arrived less than ``GAUGE_TTL_S`` ago — so a
@@ -123,18 +130,29 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_pin_fallbacks_total",
     "chainproxy_prewarm_total",
     "chainproxy_cross_checks_total",
+    "chainproxy_finality_lookups_total",
+    "chainproxy_cache_purged_total",
     "chainproxy_access_log_dropped_total",
     "chainproxy_ws_messages_total",
+    "chainproxy_follow_operations_total",
+    "chainproxy_follow_stops_total",
+    "chainproxy_upstream_silent_total",
 )
-BACKOFF_REASONS: Final = ("rate-limited", "overloaded")  # chainproxy_upstream_backoffs_total
+# chainproxy_upstream_backoffs_total
+BACKOFF_REASONS: Final = ("rate-limited", "work-limited", "overloaded")
 GAUGES: Final = ("ws_connections", "spool_batches")
 SUBSCRIPTION_GAUGES: Final = ("client_subscriptions", "upstream_subscriptions")
+# in ``client_subscriptions``: the chainHead_v1 follows open, beside the legacy methods
+FOLLOWS_METHOD: Final = "chainHead_v1_follow"
+# Per-network maps (network -> n): the blocks the chainHead_v1 follows hold pinned.
+NETWORK_GAUGES: Final = ("follow_pinned_blocks",)
 # Per-node maps (endpoint id -> n); see the docstring for what each one holds.
 UPSTREAM_GAUGES: Final = (
     "upstream_sent_last_s",
     "upstream_learned_rps",
     "upstream_backoff_s",
     "upstream_quarantined",  # 1 per node a cross-check quarantined (answer-mismatch)
+    "upstream_silent",  # 1 per node whose subscription socket went silent
     "upstream_state_lost",  # the latest block a node answered "state discarded" for
 )
 # Per-mechanism maps (mechanism -> 1): what an untested mitmproxy or wsproto switched off.

@@ -118,6 +118,7 @@ class Chain:
         self._genesis = config.genesis.lower()
         self._genesis_override: str | None = None
         self._lag = 0
+        self.finality_lag = FINALITY_LAG  # the finality_lag fault
         self._frozen_at: int | None = None
         self.wrong_storage = False  # the wrong_storage fault (see storage_value)
         self._fork_at: int | None = None
@@ -158,6 +159,10 @@ class Chain:
         if genesis is not None and not is_hash(genesis):
             raise ValueError(f"genesis must be a 0x-prefixed 32-byte hex hash: {genesis!r}")
         self._genesis_override = genesis.lower() if genesis is not None else None
+
+    @property
+    def fork_at(self) -> int | None:
+        return self._fork_at
 
     @property
     def forked(self) -> bool:
@@ -206,6 +211,7 @@ class Chain:
 
     def reset_faults(self) -> None:
         self._lag = 0
+        self.finality_lag = FINALITY_LAG
         self._frozen_at = None
         self._genesis_override = None
         self._schedule = Schedule()
@@ -228,7 +234,7 @@ class Chain:
         return max(0, self.head() - self._lag)
 
     def finalized(self) -> int:
-        return max(0, self.best() - FINALITY_LAG)
+        return max(0, self.best() - self.finality_lag)
 
     # ---- hashes -------------------------------------------------------------
 

@@ -48,6 +48,9 @@ class Faults:
     lag: int = 0
     freeze: bool = False
     fork: bool = False  # blocks from now on get other hashes (a minority fork)
+    # blocks between the best and the finalized one (GRANDPA's usual 2): a longer
+    # one keeps a fork unfinalized, so that leaving it is a reorg, not a new chain
+    finality_lag: int = 2
     # a node that answers some storage keys wrongly (a quarter of them, by key):
     # what a cross-check of answers at finalized blocks must catch
     wrong_storage: bool = False
@@ -70,6 +73,16 @@ class Faults:
     # it keeps every block's (an archive). The node's own (``--state-keep``,
     # ``--archive``) is what a reset goes back to
     state_keep: int | None = PRUNING_DEPTH
+    # calls of these methods (HTTP and WebSocket, each item of a batch) are
+    # refused with a JSON-RPC error inside a 200, as a node at its own limits
+    # answers: ``refuse_code`` and ``refuse_message`` (by default -32004 "RPC work
+    # limit exceeded")
+    refuse_methods: tuple[str, ...] = ()
+    refuse_code: int = -32004
+    refuse_message: str = "RPC work limit exceeded"
+    # subscriptions push nothing (neither their first value nor any change):
+    # the socket stays open, its calls are answered, pings too
+    mute: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -93,7 +106,7 @@ class Faults:
 
 FAULT_KEYS = frozenset(f.name for f in dataclasses.fields(Faults))
 _BOOL_KEYS = frozenset(
-    {"hang", "close", "truncate", "garbage", "freeze", "fork", "die", "wrong_storage"}
+    {"hang", "close", "truncate", "garbage", "freeze", "fork", "die", "wrong_storage", "mute"}
 )
 
 
@@ -152,9 +165,21 @@ def check_fault(key: str, value: Any) -> Any:
         ):
             raise ValueError("state_keep must be an integer >= 1 or null")
         return value
-    if key == "lag":
+    if key == "refuse_methods":
+        if not isinstance(value, list | tuple) or not all(isinstance(m, str) for m in value):
+            raise ValueError("refuse_methods must be a list of method names")
+        return tuple(value)
+    if key == "refuse_code":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError("refuse_code must be an integer")
+        return value
+    if key == "refuse_message":
+        if not isinstance(value, str) or not value:
+            raise ValueError("refuse_message must be a non-empty string")
+        return value
+    if key in ("lag", "finality_lag"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError("lag must be an integer >= 0")
+            raise ValueError(f"{key} must be an integer >= 0")
         return value
     # genesis
     if value is not None and not is_hash(value):
@@ -184,6 +209,7 @@ class FaultState:
         checked = {k: check_fault(k, v) for k, v in changes.items()}
         faults = dataclasses.replace(self.faults, **checked)
         chain.set_lag(faults.lag)
+        chain.finality_lag = faults.finality_lag
         chain.set_frozen(faults.freeze)
         chain.set_fork(faults.fork)
         chain.wrong_storage = faults.wrong_storage

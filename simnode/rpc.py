@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,6 +198,8 @@ class Dispatcher:
             "state_getKeysPaged": self._keys_paged,
             "state_getKeysPagedAt": self._keys_paged,
             "state_queryStorageAt": self._query_storage_at,
+            "childstate_getStorageEntries": self._child_entries,
+            "childstate_getKeysPaged": self._child_keys_paged,
             "author_submitExtrinsic": self._submit,
             "rpc_methods": self._rpc_methods,
         }
@@ -207,6 +209,13 @@ class Dispatcher:
         self.methods: tuple[str, ...] = tuple(sorted(table))
         self._methods_result = {"methods": list(self.methods)}
         self.submitted = 0
+        self._refused: frozenset[str] = frozenset()  # the ``refuse_methods`` fault
+        self._refusal: dict[str, Any] = {}
+
+    def refuse(self, methods: Iterable[str], code: int, message: str) -> None:
+        """Calls of ``methods`` are answered with this error from now on (none: off)."""
+        self._refused = frozenset(methods)
+        self._refusal = {"code": code, "message": message}
 
     @staticmethod
     def _const(name: str, value: Any) -> Handler:
@@ -238,6 +247,8 @@ class Dispatcher:
                 "id": entry.id,
                 "error": {"code": INTERNAL_ERROR, "message": "Internal error"},
             }
+        if self._refused and entry.method in self._refused:
+            return {"jsonrpc": "2.0", "id": entry.id, "error": dict(self._refusal)}
         try:
             result = self.call(entry.method, entry.params)
         except RpcError as exc:
@@ -353,6 +364,21 @@ class Dispatcher:
         n = self._state_block(_opt_hash(h))
         changes = [[k, storage_value(_hex(k, "key"))] for k in keys]
         return [{"block": self.chain.block_hash(n), "changes": changes}]
+
+    def _child_entries(self, params: Any) -> Any:
+        child, keys, h = _args(params, ("childStorageKey", "keys", "at"), required=2)
+        if not isinstance(keys, list):
+            raise _bad_params("keys must be a list")
+        child = _hex(child, "childStorageKey")
+        self._state_block(_opt_hash(h))
+        # a child trie is modelled as the main trie's values under the child's key
+        return [storage_value(child + _hex(k, "key")[2:]) for k in keys]
+
+    def _child_keys_paged(self, params: Any) -> Any:
+        if not isinstance(params, list) or not params:
+            raise _bad_params("childStorageKey, prefix and count are required")
+        _hex(params[0], "childStorageKey")
+        return self._keys_paged(params[1:])  # the same 64 keys under any prefix
 
     def _call(self, params: Any) -> Any:
         method, data, h = _args(params, ("name", "bytes", "at"), required=2)

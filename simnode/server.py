@@ -195,7 +195,10 @@ class SimNode:
 
     def apply_faults(self, changes: dict[str, Any]) -> bool:
         """Validate all, then apply all (all-or-nothing). Returns whether to die."""
-        return self.fault_state.apply(changes, self.chain)
+        die = self.fault_state.apply(changes, self.chain)
+        f = self.fault_state.faults
+        self.dispatcher.refuse(f.refuse_methods, f.refuse_code, f.refuse_message)
+        return die
 
     def die(self) -> None:
         """The ``die`` fault: ``on_die`` (the command exits at once), else stop serving."""
@@ -229,6 +232,7 @@ class SimNode:
             "best": chain.best(),
             "finalized": chain.finalized(),
             "head": chain.head(),
+            "fork_at": chain.fork_at,  # blocks above it have the fork's hashes (None: no fork)
             "genesis": chain.genesis_hash(),
             "spec_version": chain.spec_version(chain.best()),
             "archive": chain.config.archive,
@@ -242,6 +246,7 @@ class SimNode:
             "max_rps_seen": self._rate.max_seen,
             "submitted": self.dispatcher.submitted,
             "subscriptions": self._ws.subscriptions,
+            "muted_notifications": self._ws.muted,
         }
 
     @property

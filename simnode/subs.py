@@ -7,7 +7,8 @@ subscription gets the current value at once (the current head, the runtime
 version, the storage values); a runtime version subscription is notified
 again when the best block runs another runtime (an ``upgrade_at`` crossed).
 Faults act through the chain: ``freeze`` stops the heads, ``lag`` holds the
-best block back.
+best block back; ``mute`` (``muted()``) sends nothing while the chain goes
+on: the socket stays open and answers calls, a silent feed.
 """
 
 from __future__ import annotations
@@ -72,12 +73,14 @@ class Subscriptions:
         *,
         tick_s: float,
         on_change: Callable[[int], None],
+        muted: Callable[[], bool] = lambda: False,
     ) -> None:
         self.chain = chain
         self.dispatcher = dispatcher
         self._send = send
         self._tick = tick_s
         self._on_change = on_change  # +1 / -1: the node's count of live subscriptions
+        self._muted = muted  # nothing is pushed (what would have been is skipped)
         self.subs: dict[str, _Sub] = {}
         self._ticker: asyncio.Task[None] | None = None
 
@@ -161,6 +164,8 @@ class Subscriptions:
             await self._notify(sub_id, sub, result)
 
     async def _notify(self, sub_id: str, sub: _Sub, result: Any) -> None:
+        if self._muted():
+            return
         doc = {
             "jsonrpc": "2.0",
             "method": sub.notification,

@@ -49,6 +49,7 @@ class WebSocketRpc:
         self.node = node
         self._sockets: set[web.WebSocketResponse] = set()
         self.subscriptions = 0  # live, over every socket (in /_sim/state)
+        self.muted = 0  # notifications the ``mute`` fault kept back (in /_sim/state)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, timeout=self.node.shutdown_timeout)
@@ -65,6 +66,7 @@ class WebSocketRpc:
             partial(_send, ws),
             tick_s=min(0.1, self.node.chain.config.block_time / 5),
             on_change=self._count,
+            muted=self._muted,
         )
         # One task per message: a slow or hung answer does not block the others,
         # as with a real node's concurrent WS request handling.
@@ -103,6 +105,13 @@ class WebSocketRpc:
 
     def _count(self, delta: int) -> None:
         self.subscriptions += delta
+
+    def _muted(self) -> bool:
+        """Whether a notification is kept back (``mute``); each one counts."""
+        if self.node.fault_state.faults.mute:
+            self.muted += 1
+            return True
+        return False
 
     async def _message(
         self,

@@ -4,8 +4,8 @@ An RPC call (a POST to ``/rpc/v1/<network>``, or one WebSocket message) enters
 through the gate (route, body limit, parse; ``addon/pipeline/gate.py``) and goes through
 ``STEPS``::
 
-    allowlist → subscription_limits → rate_limit → subscribe → pin_to_head
-              → cache_lookup → reserve_bytes → forward_pending → learn → cache_store
+    allowlist → subscription_limits → rate_limit → subscribe → new_spec_reads → chain_head
+              → pin_to_head → cache_lookup → reserve_bytes → forward_pending → learn → cache_store
               → charge_bytes → record → respond
 
 Each step is a plain function ``step(rpc, runtime)`` around a pure core; it
@@ -38,9 +38,11 @@ from addon.runtime import Runtime
 from addon.steps.allowlist import allowlist
 from addon.steps.cache_lookup import cache_lookup
 from addon.steps.cache_store import cache_store
+from addon.steps.chain_head import chain_head
 from addon.steps.charge_bytes import charge_bytes
 from addon.steps.forward_pending import forward_pending
 from addon.steps.learn import learn
+from addon.steps.new_spec_reads import new_spec_reads
 from addon.steps.pin_to_head import pin_to_head
 from addon.steps.rate_limit import rate_limit
 from addon.steps.record import record
@@ -56,6 +58,8 @@ STEPS: tuple[Step, ...] = (
     subscription_limits,
     rate_limit,
     subscribe,
+    new_spec_reads,
+    chain_head,
     pin_to_head,
     cache_lookup,
     reserve_bytes,

@@ -50,6 +50,7 @@ from addon.rpc.jsonrpc import LIMIT_EXCEEDED, Refusal, dumps, error_obj
 from addon.runtime import Runtime
 from addon.sockets.conn import SLOW_CLIENT_CLOSE, ClientConn
 from addon.sockets.direct import DirectAnswers, internal_error, reply
+from addon.sockets.keepalive import CLOSE_CODE, CLOSE_REASON, Pinger
 from addon.sockets.sink import FLOW_HEADER, Sink
 from addon.sockets.slots import LEASE_S, RETRY_AFTER_S
 from common.config.model import WebSocketConfig
@@ -93,11 +94,13 @@ class WebSocketRpc:
         )
         # refusals of the WebSocket message limit (by default one never installed: none)
         self.read_limits = read_limits if read_limits is not None else mitm_limits.ReadLimits()
-        self.sink = Sink()
+        self.sink = Sink(on_pong=self._ponged)
         # messages read straight from the socket, once it is open (the usual path)
         self.direct = DirectAnswers(pipeline, self.read_limits.limits)
         self._conns: dict[str, ClientConn] = {}
         self._renewer: asyncio.Task[None] | None = None
+        # pings to every client socket; one that stops answering is closed
+        self.pinger = Pinger(self._conns.values, self._ping_settings, self._ping, self._dead)
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         # Synchronous for the plain POSTs that are nearly every request (no
@@ -148,6 +151,7 @@ class WebSocketRpc:
         flow.request.port = port  # the path stays: logs and mitmweb show the real one
         flow.comment = f"WebSocket JSON-RPC, {route.network}"
         self._renew_leases(rt)
+        self.pinger.start()
 
     def _conn(self, flow: http.HTTPFlow) -> ClientConn | None:
         conn = self._conns.get(flow.id)
@@ -171,7 +175,7 @@ class WebSocketRpc:
             master=ctx.master,
             max_queued=ws.max_queued_notifications,
             max_buffer_bytes=ws.max_buffer_bytes,
-            on_slow=self._close_slow,
+            on_slow=lambda c: self._close(c, SLOW_CLIENT_CLOSE, "notifications not read"),
             direct=bool(getattr(ctx.options, DIRECT_OPTION, True)),
         )
         self.direct.attach(conn, ctx.master)
@@ -234,19 +238,41 @@ class WebSocketRpc:
         if rt is not None:
             _count_messages(rt, conn)
             rt.ws_connections = max(0, rt.ws_connections - 1)
-            rt.subs.release(conn)  # closing a socket ends its subscriptions
+            rt.release_socket(conn)  # its follows and subscriptions end
             rt.slots.release(flow.id)  # ... and frees its slot
         flow.comment = conn.describe()
 
-    def _close_slow(self, conn: ClientConn) -> None:
+    def _close(self, conn: ClientConn, code: int, reason: str) -> None:
+        """Close a client socket with ``code``: its subscriptions end now, its
+        slot when mitmproxy ends the socket (``websocket_end``)."""
+        conn.closing = True
         rt = self.holder.runtime
         if rt is not None:
-            rt.subs.release(conn)
+            rt.release_socket(conn)  # its follows and subscriptions end
         create_task(
-            self.sink.close_flow(conn.flow.id, SLOW_CLIENT_CLOSE, "notifications not read"),
-            name="chainproxy: close a slow WebSocket client",
+            self.sink.close_flow(conn.flow.id, code, reason),
+            name=f"chainproxy: close a WebSocket client ({code})",
             keep_ref=True,
         )
+
+    def _ping_settings(self) -> tuple[float, float]:
+        rt = self.holder.runtime
+        ws = rt.config.proxy.websocket if rt is not None else WebSocketConfig()
+        return ws.ping_interval_s, ws.ping_timeout_s
+
+    def _ping(self, conn: Any, payload: bytes) -> None:
+        if not conn.ping(payload):  # not a direct socket: the sink pings it
+            ping = self.sink.ping_flow(conn.flow.id, payload)
+            create_task(ping, name="chainproxy: ping a WebSocket client", keep_ref=True)
+
+    def _ponged(self, flow_id: str) -> None:
+        conn = self._conns.get(flow_id)
+        if conn is not None:
+            conn.ponged()
+
+    def _dead(self, conn: Any) -> None:
+        log.warning("WebSocket client %s answers no ping: closed (1011)", conn.client)
+        self._close(conn, CLOSE_CODE, CLOSE_REASON)
 
     async def _answer(self, flow: http.HTTPFlow, conn: ClientConn, content: bytes) -> None:
         try:
@@ -270,7 +296,7 @@ class WebSocketRpc:
         rt = self.holder.runtime
         for conn in conns:
             if rt is not None:
-                rt.subs.release(conn)  # no new notifications from here on
+                rt.release_socket(conn)  # its follows and subscriptions end
         await asyncio.sleep(0)  # the writes queued for this loop turn go out first
         await asyncio.sleep(0)
         closed = await asyncio.gather(
@@ -289,11 +315,12 @@ class WebSocketRpc:
                 task.cancel()
             if rt is not None:
                 _count_messages(rt, conn)
-                rt.subs.release(conn)
+                rt.release_socket(conn)  # its follows and subscriptions end
                 rt.slots.release(conn.flow.id)
         self._conns.clear()
         if self._renewer is not None:
             self._renewer.cancel()
+        self.pinger.stop()
         self.sink.close()
 
     def _renew_leases(self, rt: Runtime) -> None:

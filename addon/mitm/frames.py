@@ -36,6 +36,11 @@ def pong_frame(payload: bytes) -> bytes:
     return bytes((0x80 | PONG, len(payload))) + payload
 
 
+def ping_frame(payload: bytes) -> bytes:
+    """A server's unmasked ping (a payload of at most 125 bytes)."""
+    return bytes((0x80 | PING, len(payload))) + payload
+
+
 @dataclass(slots=True)
 class FrameReader:
     """Bytes of a client's socket in (``feed``), ``(opcode, payload)`` out for

@@ -12,7 +12,8 @@ How: on a plain-text RPC socket (one that has a direct writer), the client's
 passes everything to mitmproxy's own except the client's bytes, which go to a
 ``FrameReader`` (``addon/mitm/frames.py``): each whole message to
 ``on_message`` (the pipeline; what it returns is awaited before the next read,
-which is the back-pressure), a ping answered with a pong, a pong dropped. The
+which is the back-pressure), a ping answered with a pong, a pong to ``on_pong``
+(the keep-alive's: ``addon/sockets/keepalive.py``). The
 reads are taken over only when mitmproxy's WebSocket layer is at a frame
 boundary with nothing queued (it may still be busy with a message that came
 right after the handshake: that read is left to it, and the next one tried).
@@ -43,6 +44,7 @@ from addon.mitm.frames import PING, PONG, FrameReader, pong_frame
 log = logging.getLogger("chainproxy")
 
 OnMessage = Callable[[bytes], Awaitable[None] | None]
+OnPong = Callable[[], None]
 
 
 class DirectReads:
@@ -55,12 +57,14 @@ class DirectReads:
         writer: Any,
         on_message: OnMessage,
         max_message: int,
+        on_pong: OnPong | None = None,
     ) -> None:
         self.handler = handler
         self.path = path  # the layers down to the socket's WebSocket layer
         self.client = handler.client
         self.writer = writer
         self.on_message = on_message
+        self.on_pong = on_pong
         self.reader = FrameReader(max_message)
         self.ready = False  # mitmproxy's layer was once at a frame boundary, idle
         self.released = False
@@ -97,7 +101,10 @@ class DirectReads:
         for opcode, payload in reader.feed(event.data):
             if opcode == PING:
                 self.writer.write(pong_frame(payload))
-            elif opcode != PONG:
+            elif opcode == PONG:
+                if self.on_pong is not None:
+                    self.on_pong()
+            else:
                 self.messages += 1
                 pending = self.on_message(payload)
                 if pending is not None:
@@ -110,7 +117,11 @@ class DirectReads:
 
 
 def take(
-    master: Any, flow: http.HTTPFlow, on_message: OnMessage, max_message: int
+    master: Any,
+    flow: http.HTTPFlow,
+    on_message: OnMessage,
+    max_message: int,
+    on_pong: OnPong | None = None,
 ) -> DirectReads | None:
     """The client's reads of ``flow``'s socket taken over, or None where that
     is not safe (an untested mitmproxy, a TLS client, no handler or layer)."""
@@ -128,7 +139,7 @@ def take(
     if path is None or writer is None:
         log.debug("chainproxy: no direct WebSocket reads (no WebSocket layer found)")
         return None
-    reads = DirectReads(handler, path, writer, on_message, max_message)
+    reads = DirectReads(handler, path, writer, on_message, max_message, on_pong)
     reads.install()
     return reads
 

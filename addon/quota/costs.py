@@ -14,6 +14,16 @@ are sent, and from the bytes they answer after:
   next call may be refused). A cache hit costs its base cost only: it costs
   the nodes nothing.
 
+The new spec's calls are priced like the legacy calls chainproxy makes for
+them: ``archive_v1_call`` / ``chainHead_v1_call`` as ``state_call`` (by their
+``function`` for ``costs.runtime_apis``); ``archive_v1_storage`` /
+``chainHead_v1_storage`` as ``state_queryStorageAt`` of their value and hash
+items, plus one page of ``DESCENDANTS_KEYS`` keys and their values per
+descendants item (further pages are charged as they are read:
+``addon/newspec/metered.py``); what steers or ends something already paid for
+(``chainHead_v1_unpin``, ``_continue``, ``_stopOperation``, ``_unfollow``,
+``archive_v1_stopStorage``) is free like an unsubscribe; the rest costs 1.
+
 Operators override the base cost per method (``costs.methods``) and, for
 ``state_call``, per runtime API, its first parameter (``costs.runtime_apis``).
 """
@@ -28,23 +38,56 @@ from addon.rpc.jsonrpc import Call
 from addon.rpc.sub_methods import UNSUBSCRIBE
 from common.config.model import CostConfig
 
+# A descendants storage item of the new spec (``archive_v1_storage``,
+# ``chainHead_v1_storage``) is read a page of this many keys at a time
+# (``state_getKeysPaged``, then their values): its base price is one such page.
+DESCENDANTS_KEYS = 100
 # method -> position of its ``count`` parameter
 _PAGED_COUNT = {"state_getKeysPaged": 1, "state_getKeysPagedAt": 1, "childstate_getKeysPaged": 2}
 _STORAGE_KEYS = frozenset({"state_queryStorageAt", "state_queryStorage"})
 RUNTIME_API_CALLS = frozenset({"state_call", "state_callAt"})
+# the new spec's runtime calls -> position of their ``function`` param
+_NEW_SPEC_CALLS = {"archive_v1_call": 1, "chainHead_v1_call": 2}
+# the new spec's storage reads -> position of their ``items`` param
+_NEW_SPEC_STORAGE = {"archive_v1_storage": 1, "chainHead_v1_storage": 2}
+_DESCENDANTS = ("descendantsValues", "descendantsHashes")
+# what gives back, steers or ends something already paid for
+_FREE = frozenset(
+    {
+        *UNSUBSCRIBE,
+        "chainHead_v1_unpin",
+        "chainHead_v1_continue",
+        "chainHead_v1_stopOperation",
+        "chainHead_v1_unfollow",
+        "archive_v1_stopStorage",
+    }
+)
 
 Heights = Callable[[str], int | None]  # block hash -> height, when known
 # methods whose cost is not simply 1 unless the operator prices them
-_PRICED = frozenset({*UNSUBSCRIBE, *_PAGED_COUNT, *_STORAGE_KEYS, *RUNTIME_API_CALLS})
+_PRICED = frozenset(
+    {
+        *_FREE,
+        *_PAGED_COUNT,
+        *_STORAGE_KEYS,
+        *RUNTIME_API_CALLS,
+        *_NEW_SPEC_CALLS,
+        *_NEW_SPEC_STORAGE,
+    }
+)
 
 
 def runtime_api(call: Call) -> str | None:
-    """The runtime API a ``state_call`` asks for (its first parameter)."""
-    if call.method in RUNTIME_API_CALLS and isinstance(call.params, list) and call.params:
-        api = call.params[0]
-        if isinstance(api, str):
-            return api
-    return None
+    """The runtime API a ``state_call`` asks for (its first parameter), or a
+    new-spec call (its ``function``)."""
+    method = call.method
+    if method in RUNTIME_API_CALLS:
+        api = _param(call, 0)
+    elif method in _NEW_SPEC_CALLS:
+        api = _param(call, _NEW_SPEC_CALLS[method], "function")
+    else:
+        return None
+    return api if isinstance(api, str) else None
 
 
 def base_cost(
@@ -54,7 +97,7 @@ def base_cost(
     method = call.method
     if method not in _PRICED and not costs.methods:
         return 1  # nearly every call
-    if method in UNSUBSCRIBE:
+    if method in _FREE:
         return 0  # giving back what a subscribe took would only teach clients to churn
     if not costs.enabled:
         return 1
@@ -65,6 +108,10 @@ def base_cost(
     override = costs.methods.get(method)
     if override is not None:
         return override
+    if method in _NEW_SPEC_CALLS:  # a state_call, as the operator prices those
+        return costs.methods.get("state_call", 1)
+    if method in _NEW_SPEC_STORAGE:
+        return _storage_items_cost(_param(call, _NEW_SPEC_STORAGE[method], "items"), costs)
     position = _PAGED_COUNT.get(method)
     if position is not None:
         count = _param(call, position)
@@ -98,10 +145,26 @@ def answer_bytes(value: Any) -> int:
     return 8
 
 
-def _param(call: Call, position: int) -> Any:
+def _storage_items_cost(items: Any, costs: CostConfig) -> int:
+    """A new-spec storage read: its value and hash items as one
+    ``state_queryStorageAt``, each descendants item as a page of keys
+    (``state_getKeysPaged``) and their values."""
+    if not isinstance(items, list):
+        return 1
+    pages = sum(isinstance(x, dict) and x.get("type") in _DESCENDANTS for x in items)
+    direct = len(items) - pages
+    page = math.ceil(DESCENDANTS_KEYS / costs.keys_per_unit) + math.ceil(
+        DESCENDANTS_KEYS / costs.storage_keys_per_unit
+    )
+    return max(1, math.ceil(direct / costs.storage_keys_per_unit) + pages * page)
+
+
+def _param(call: Call, position: int, name: str | None = None) -> Any:
     params = call.params
     if isinstance(params, list) and len(params) > position:
         return params[position]
+    if name is not None and isinstance(params, dict):
+        return params.get(name)
     return None
 
 

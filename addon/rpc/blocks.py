@@ -7,7 +7,10 @@
   when the call is parsed (``jsonrpc.Call``) and read by routing hints,
   failover verdicts, the cache plan and the block index, so no stage parses
   the params again.
-* ``BlockIndex``: hash -> height, learned from answers passing through.
+* ``BlockIndex``: hash -> height, learned from answers passing through, and
+  whether the hash is the finalized chain's block at that height (known only
+  for heights at or below finality: a read there has one right answer, which
+  is what a cross-check compares).
 """
 
 from __future__ import annotations
@@ -112,10 +115,18 @@ class Called(Protocol):
 
 
 class BlockIndex:
-    """hash -> height, learned from answers; bounded, least recently used first out."""
+    """hash -> height, learned from answers; bounded, least recently used first out.
+
+    Beside the height, whether the hash is the canonical block at its height
+    below finality (``canonical``: True, False, or None while nobody said):
+    set from a ``chain_getBlockHash(n)`` answered with ``n`` at or below the
+    finalized height, or by a finality look-up (``addon/chain/finality.py``).
+    A height alone does not make a block final: a fork's block has a height too.
+    """
 
     def __init__(self, max_entries: int = 20_000) -> None:
         self._map: OrderedDict[str, int] = OrderedDict()
+        self._canonical: dict[str, bool] = {}  # only hashes in _map
         self.max_entries = max_entries
 
     def __len__(self) -> int:
@@ -128,21 +139,35 @@ class BlockIndex:
             self._map.move_to_end(key)
         return h
 
-    def put(self, block_hash: str, height: int) -> None:
+    def canonical(self, block_hash: str) -> bool | None:
+        """Whether the hash is the finalized chain's block at its height (None: not known)."""
+        return self._canonical.get(block_hash.lower())
+
+    def put(self, block_hash: str, height: int, canonical: bool | None = None) -> None:
+        """``canonical``: what is known of it (None keeps what was known of the
+        same hash at the same height)."""
         key = block_hash.lower()
+        if self._map.get(key) != height:
+            self._canonical.pop(key, None)  # another height: what was said is void
         self._map[key] = height
         self._map.move_to_end(key)
+        if canonical is not None:
+            self._canonical[key] = canonical
         while len(self._map) > self.max_entries:
-            self._map.popitem(last=False)
+            old, _ = self._map.popitem(last=False)
+            self._canonical.pop(old, None)
 
-    def learn(self, call: Called, result: Any) -> None:
-        """Remember what an answer to ``call`` says about hashes and heights."""
+    def learn(self, call: Called, result: Any, finalized: int | None = None) -> None:
+        """Remember what an answer to ``call`` says about hashes and heights;
+        ``finalized``: the finalized height now (a hash answered for a height
+        at or below it is that height's canonical block)."""
         method, facts = call.method, call.facts
         if facts.heights is not None:  # chain_getBlockHash(n…) -> hash(es)
             results = result if isinstance(result, list) else [result]
             for n, h in zip(facts.heights, results, strict=False):
                 if is_block_hash(h):
-                    self.put(h, n)
+                    final = finalized is not None and n <= finalized
+                    self.put(h, n, True if final else None)
         elif method in HEADER_METHODS:
             asked = facts.hash_at(0)
             header = answered_header(method, result)

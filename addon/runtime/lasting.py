@@ -2,8 +2,10 @@
 a reload builds (``addon/runtime/policy.py``): chain state, live metrics,
 usage and its spool, the subscription hub, the coalescer, socket slots,
 answer sizes, the HTTP session and upstream client, the Redis link, the
-edge cache, and the pre-warm's hook. It is also what the subscription hub
-reads and tells (``subs.hub.ChainView``): the hub lives as long as it does.
+edge cache, the finality look-ups and cache purges in flight, and the
+pre-warm's hook. It is
+also what the subscription hub reads and tells (``subs.hub.ChainView``): the
+hub lives as long as it does.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from typing import Any
 
 import aiohttp
 
+from addon.cache.purge import NodePurges
 from addon.cache.store import CacheStore, DiskCacheStore
+from addon.chain.finality import FinalityLookups
 from addon.chain.state import ChainState
+from addon.follow.book import FollowBook
 from addon.quota.sizes import AnswerSizes
 from addon.redislink.link import RedisLink
-from addon.reporting.live_metrics import LiveMetrics
+from addon.reporting.live_metrics import CACHE_PURGED, FINALITY_LOOKUPS, LiveMetrics
 from addon.reporting.usage import Spool, UsageAggregator
 from addon.rpc.new_spec import LegacyCaller
 from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
@@ -42,6 +47,9 @@ class Lasting:
     slots: SocketSlots = field(default_factory=SocketSlots)  # client WebSockets held
     sizes: AnswerSizes = field(default_factory=AnswerSizes)  # how large kinds of calls answer
     subs: SubscriptionHub = field(init=False)  # one hub per process, on each policy's pools
+    follows: FollowBook = field(init=False)  # chainHead_v1 follows, on the hub
+    finality: FinalityLookups = field(init=False)  # look-ups of hashes' finality in flight
+    purges: NodePurges = field(init=False)  # a quarantined node's cache entries, going
     ws_connections: int = 0  # client WebSockets open (a gauge)
     # one HTTP session (and one pool of upstream connections) per process
     session: aiohttp.ClientSession | None = None
@@ -60,11 +68,18 @@ class Lasting:
     def first(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Lasting:
         """The process's long-lived part, from its first config."""
         p = config.proxy
-        return cls(
-            clock=clock,
-            metrics=LiveMetrics(p.allowlist | SUBSCRIBE.keys() | UNSUBSCRIBE.keys()),
-            coalescer=Coalescer(p.coalesce.max_keys),
+        metrics = LiveMetrics(p.allowlist | SUBSCRIBE.keys() | UNSUBSCRIBE.keys())
+        lasting = cls(clock=clock, metrics=metrics, coalescer=Coalescer(p.coalesce.max_keys))
+        lasting.finality = FinalityLookups(
+            lasting.chain.blocks,
+            count=lambda net, outcome: metrics.count_extra(
+                FINALITY_LOOKUPS, network=net, outcome=outcome
+            ),
         )
+        lasting.purges = NodePurges(
+            lambda net, tier, n: metrics.count_extra(CACHE_PURGED, n, network=net, tier=tier)
+        )
+        return lasting
 
     def link_for(self, config: Config, previous: Config | None) -> RedisLink | None:
         """The Redis link ``config`` asks for: the one this process has while
@@ -145,3 +160,6 @@ class Lasting:
 
     def subscription_moved(self, network: str) -> None:
         self.metrics.count_extra("chainproxy_subscription_moves_total", network=network)
+
+    def upstream_silent(self, endpoint: str) -> None:
+        self.metrics.count_extra("chainproxy_upstream_silent_total", endpoint=endpoint)

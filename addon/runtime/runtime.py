@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from addon.follow.book import FollowBook, FollowSettings
+from addon.rpc.new_spec import CHAIN_HEAD_FOLLOW
 from addon.runtime.lasting import Lasting
 from addon.runtime.policy import Policy, build_policy
 from addon.subs.hub import HubSettings, SubscriptionHub
@@ -27,9 +29,11 @@ from common.config import Config
 from common.config.model import ProxyConfig
 
 if TYPE_CHECKING:
+    from addon.cache.purge import NodePurges
     from addon.cache.redis_tier import SharedCacheTier
     from addon.cache.store import CacheStore
     from addon.chain.demand import Demand
+    from addon.chain.finality import FinalityLookups
     from addon.chain.state import ChainState
     from addon.quota.quotas import Quotas
     from addon.quota.sizes import AnswerSizes
@@ -52,9 +56,9 @@ if TYPE_CHECKING:
 
 # read through to the part that holds them (a reload replaces only ``policy``)
 _LASTING = (
-    "clock", "metrics", "coalescer", "chain", "usage", "slots", "sizes", "subs",
+    "clock", "metrics", "coalescer", "chain", "usage", "slots", "sizes", "subs", "follows",
     "ws_connections", "session", "transport", "lean", "redis", "spool", "cache",
-    "on_new_head", "legacy",
+    "on_new_head", "legacy", "finality", "purges",
 )  # fmt: skip
 _POLICY = (
     "config", "pools", "ws_pools", "quotas", "budget", "sidecar", "hedgers", "demand",
@@ -75,6 +79,7 @@ class Runtime:
         slots: SocketSlots
         sizes: AnswerSizes
         subs: SubscriptionHub
+        follows: FollowBook
         ws_connections: int
         session: aiohttp.ClientSession | None
         transport: Transport | None
@@ -84,6 +89,8 @@ class Runtime:
         cache: CacheStore | None
         on_new_head: Callable[[str], None] | None
         legacy: LegacyCaller | None
+        finality: FinalityLookups
+        purges: NodePurges
         config: Config
         pools: dict[str, UpstreamPool]
         ws_pools: dict[str, UpstreamPool]
@@ -118,6 +125,12 @@ class Runtime:
         lasting.subs = SubscriptionHub(
             policy.ws_pools, lasting, clock=clock, settings=_hub_settings(config.proxy)
         )
+        lasting.follows = FollowBook(
+            lasting.subs,
+            lambda: lasting.legacy,
+            lasting.metrics.count_extra,
+            _follow_settings(config.proxy),
+        )
         return cls(lasting, policy)
 
     def reload(self, config: Config) -> Runtime:
@@ -129,11 +142,12 @@ class Runtime:
         if old.access_log is not None:
             old.access_log.close()  # the new one (if any) takes over from here
         lasting.subs.reconfigure(policy.ws_pools, _hub_settings(config.proxy), lasting)
+        lasting.follows.settings = _follow_settings(config.proxy)  # live follows keep theirs
         lasting.keep_storage(config, old.config)
+        runtime = Runtime(lasting, policy)
         if lasting.session is not None:
-            lasting.attach_session(lasting.session, config.proxy)
-            policy.sidecar.session = lasting.session
-        return Runtime(lasting, policy)
+            runtime.attach_session(lasting.session)
+        return runtime
 
     def inherit(self, old: Runtime) -> None:
         """Become ``old.reload(self.config)`` (what a reload does, in place)."""
@@ -149,12 +163,27 @@ class Runtime:
     def attach_session(self, session: aiohttp.ClientSession) -> None:
         self.lasting.attach_session(session, self.policy.config.proxy)
         self.policy.sidecar.session = session
+        self._hold_views()
+
+    def _hold_views(self) -> None:
+        """``proxy.new_spec.view: always``: every network with node-wss
+        endpoints followed from now on (needs the running loop and the session)."""
+        p = self.policy.config.proxy
+        always = p.new_spec.view == "always" and p.new_spec.chain_head
+        nets = {n for n, pool in self.policy.ws_pools.items() if len(pool)} if always else set()
+        self.lasting.follows.hold(frozenset(nets))
 
     def detach_session(self) -> aiohttp.ClientSession | None:
         """The session, for its owner to close (the lean client's idle
         connections are closed here)."""
         self.policy.sidecar.session = None
         return self.lasting.detach_session()
+
+    def release_socket(self, sock: Any) -> None:
+        """A client socket closed (or is closing): its follows end, then its
+        subscriptions (the follows' ids leave its map first)."""
+        self.lasting.follows.release(sock)
+        self.lasting.subs.release(sock)
 
     def new_head(self, network: str) -> None:
         """A new best block is known: the pre-warm may fetch ahead for it."""
@@ -166,9 +195,18 @@ class Runtime:
         return {
             "ws_connections": lasting.ws_connections,
             "spool_batches": len(lasting.spool) if lasting.spool is not None else 0,
-            **lasting.subs.gauges(),
+            **self._subscription_gauges(),
             **self._upstream_gauges(),
         }
+
+    def _subscription_gauges(self) -> dict[str, dict[str, int]]:
+        """The hub's, with the follows beside the legacy subscriptions."""
+        gauges = self.lasting.subs.gauges()
+        book = self.lasting.follows
+        if book.open_follows():
+            gauges["client_subscriptions"][CHAIN_HEAD_FOLLOW] = book.open_follows()
+        gauges["follow_pinned_blocks"] = book.pinned()
+        return gauges
 
     def _upstream_gauges(self) -> dict[str, dict[str, int]]:
         """The nodes' budgets as this process sees them, their back-offs, the
@@ -219,4 +257,16 @@ def _hub_settings(p: ProxyConfig) -> HubSettings:
         stall_s=ws.stall_s,
         call_timeout_s=p.failover.attempt_timeout_s,
         establish_s=p.failover.deadline_s,
+    )
+
+
+def _follow_settings(p: ProxyConfig) -> FollowSettings:
+    n = p.new_spec
+    return FollowSettings(
+        follows_per_socket=n.follows_per_socket,
+        pinned_blocks=n.pinned_blocks,
+        operations=n.operations,
+        storage_page_items=n.storage_page_items,
+        linger_s=p.websocket.upstream_linger_s,
+        start_s=p.failover.deadline_s,
     )

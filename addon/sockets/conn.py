@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import http
 
 from addon.mitm import internals as mitm_internals
+from addon.mitm.frames import ping_frame
+from addon.sockets.keepalive import Keepalive
 
 log = logging.getLogger("chainproxy")
 
@@ -55,6 +58,7 @@ class ClientConn:
         self._write = mitm_internals.client_writer(master, flow) if direct else None
         self._out: list[bytes] = []
         self.reads: Any = None  # addon/mitm/ws_reads.DirectReads, once its reads are taken over
+        self.keepalive = Keepalive(time.monotonic())  # its pings (addon/sockets/keepalive.py)
 
     @property
     def direct(self) -> bool:
@@ -88,6 +92,21 @@ class ClientConn:
             return
         self.injected += 1
         self._master.commands.call("inject.websocket", self.flow, True, body, True)
+
+    def ping(self, payload: bytes) -> bool:
+        """A ping written straight to the client's socket (a direct one); False
+        where it is not (the sink pings it through mitmproxy instead)."""
+        if self._write is None or not self.open:
+            return False
+        stream = mitm_internals.client_stream(self._master, self.flow, quiet=True)
+        if stream is None:
+            return False
+        stream[0].write(ping_frame(payload))
+        return True
+
+    def ponged(self) -> None:
+        """The client answered a ping (read directly, or relayed to the sink)."""
+        self.keepalive.ponged()
 
     def _flush(self) -> None:
         out, self._out = self._out, []

@@ -55,7 +55,11 @@ class DirectAnswers:
         if conn.reads is None and conn.direct:
             max_message = self.limits.ws_message_bytes or DEFAULT_MAX_MESSAGE
             conn.reads = ws_reads.take(
-                master, conn.flow, lambda payload: self.message(conn, payload), max_message
+                master,
+                conn.flow,
+                lambda payload: self.message(conn, payload),
+                max_message,
+                conn.ponged,
             )
 
     def message(self, conn: ClientConn, payload: bytes) -> Awaitable[None] | None:

@@ -2,12 +2,22 @@
 an error in place in a batch), with a reason a client developer can act on.
 
 The allowlist itself is a set of exact names from the config
-(``common.allowlist_default`` unless the config names its own)."""
+(``common.allowlist_default`` unless the config names its own). It governs the
+legacy methods; the new spec's families are switched by ``proxy.new_spec``
+whatever it says, and ``rpc_methods`` (chainproxy's own answer) is always
+served: ``addon/newspec/served.py`` decides both, for ``rpc_methods`` too."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from addon.newspec.served import (
+    FAMILY,
+    RPC_METHODS,
+    WRITE_PREFIXES,
+    WRITES_REASON,
+    new_spec_refusal,
+)
 from addon.pipeline.context import RpcContext
 from addon.rpc.jsonrpc import METHOD_NOT_FOUND, Call, error_obj
 from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
@@ -26,17 +36,24 @@ def allowlist(rpc: RpcContext, rt: AllowlistNeeds) -> None:
     On a WebSocket the read subscriptions are allowed too (while served) and
     unsubscribing always is."""
     assert rpc.parsed is not None
-    allow = rt.config.proxy.allowlist
+    proxy = rt.config.proxy
+    allow = proxy.allowlist
     for i, item in enumerate(rpc.parsed.items):
-        if isinstance(item, Call) and item.method not in allow and not _socket_call(rpc, rt, item):
+        if not isinstance(item, Call):
+            continue
+        method = item.method
+        if method in FAMILY:  # the new spec: its families are switched by proxy.new_spec
+            reason = new_spec_refusal(method, proxy.new_spec, websocket=rpc.websocket)
+        elif method in allow or method == RPC_METHODS or _socket_call(rpc, rt, item):
+            continue
+        else:
+            reason = refusal_reason(method, websocket=rpc.websocket)
+        if reason is not None:
             rpc.answers[i] = error_obj(
                 item.id,
                 METHOD_NOT_FOUND,
-                f"method not allowed: {item.method[:64]}",
-                {
-                    "policy": "allowlist",
-                    "reason": refusal_reason(item.method, websocket=rpc.websocket),
-                },
+                f"method not allowed: {method[:64]}",
+                {"policy": "allowlist", "reason": reason},
             )
     if not rpc.parsed.is_batch and rpc.answers[0] is not None:
         rpc.refuse(403, rpc.answers[0])
@@ -52,8 +69,8 @@ def _socket_call(rpc: RpcContext, rt: AllowlistNeeds, call: Call) -> bool:
 
 def refusal_reason(method: str, *, websocket: bool = False) -> str:
     m = method.lower()
-    if m.startswith("author_"):
-        return "writes are not served: this is a read-only proxy"
+    if m.startswith(WRITE_PREFIXES):
+        return WRITES_REASON
     if "subscribe" in m:
         if websocket:
             return (

@@ -19,7 +19,7 @@ from addon.reporting.live_metrics import LiveMetrics
 from addon.rpc.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.upstream.admission import Admission, BudgetBook
 from addon.upstream.coalesce import Coalescer, coalesce_key
-from addon.upstream.failover import no_state
+from addon.upstream.failover import error_limit, no_state
 from addon.upstream.fair_wait import FairWait
 from addon.upstream.forward import TOO_MANY, Budget, ForwardResult, forward
 from addon.upstream.hedge import Hedger
@@ -169,6 +169,7 @@ async def _send(
             admission=admission,
             pinned=rpc.unpinned is not None,
             state_block=hint.state_block,
+            heavy=bool(rpc.reserved),
         )
 
     if p.coalesce.enabled:
@@ -191,7 +192,7 @@ async def _send(
         for a in result.attempts:
             u = pool.upstreams.get(a.endpoint) if a.reason in TOO_MANY else None
             if u is not None and u.backoff_until > now:  # it pauses (pool.throttled)
-                reason = "rate-limited" if a.reason == "rate-limited" else "overloaded"
+                reason = "overloaded" if a.reason == "http-503" else a.reason
                 rt.metrics.count_extra(
                     "chainproxy_upstream_backoffs_total", endpoint=a.endpoint, reason=reason
                 )
@@ -248,20 +249,21 @@ def _fill(
     """Put the upstream answers (or the failure) into the pending slots; on a
     failure, the HTTP status a single call gets."""
     assert rpc.parsed is not None
-    if result.answers is not None:
-        for i, answer in zip(pending, result.answers, strict=True):
-            rpc.answers[i] = {**answer, "jsonrpc": "2.0", "id": rpc.parsed.items[i].id}
-        return
     attempts = [a.as_dict() for a in result.attempts]
+    if result.answers is not None:
+        capacity = result.kind == "capacity"  # a batch: the items every node refused
+        for i, answer in zip(pending, result.answers, strict=True):
+            call_id = rpc.parsed.items[i].id
+            if capacity and error_limit(answer):
+                refused, why = _capacity(rpc.network, result, attempts)
+                rpc.answers[i] = error_obj(call_id, INTERNAL_ERROR, refused, why)
+            else:
+                rpc.answers[i] = {**answer, "jsonrpc": "2.0", "id": call_id}
+        return
     data: dict[str, object] = {"attempts": attempts}
     if result.kind == "capacity":
-        retry = result.retry_after
         status = 503
-        message = (
-            f"upstream capacity exhausted for network {rpc.network}: every node's "
-            f"request budget is in use; retry in {retry} s"
-        )
-        data = {"policy": "upstream_capacity", "retry_after": retry, "attempts": attempts}
+        message, data = _capacity(rpc.network, result, attempts)
     elif result.kind == "no-upstream":
         status, message = 503, f"no upstream available for network {rpc.network}"
     elif result.kind == "deadline":
@@ -274,3 +276,16 @@ def _fill(
     for i in pending:
         rpc.answers[i] = error_obj(rpc.parsed.items[i].id, INTERNAL_ERROR, message, data)
     rpc.error_status = status
+
+
+def _capacity(
+    network: str, result: ForwardResult, attempts: list[dict[str, object]]
+) -> tuple[str, dict[str, object]]:
+    """The message and data of a call refused for the nodes' capacity (their
+    budgets spent, or every node tried refused it for its limits)."""
+    retry = result.retry_after
+    message = (
+        f"upstream capacity exhausted for network {network}: every node's "
+        f"request budget is in use or the node refused for its limits; retry in {retry} s"
+    )
+    return message, {"policy": "upstream_capacity", "retry_after": retry, "attempts": attempts}

@@ -35,10 +35,11 @@ def learn(rpc: RpcContext, rt: LearnNeeds) -> None:
         return
     assert rpc.parsed is not None
     now = rt.clock()
+    finalized = rt.chain.finalized.get(rpc.network)
     for i in rpc.forwarded:
         item, answer = rpc.parsed.items[i], rpc.answers[i]
         if isinstance(item, Call) and answer is not None and "result" in answer:
-            rt.chain.blocks.learn(item, answer["result"])
+            rt.chain.blocks.learn(item, answer["result"], finalized)
             if item.method in HEADER_METHODS:
                 header = answered_header(item.method, answer["result"])
                 if rt.chain.best.learn(rpc.network, header, now, block_hash=item.facts.hash_at(0)):

@@ -2,12 +2,13 @@
 nothing): subscriptions need a node-wss endpoint on the network, and a socket
 holds at most ``proxy.websocket.max_subscriptions`` and a client at most
 ``max_subscriptions_per_client`` across its sockets on this proxy (a tier may
-raise it)."""
+raise it). A ``chainHead_v1_follow`` counts as one subscription."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from addon.follow.book import FollowBook
 from addon.pipeline.context import RpcContext
 from addon.quota.quotas import Quotas
 from addon.rpc.jsonrpc import (
@@ -16,6 +17,7 @@ from addon.rpc.jsonrpc import (
     Call,
     error_obj,
 )
+from addon.rpc.new_spec import CHAIN_HEAD_FOLLOW
 from addon.rpc.sub_methods import SUBSCRIBE
 from addon.subs.hub import SubscriptionHub
 from common.config import Config
@@ -33,6 +35,9 @@ class SubscriptionLimitsNeeds(Protocol):
     @property
     def subs(self) -> SubscriptionHub: ...
 
+    @property
+    def follows(self) -> FollowBook: ...
+
 
 def subscription_limits(rpc: RpcContext, rt: SubscriptionLimitsNeeds) -> None:
     sock = rpc.socket
@@ -43,10 +48,12 @@ def subscription_limits(rpc: RpcContext, rt: SubscriptionLimitsNeeds) -> None:
     ws = rt.config.proxy.websocket
     limit = ws.max_subscriptions
     per_client = _client_cap(rt, rpc.tier)
-    held = rt.subs.client_subscriptions(sock.client)
+    held = rt.subs.client_subscriptions(sock.client) + rt.follows.client_follows(sock.client)
     for i in rpc.pending():
         call = items[i]
-        if not isinstance(call, Call) or call.method not in SUBSCRIBE:
+        if not isinstance(call, Call) or (
+            call.method not in SUBSCRIBE and call.method != CHAIN_HEAD_FOLLOW
+        ):
             continue
         if not rt.subs.serves(sock.network):
             rpc.answers[i] = error_obj(

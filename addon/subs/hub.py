@@ -6,10 +6,12 @@
   chosen by the same tiers and latency rule as HTTP calls, from the pool of
   the network's ``node-wss`` endpoints: a lagging or unhealthy node is taken
   only when nothing better is left.
-* A socket that closes, errors, or a head subscription that stalls (no
-  notification for ``stall_s`` while the probes see the chain advance) moves
-  its subscriptions to the next-best node; clients keep their ids and the
-  sequencer fills the gap.
+* A socket that closes or errors moves its subscriptions to the next-best
+  node; clients keep their ids and the sequencer fills the gap. So does a
+  silent one: a head subscription on it saw no notification for ``stall_s``
+  while the network advanced (the probes, or other subscriptions' heads):
+  every subscription on that socket moves, and the node is avoided for
+  subscriptions until it pushes again (``addon/subs/silence.py``).
 * A subscription with no subscriber left is unsubscribed upstream after
   ``linger_s`` (a client that reconnects at once finds it still live).
 """
@@ -27,8 +29,10 @@ import aiohttp
 
 from addon.rpc.sub_methods import SubKind, share_key
 from addon.subs.fanout import SharedSubscription, Subscriber
+from addon.subs.silence import Canary, SilentNodes
 from addon.subs.upstream import UpstreamError, UpstreamSocket
-from addon.upstream.pool import TIER_LAGGING, Upstream, UpstreamPool
+from addon.subs.watchdog import Watchdog
+from addon.upstream.pool import Upstream, UpstreamPool
 
 log = logging.getLogger("chainproxy.subs")
 
@@ -55,17 +59,21 @@ class ChainView(Protocol):
         """A shared subscription moved to another node (a metric)."""
         ...
 
+    def upstream_silent(self, endpoint: str) -> None:
+        """A node's subscription socket went silent (a metric)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class HubSettings:
     linger_s: float = 30.0
-    stall_s: float = 36.0  # three block times
+    stall_s: float = 24.0  # two block times: a head subscription this quiet is left
     call_timeout_s: float = 10.0
     establish_s: float = 15.0  # a first subscribe waits this long for a node
     retry_max_s: float = 5.0
 
 
-class SubscriptionHub:
+class SubscriptionHub(Watchdog):
     def __init__(
         self,
         pools: Mapping[str, UpstreamPool],
@@ -84,6 +92,7 @@ class SubscriptionHub:
         self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
         self._connecting: dict[str, asyncio.Task[UpstreamSocket]] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        self.silent = SilentNodes()  # nodes whose socket went silent, until they push
         self.stopping = False  # the process is going: sockets closing now are not failures
 
     # --- clients ----------------------------------------------------------------------------
@@ -191,16 +200,21 @@ class SubscriptionHub:
 
     # --- upstream ---------------------------------------------------------------------------
 
-    def _move(self, sh: SharedSubscription, reason: str) -> None:
-        """(Re)subscribe ``sh`` on the best node other than the one it leaves."""
+    def _move(self, sh: SharedSubscription, reason: str, canary: bool = False) -> None:
+        """(Re)subscribe ``sh`` on the best node other than the one it leaves
+        (``canary``: its subscription there stays, to hear the node again)."""
         if sh.mover is not None and not sh.mover.done():
             return
         left = sh.upstream
         socket, sub = sh.detach()
         if reason not in ("new", "socket-closed") and socket is not None and sub is not None:
-            asyncio.get_running_loop().create_task(
-                self._unsubscribe_upstream(socket, sub, sh.kind.unsubscribe)
-            )
+            watch = Canary(socket, sub, sh.kind.unsubscribe)
+            if canary and self.silent.watch(socket.endpoint_id, watch, self._clock()):
+                socket.listen(sub, lambda _result: self._spoke(socket))
+            else:
+                asyncio.get_running_loop().create_task(
+                    self._unsubscribe_upstream(socket, sub, sh.kind.unsubscribe)
+                )
         if left is not None:
             log.warning(
                 "%s %s: leaving %s (%s), resubscribing elsewhere",
@@ -218,7 +232,7 @@ class SubscriptionHub:
         tried: set[str] = {left.id} if left is not None else set()
         delay = 0.2
         while self.shared.get(sh.key) is sh:
-            up = pool.choose(tried)
+            up = pool.choose(tried | self.silent.avoid()) or pool.choose(tried)
             if up is None and tried:
                 tried = set()  # every node tried: start again after a pause
                 await asyncio.sleep(delay)
@@ -269,6 +283,7 @@ class SubscriptionHub:
     def _socket_closed(self, socket: UpstreamSocket, reason: str) -> None:
         if self.sockets.get(socket.endpoint_id) is socket:
             del self.sockets[socket.endpoint_id]
+        self.silent.spoke(socket.endpoint_id, socket)  # a canary's socket: nothing to hear
         if reason == "closed-by-proxy" or self.stopping:
             return
         for sh in list(self.shared.values()):
@@ -277,43 +292,6 @@ class SubscriptionHub:
                 if sh.upstream is not None and pool is not None:
                     pool.failed(sh.upstream, 1000.0)
                 self._move(sh, f"socket {reason}")
-
-    # --- stalls and demotions ---------------------------------------------------------------
-
-    def _ensure_watchdog(self) -> None:
-        if self._watchdog is None or self._watchdog.done():
-            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
-
-    async def _watch(self) -> None:
-        period = max(0.2, min(2.0, self.settings.stall_s / 4))
-        while self.shared:
-            await asyncio.sleep(period)
-            for sh in list(self.shared.values()):
-                reason = self.stale(sh)
-                if reason:
-                    if sh.upstream is not None:
-                        self.pools[sh.network].failed(sh.upstream, 1000.0)
-                    self._move(sh, reason)
-
-    def stale(self, sh: SharedSubscription) -> str:
-        """Why ``sh`` should leave its node now ("" when it should not)."""
-        pool = self.pools.get(sh.network)
-        if pool is None or sh.upstream is None or sh.last_at is None or not sh.kind.heads:
-            return ""
-        now = self._clock()
-        tier = pool.effective_tier(sh.upstream, now)
-        if tier > TIER_LAGGING and any(
-            pool.effective_tier(u, now) <= TIER_LAGGING for u in pool.upstreams.values()
-        ):
-            return "node unhealthy"
-        if now - sh.last_at < self.settings.stall_s or sh.kind.kind == "all_heads":
-            return ""
-        tip, finalized = self.chain.heights(sh.network)
-        seen = sh.sequencer.last if hasattr(sh.sequencer, "last") else None
-        chain = finalized if sh.kind.kind == "finalized_heads" else tip
-        if chain is not None and seen is not None and chain > seen:
-            return f"stalled: no head for {now - sh.last_at:.0f}s while the chain is at {chain}"
-        return ""
 
     def reconfigure(
         self,
@@ -360,7 +338,11 @@ class SubscriptionHub:
             clients[m] = clients.get(m, 0) + len(sh.subscribers)
             if sh.live.is_set():
                 upstream[m] = upstream.get(m, 0) + 1
-        return {"client_subscriptions": clients, "upstream_subscriptions": upstream}
+        return {
+            "client_subscriptions": clients,
+            "upstream_subscriptions": upstream,
+            "upstream_silent": self.silent.gauge(),
+        }
 
 
 def _client_of(owner: object) -> str:

@@ -92,6 +92,12 @@ class UpstreamSocket:
         """Stop routing a subscription's notifications (its node is left alone)."""
         self._handlers.pop(sub_id, None)
 
+    def listen(self, sub_id: str, handler: Handler) -> None:
+        """Route a live subscription's notifications to ``handler`` from now on
+        (the canary on a silent socket: ``addon/subs/silence.py``)."""
+        if not self.closed:
+            self._handlers[sub_id] = handler
+
     async def _request(
         self, method: str, params: Any, timeout: float, handler: Handler | None
     ) -> Any:

@@ -30,7 +30,9 @@ class BudgetBook(Protocol):
 
     def release(self, ticket: Ticket) -> None: ...
 
-    def rate_limited(self, endpoint: str) -> None: ...
+    def learns(self, endpoint: str) -> bool: ...
+
+    def rate_limited(self, endpoint: str, untaught: Callable[[], object] | None = None) -> None: ...
 
 
 class Admission:
@@ -109,19 +111,44 @@ class Admission:
     ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
         """Best node first, skipping those without budget now. The second
         value: seconds until budget (or a back-off's end) may let one in;
-        None when no node is left to wait for."""
+        None when no node is left to wait for. A failover goes to a node with
+        room under its learned rate if there is one, and only else to one past
+        it (a learned rate never holds a failover back)."""
+        args = (pool, tried, calls, prefer_archive, min_block, state_block)
+        if tried:
+            got, _ = await self._pass(*args, retry=False)
+            if got is not None:
+                return got, None
+        return await self._pass(*args, retry=bool(tried))
+
+    async def _pass(
+        self,
+        pool: UpstreamPool,
+        tried: set[str],
+        calls: int,
+        prefer_archive: bool,
+        min_block: int | None,
+        state_block: int | None,
+        *,
+        retry: bool,
+    ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
+        """``_try`` over every node once; ``retry``: past learned rates."""
         skip = set(tried)
         soonest: float | None = None
         while True:
             upstream = pool.choose(
-                skip, prefer_archive=prefer_archive, min_block=min_block, state_block=state_block
+                skip,
+                prefer_archive=prefer_archive,
+                min_block=min_block,
+                state_block=state_block,
+                light=not self.heavy,
             )
             if upstream is None:
                 backoff = pool.backoff_left(skip)
                 if backoff is not None:
                     soonest = backoff if soonest is None else min(soonest, backoff)
                 return None, soonest
-            taken = self.budgets.try_take(upstream.id, calls, self.heavy, bool(tried))
+            taken = self.budgets.try_take(upstream.id, calls, self.heavy, retry)
             if inspect.isawaitable(taken):
                 taken = await taken
             if isinstance(taken, Ticket):

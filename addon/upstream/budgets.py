@@ -3,12 +3,11 @@ flight (pure state; time is passed in).
 
 A budget is the node's own limit (``registry.endpoints[].max_rps`` and
 ``max_concurrency``, e.g. a provider's published quota) or, for a node without
-one that answered 429, a **learned** rate: cut to 80 % of what it was sent in
-the second before the 429, then grown by 2 % a second while it answers, and
-dropped after ``LEARN_FORGET_S`` without a 429 (a limit lifted), so the proxy
-finds the node's real limit and stops provoking 429s (AIMD, the shape TCP uses
-to share a link without being told its capacity). A learned rate paces single
-calls only: a failover or a batch held back by a guess would fail or starve.
+one that answered 429, a **learned** rate (``addon/upstream/learning/learned.py``: cut
+to 90 % of what the node was sent in its window when the 429 came, grown
+slowly while the node is full, so it settles near the real limit). A learned
+rate paces single calls only: a failover or a batch held back by a guess
+would fail or starve.
 
 The rate is a sliding window **as the node counts it**: a node with
 ``max_rps: 20`` never receives a 21st call within any second (a token bucket
@@ -34,10 +33,11 @@ pre-warm reads and cross-checks. The sidecar's probes go to the same URL from
 another process, on their own schedule: they are not counted here, so a
 configured budget leaves them room (``PROBE_CALLS``, ``PROBE_REQUESTS``).
 
-With Redis, the configured budgets are kept there instead
+With Redis, budgets and learned rates are kept there instead
 (``addon/upstream/shared_budgets.py``), for every proxy of the deployment at
-once; learned budgets stay per process (each proxy learns its own share, as
-separate TCP senders do).
+once: one proxy's 429 teaches them all, and the window a rate is learnt from
+and paces is the node's, not one process's share of it. This book is then
+each process's view, and its fallback while Redis is down.
 """
 
 from __future__ import annotations
@@ -47,17 +47,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from addon.upstream.learning import learned
+from addon.upstream.learning.learned import Learned
 from common.config import Endpoint
 
-LEARN_CUT = 0.8  # after a 429: this share of what the node was sent in the last second
-LEARN_GROWTH_PER_S = 0.02  # then this much more per second without another 429
-LEARN_FORGET_S = 20.0  # this long without a 429: the learned rate is dropped (a limit lifted)
-LEARN_CUT_EVERY_S = 1.0
-# A 429 while the node was sent fewer calls than this in the last second says
-# little about a rate (a daily quota, a hiccup): the back-off answers it alone,
-# instead of pacing the node at one call a second for the next 20 s.
-LEARN_MIN_SEEN = 5
-LEARN_CEILING = 100_000.0  # a learned rate grown past this is dropped: unlimited again
 # How long after its attempt ended a call still counts: the node's window. The
 # node read the call before it answered, and reads the next one after it was
 # sent, so a second between the end of one and the sending of another is more
@@ -97,25 +90,22 @@ class Ticket:
 class NodeBudget:
     max_rps: int | None = None
     max_concurrency: int | None = None
-    learned_rps: float | None = None
-    learned_at: float = 0.0
+    learned: Learned | None = None
     ended: deque[float] = field(default_factory=lambda: deque(maxlen=_MAX_KEPT))
     open_calls: int = 0  # calls taken whose attempt has not ended: in the window
     inflight: int = 0
     heavy_inflight: int = 0
 
     def rps(self, now: float) -> float | None:
-        """The rate in force: the configured one, else the learned one (grown since)."""
+        """The rate in force: the configured one, else the learned one."""
         if self.max_rps is not None:
             return float(self.max_rps)
-        if self.learned_rps is None:
-            return None
-        age = max(0.0, now - self.learned_at)
-        grown = self.learned_rps * (1 + LEARN_GROWTH_PER_S) ** age
-        if grown > LEARN_CEILING or age > LEARN_FORGET_S:
-            self.learned_rps = None
-            return None
-        return grown
+        self.learned = learned.alive(self.learned, now)
+        return None if self.learned is None else self.learned.rate
+
+    @property
+    def learned_rps(self) -> float | None:
+        return None if self.learned is None else self.learned.rate
 
     def recent(self, now: float) -> int:
         """Calls in the window: in flight, or ended within ``WINDOW_S``."""
@@ -130,7 +120,8 @@ class NodeBudget:
         a failover (``retry``) or a batch, which would then fail or starve."""
         wait = 0.0
         rate = self.rps(now)
-        if rate is not None and self.max_rps is None and (retry or calls > 1):
+        paced = self.max_rps is None and rate is not None
+        if paced and (retry or calls > 1):
             rate = None
         if rate is not None:
             limit = max(1, math.floor(rate))
@@ -142,6 +133,8 @@ class NodeBudget:
                 # a window after it ends, a window from now at the soonest
                 ended = self.ended
                 wait = ended[over - 1] + WINDOW_S - now if over <= len(ended) else WINDOW_S
+            if over > 0 and paced and self.learned is not None:  # full: probe upward
+                self.learned = learned.grow(self.learned, now)
         if self.max_concurrency is not None and self.inflight >= self.max_concurrency:
             wait = max(wait, CONCURRENCY_POLL_S)
         return wait
@@ -172,19 +165,17 @@ class NodeBudget:
         if heavy:
             self.heavy_inflight = max(0, self.heavy_inflight - 1)
 
-    def rate_limited(self, now: float) -> None:
-        """A 429 from a node without a configured rate: learn one below what it got."""
+    def paced_by_learning(self) -> bool:
+        """No configured rate: a 429 teaches this node a rate."""
+        return self.max_rps is None
+
+    def rate_limited(self, now: float) -> bool:
+        """A 429 from a node without a configured rate: learn one from what it
+        was sent in its window (this process's calls). Whether a rate paces it now."""
         if self.max_rps is not None:
-            return
-        if self.learned_rps is not None and now - self.learned_at < LEARN_CUT_EVERY_S:
-            return  # the other 429s of the same burst: one cut per burst, as TCP per RTT
-        current = self.rps(now)
-        seen = self.recent(now)
-        if current is None and seen < LEARN_MIN_SEEN:
-            return
-        base = seen if current is None else min(current, seen or current)
-        self.learned_rps = max(1.0, base * LEARN_CUT)
-        self.learned_at = now
+            return False
+        self.learned = learned.cut(self.learned, now, self.recent(now))
+        return self.learned is not None
 
 
 # When a node's in-flight budget is full, nothing says when a call will end:
@@ -268,9 +259,17 @@ class Budgets:
         its calls count one window more, from now."""
         self.node(ticket.endpoint).release(self.clock(), ticket.calls, ticket.heavy)
 
-    def rate_limited(self, endpoint: str) -> None:
-        if self.adaptive:
-            self.node(endpoint).rate_limited(self.clock())
+    def learns(self, endpoint: str) -> bool:
+        """A 429 from this node teaches it a rate (adaptive, no ``max_rps``)."""
+        return self.adaptive and self.node(endpoint).paced_by_learning()
+
+    def rate_limited(self, endpoint: str, untaught: Callable[[], object] | None = None) -> None:
+        """A 429 from ``endpoint``: its learned rate is cut. ``untaught`` is
+        called when no rate paces the node after it (a 429 at a trickle: the
+        caller pauses the node instead)."""
+        paced = self.adaptive and self.node(endpoint).rate_limited(self.clock())
+        if not paced and untaught is not None:
+            untaught()
 
     def snapshot(self) -> dict[str, dict[str, float | int | None]]:
         """Per node with a budget: the rate in force, calls in its window (in

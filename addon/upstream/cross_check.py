@@ -12,12 +12,19 @@ budget without waiting, or is skipped).
 * Agreement: nothing happens.
 * Mismatch: a third node is asked. Two against one: the one is quarantined
   (``UpstreamPool.quarantine``: no client calls; probes go on), its cached
-  answer (if it was the client's) is dropped. All three different, or no
-  third node: nobody can be blamed; the entry is dropped all the same.
+  answer (if it was the client's) is dropped, and so is every other cache
+  entry it answered (``purge``: ``addon/cache/purge.py``). All three
+  different, or no third node: nobody can be blamed; the entry is dropped all
+  the same.
 * A quarantined node is asked again, beside later checks of its network, the
   very call it was outvoted on; once it answers that as the majority did, it
   is admitted again (a node wrong on some keys agrees on most others: an
   agreement on any other call would let it straight back in).
+
+A ``null`` that says a node does not have the block (yet) — from
+``chain_getBlockHash(n)``, ``chain_getHeader(hash)``, ``chain_getBlock(hash)``
+— is no vote: a node a block behind finality is not a liar (a ``null`` storage
+value is a value, and is compared).
 
 Outcomes are counted in ``chainproxy_cross_checks_total{network, outcome}``
 (``agree``, ``mismatch``, ``quarantined``, ``readmitted``, ``unresolved``,
@@ -35,6 +42,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from addon.rpc.blocks import HEADER_METHODS
 from addon.rpc.jsonrpc import Call
 from addon.upstream.admission import BudgetBook
 from addon.upstream.budgets import Ticket
@@ -55,6 +63,16 @@ class Counter(Protocol):
 
 class Forget(Protocol):
     def __call__(self, keys: Sequence[str]) -> None: ...
+
+
+class Purge(Protocol):
+    """Every cache entry a node (by endpoint id) answered, to be forgotten."""
+
+    def __call__(self, endpoint: str) -> None: ...
+
+
+def _no_purge(endpoint: str) -> None:
+    """Nothing cached to purge."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +116,14 @@ class CrossChecker:
         transport: Transport,
         budgets: BudgetBook | None,
         forget: Forget,
+        purge: Purge = _no_purge,
     ) -> None:
+        """``forget``: the sample's entries (its answer is not kept); ``purge``:
+        every entry of a node this check quarantines."""
         if len(self._tasks) >= _MAX_RUNNING:
             self.count(sample.network, "skipped")
             return
-        vote = functools.partial(self._vote, sample, pool, transport, budgets, forget)
+        vote = functools.partial(self._vote, sample, pool, transport, budgets, forget, purge)
         task = asyncio.ensure_future(self._check(sample, vote))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -122,11 +143,12 @@ class CrossChecker:
         transport: Transport,
         budgets: BudgetBook | None,
         forget: Forget,
+        purge: Purge,
     ) -> None:
         ask: Callable[[Upstream], Any] = lambda u: self._ask(u, s.call, transport, budgets)  # noqa: E731
         first = pool.upstreams.get(s.endpoint)
         second = pool.choose({s.endpoint}, state_block=s.state_block)
-        if first is None or second is None:
+        if first is None or second is None or _unknowing(s.call, s.result):
             self.count(s.network, "skipped")
             return
         b = await ask(second)
@@ -141,11 +163,11 @@ class CrossChecker:
         third = pool.choose({s.endpoint, second.id}, state_block=s.state_block)
         c = _NOTHING if third is None else await ask(third)
         if c is not _NOTHING and c == s.result:
-            self._outvoted(s, pool, second, s.result)
+            self._outvoted(s, pool, second, s.result, purge)
             await self._readmit(s, pool, transport, budgets)
         elif c is not _NOTHING and c == b:
-            self._outvoted(s, pool, first, b)
             forget(s.keys)  # the client's answer came from it: not kept
+            self._outvoted(s, pool, first, b, purge)
         else:
             self.count(s.network, "unresolved")
             log.warning(
@@ -155,7 +177,9 @@ class CrossChecker:
             )
             forget(s.keys)
 
-    def _outvoted(self, s: Sample, pool: UpstreamPool, u: Upstream, majority: Any) -> None:
+    def _outvoted(
+        self, s: Sample, pool: UpstreamPool, u: Upstream, majority: Any, purge: Purge
+    ) -> None:
         if pool.quarantine(u):
             self._convicted[u.id] = (s.call, majority)
             log.warning(
@@ -167,6 +191,7 @@ class CrossChecker:
                 s.call.method,
             )
             self.count(s.network, "quarantined")
+            purge(u.id)  # its other answers are as suspect: none stays cached
 
     async def _readmit(
         self, s: Sample, pool: UpstreamPool, transport: Transport, budgets: BudgetBook | None
@@ -220,4 +245,13 @@ class CrossChecker:
             return _NOTHING
         if not isinstance(doc, dict) or "result" not in doc:
             return _NOTHING  # an error is not an answer to compare
+        if _unknowing(call, doc["result"]):
+            return _NOTHING  # it does not have the block: no vote
         return doc["result"]
+
+
+def _unknowing(call: Call, result: Any) -> bool:
+    """A ``null`` that says the node does not have the block, not what is in it."""
+    if call.facts.heights is not None:  # chain_getBlockHash(n…)
+        return result is None or (isinstance(result, list) and None in result)
+    return result is None and call.method in HEADER_METHODS

@@ -1,8 +1,10 @@
 """Judging one upstream answer: keep it, try another upstream, or give up (pure).
 
 * ``hard``: the upstream failed (transport, HTTP 5xx/429, a body that is not a
-  JSON-RPC answer to what was sent, an internal error). Try another; if all
-  fail, the client gets 502 with the attempts.
+  JSON-RPC answer to what was sent, an internal error), or refused the call
+  with an error that is its own limit (``node_limit``: ``rate-limited``,
+  ``work-limited``). Try another; if all fail, the client gets 502 with the
+  attempts (503 ``upstream_capacity`` when every node refused for its limits).
 * ``soft``: a valid answer that another upstream may answer better (``null``
   for a block a lagging node has not seen, "State already discarded" from a
   pruned node, an unknown block, another block than the hash asked for). Try
@@ -28,6 +30,29 @@ _HASH_PINNED_NULLABLE = frozenset({"chain_getBlock", "chain_getHeader"})
 # not found in the database"), and the plainer words of other servers
 _UNKNOWN_BLOCK = ("unknownblock", "header was not found", "unknown block", "block not found")
 
+# A node's own limits, said inside a JSON-RPC error (an HTTP 429 is judged
+# before the body). Judged by the words, never by the code alone: the codes
+# mean different things on different servers. jsonrpsee (Substrate's RPC
+# server) has -32004 "subscription closed with error" (older versions), -32005
+# "Batched requests are not supported by this server" and -32009 "Server is
+# busy, try again later"; EIP-1474 gateways -32004 "Method not supported" and
+# -32005 "Limit exceeded"; chainproxy itself answers -32004 for its policies
+# (allowlist, subscription limits, API key) and -32005 "rate limit exceeded"
+# for a client's quota, each with ``data.policy``. So a chainproxy upstream's
+# quota refusal is that node's limit for us (rate-limited), its allowlist
+# refusal is an answer (ok). The one code taken alone is -32029, what public
+# RPC providers answer a rate limit with.
+RATE_LIMIT_CODES = frozenset({-32029})
+_RATE_WORDS = ("too many requests", "rate limit", "rate-limit", "ratelimit")
+# a budget of work rather than of calls: a heavy read refused, a busy server.
+# Not "limit exceeded" anywhere: a runtime's deterministic error may say so
+# (every node would answer it), only EIP-1474's bare "Limit exceeded".
+_WORK_WORDS = ("work limit", "server is busy", "request limit", "rpc limit")
+# the attempt reasons that are a node's capacity, not its failure: the node
+# pauses and its learned rate drops; when every node said one of these the
+# client gets 503 upstream_capacity with Retry-After
+CAPACITY = frozenset({"rate-limited", "work-limited"})
+
 
 @dataclass(frozen=True, slots=True)
 class Assessment:
@@ -35,6 +60,27 @@ class Assessment:
     reason: str = ""
     answers: tuple[dict[str, Any], ...] | None = None  # one per call sent, in order
     prefer_archive: bool = False
+
+
+def node_limit(code: Any, message: str) -> str | None:
+    """``rate-limited`` or ``work-limited`` when a JSON-RPC error from a node
+    is that node's own limit (another node may well answer), else None."""
+    low = message.lower()
+    if code in RATE_LIMIT_CODES or any(w in low for w in _RATE_WORDS):
+        return "rate-limited"
+    if low.startswith("limit exceeded") or any(w in low for w in _WORK_WORDS):
+        return "work-limited"
+    return None
+
+
+def error_limit(answer: dict[str, Any]) -> str | None:
+    """``node_limit`` of one answer object (None for a result)."""
+    error = answer.get("error")
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        return node_limit(error.get("code"), str(error.get("message", "")))
+    return node_limit(None, str(error))
 
 
 def judge_answer(call: Call, answer: dict[str, Any], tip: int | None) -> tuple[Verdict, str]:
@@ -47,10 +93,11 @@ def judge_answer(call: Call, answer: dict[str, Any], tip: int | None) -> tuple[V
             return "soft", "state-discarded"
         if any(m in low for m in _UNKNOWN_BLOCK):
             return "soft", "unknown-block"
+        limit = node_limit(code, message)
+        if limit is not None:
+            return "hard", limit
         if code == -32603 or low.startswith("internal error"):
             return "hard", "upstream-internal"
-        if code in (-32005, -32029) or "too many requests" in low or "rate limit" in low:
-            return "hard", "rate-limited"
         return "ok", ""
     result = answer.get("result")
     heights = call.facts.heights  # chain_getBlockHash(n…)
@@ -106,15 +153,21 @@ def assess(
     answers = _match(doc, len(calls), is_batch)
     if answers is None:
         return Assessment("hard", "invalid-body" if status < 300 else f"http-{status}")
-    soft_reason = ""
+    soft_reason = limit = ""
     prefer_archive = False
     for call, answer in zip(calls, answers, strict=True):
         verdict, reason = judge_answer(call, answer, tip)
         if verdict == "hard":
-            return Assessment("hard", reason)
-        if verdict == "soft":
+            if reason not in CAPACITY:
+                return Assessment("hard", reason)
+            limit = limit or reason
+        elif verdict == "soft":
             soft_reason = soft_reason or reason
             prefer_archive = prefer_archive or reason == "state-discarded"
+    if limit:
+        # the node's limits: another node is tried; the answers are kept for a
+        # batch whose every node refused some items (the others are answered)
+        return Assessment("hard", limit, answers)
     if soft_reason:
         return Assessment("soft", soft_reason, answers, prefer_archive)
     return Assessment("ok", "", answers)

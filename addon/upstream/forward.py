@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Literal
 
 from addon.chain.horizons import correct
@@ -39,17 +37,18 @@ from addon.rpc.attempt import Attempt
 from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
-from addon.upstream.failover import assess
-from addon.upstream.hedge import Hedger, finish_unheard
+from addon.upstream.failover import CAPACITY, assess, error_limit
+from addon.upstream.hedge import Hedger, first_done
 from addon.upstream.pool import Upstream, UpstreamPool
-from addon.upstream.settle import Sent, abandon, report_failure, settle_outraced
+from addon.upstream.settle import Sent, abandon, leave_running, report_failure
 
 # the transport's names, re-exported: callers import them from here
 from addon.upstream.transport import AiohttpTransport as AiohttpTransport
 from addon.upstream.transport import Transport, TransportError
 from addon.upstream.transport import new_session as new_session
 
-TOO_MANY = frozenset({"rate-limited", "http-503"})  # 429; 503 (a pause if Retry-After)
+# 429 or a node's limit in a JSON-RPC error; 503 (a pause if Retry-After)
+TOO_MANY = CAPACITY | {"http-503"}
 
 # What a node answers for a block it does not have (reorged away, not imported
 # yet, pruned, or another fork's): for a read the proxy pinned, a miss of the pin.
@@ -64,7 +63,9 @@ ResultKind = Literal["ok", "soft", "failed", "deadline", "no-upstream", "capacit
 @dataclass(frozen=True, slots=True)
 class ForwardResult:
     kind: ResultKind
-    answers: tuple[dict[str, Any], ...] | None  # one per call, in order (ok / soft)
+    # one per call, in order (ok / soft; "capacity": a batch's answers from the
+    # last node that refused some of its items for its limits, those included)
+    answers: tuple[dict[str, Any], ...] | None
     attempts: tuple[Attempt, ...]
     upstream: Upstream | None  # whose answer it is
     hedged: bool = False  # a second upstream raced a slow first one
@@ -115,6 +116,7 @@ def forward(
     admission: Admission | None = None,
     pinned: bool = False,
     state_block: int | None = None,
+    heavy: bool = False,
 ) -> Coroutine[Any, Any, ForwardResult]:
     """Attempts one after the other (failover); with a ``hedger``, an attempt
     not answered within its delay gets a second one racing it on the next-best
@@ -136,6 +138,7 @@ def forward(
         admission=admission,
         pinned=pinned,
         state_block=state_block,
+        heavy=heavy,
     ).run()
 
 
@@ -144,9 +147,9 @@ class Forward:
 
     __slots__ = (
         "admission", "attempts", "body", "budget", "by_deadline", "calls", "clock",
-        "corrected", "deadline", "hedged", "hedger", "is_batch", "min_block", "pinned",
-        "pool", "prefer_archive", "running", "soft", "state_block", "tip", "transport",
-        "tried", "waited", "won",
+        "corrected", "deadline", "heavy", "hedged", "hedger", "is_batch", "limited",
+        "min_block", "pinned", "pool", "prefer_archive", "running", "soft", "state_block",
+        "tip", "transport", "tried", "waited", "won",
     )  # fmt: skip
 
     def __init__(
@@ -165,17 +168,21 @@ class Forward:
         admission: Admission | None = None,
         pinned: bool = False,
         state_block: int | None = None,
+        heavy: bool = False,
     ) -> None:
         self.calls, self.is_batch, self.pool, self.transport = calls, is_batch, pool, transport
         self.budget, self.clock, self.tip, self.min_block = budget, clock, tip, min_block
         self.prefer_archive, self.hedger, self.admission = prefer_archive, hedger, admission
         self.pinned, self.state_block = pinned, state_block
         self.corrected: list[str] = []
+        self.heavy = heavy  # priced by its bytes: light calls go elsewhere meanwhile
         self.body = outbound_body(calls, is_batch)
         self.deadline = 0.0
         self.tried: set[str] = set()
         self.attempts: list[Attempt] = []
         self.soft: tuple[tuple[dict[str, Any], ...], Upstream, int] | None = None
+        # a batch a node answered but for items it refused for its limits
+        self.limited: tuple[tuple[dict[str, Any], ...], Upstream, int] | None = None
         self.by_deadline = False
         self.hedged = False  # a second upstream was sent the call
         self.waited = False  # the hedge delay passed once (one hedge per call at most)
@@ -212,7 +219,7 @@ class Forward:
                             break
                         continue
                     running[asyncio.ensure_future(self._post(sent))] = sent
-                done, _ = await asyncio.wait(running, timeout=delay, return_when=FIRST_COMPLETED)
+                done = await first_done(running, delay)
                 if not done:  # the first is slow: race it on the next-best upstream, once
                     await self._hedge()
                     continue
@@ -224,7 +231,12 @@ class Forward:
                 if self.by_deadline and not running:
                     break
         finally:
-            self._leave_running()
+            # an attempt a hedge outraced finishes in the background; anything
+            # else still running (the flow cancelled, a pin miss) is cancelled
+            leave_running(
+                self.running, self.won, self.pool, self.admission, self.clock,
+                self.calls, self.is_batch, self.tip,
+            )  # fmt: skip
         return self._failure()
 
     def _post(self, sent: Sent) -> Awaitable[tuple[int, bytes]]:
@@ -255,6 +267,7 @@ class Forward:
                 prefer_archive=self.prefer_archive,
                 min_block=self.min_block,
                 state_block=self.state_block,
+                light=not self.heavy,
             )
         else:
             got = await admission.acquire(
@@ -277,8 +290,9 @@ class Forward:
             self.by_deadline = True
             return None
         self.tried.add(upstream.id)
-        pool.started(upstream)
-        return Sent(upstream, clock(), min(self.budget.attempt_timeout_s, remaining), ticket)
+        pool.started(upstream, self.heavy)
+        timeout = min(self.budget.attempt_timeout_s, remaining)
+        return Sent(upstream, clock(), timeout, ticket, self.heavy)
 
     async def _hedge(self) -> None:
         """The delay passed with no answer: the next-best upstream races it."""
@@ -295,6 +309,8 @@ class Forward:
     def _settle(self, sent: Sent, outcome: Outcome) -> ForwardResult | None:
         """One attempt's outcome reported; the result to return, or None: go on."""
         pool, admission, upstream = self.pool, self.admission, sent.upstream
+        if sent.heavy:
+            pool.heavy_ended(upstream)
         if sent.ticket is not None and admission is not None:
             admission.release(sent.ticket)
         latency = (self.clock() - sent.start) * 1000
@@ -313,6 +329,8 @@ class Forward:
         )
         if verdict.verdict == "hard":
             report_failure(pool, admission, upstream, latency, verdict.reason, None)
+            if verdict.answers is not None and self.is_batch:  # some items refused
+                self.limited = (verdict.answers, upstream, len(raw))
             return None
         pool.succeeded(upstream, latency)  # a soft answer is a healthy node, behind
         if self.hedger is not None:
@@ -342,28 +360,6 @@ class Forward:
         if self.state_block is not None and correct(upstream, self.state_block, reason):
             self.corrected.append(upstream.id)
 
-    def _leave_running(self) -> None:
-        """The attempt a hedge outraced finishes in the background; anything
-        else still running (the flow itself was cancelled, a pin miss) is
-        cancelled."""
-        pool, admission, clock = self.pool, self.admission, self.clock
-        for task, sent in self.running.items():
-            if self.won:
-                settle_it = partial(
-                    settle_outraced,
-                    sent,
-                    pool,
-                    admission,
-                    clock,
-                    self.calls,
-                    self.is_batch,
-                    self.tip,
-                )
-                finish_unheard(task, sent.timeout, settle_it)
-            else:
-                task.cancel()
-                abandon(pool, admission, sent, clock)
-
     def _failure(self) -> ForwardResult:
         """No good answer: the best soft one, or why there was none."""
         attempts, hedged, admission = tuple(self.attempts), self.hedged, self.admission
@@ -376,13 +372,18 @@ class Forward:
         # was split between racers and attempts
         if self.by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):
             return ForwardResult("deadline", None, attempts, None, hedged)
-        if admission is not None and attempts and all(a.reason == "rate-limited" for a in attempts):
-            # every node tried said 429 "too many requests": the nodes' capacity is
-            # spent, as when their budgets are; a time to retry, not a 502. (A 503
-            # is a node failing, with or without Retry-After: the contract's 502.)
+        if admission is not None and attempts and all(a.reason in CAPACITY for a in attempts):
+            # every node tried said 429 "too many requests" (or its limit in a
+            # JSON-RPC error): the nodes' capacity is spent, as when their budgets
+            # are; a time to retry, not a 502. (A 503 is a node failing, with or
+            # without Retry-After: the contract's 502.) A batch keeps the items
+            # the last of them answered: only those it refused are refused.
             left = self.pool.backoff_left(set())
+            answers, upstream, size = self.limited or (None, None, 0)
+            if answers is not None and all(error_limit(a) for a in answers):
+                answers, upstream, size = None, None, 0  # nothing answered: refused whole
             return ForwardResult(
-                "capacity", None, attempts, None, hedged, retry_after_s=left or 1.0
+                "capacity", answers, attempts, upstream, hedged, size, retry_after_s=left or 1.0
             )
         if not attempts:
             if admission is not None and admission.shed:

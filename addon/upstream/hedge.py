@@ -17,7 +17,7 @@ node's real latency is learned; those still running are kept here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from common.config.upstream_calls import HedgeConfig
@@ -108,3 +108,32 @@ def cancel_outraced() -> None:
     their answers); each is settled as abandoned when its cancel lands."""
     for task in list(_OUTRACED):
         task.cancel()
+
+
+async def first_done[F: asyncio.Future[Any]](
+    running: Iterable[F], timeout: float | None
+) -> list[F]:
+    """The racers done when the first of them ends or ``timeout`` passes:
+    ``asyncio.wait(FIRST_COMPLETED)`` without its sets, counter and checks
+    (one future, one callback per racer, one timer)."""
+    tasks = list(running)
+    done = [t for t in tasks if t.done()]  # an eager task may have ended at once
+    if done:
+        return done
+    waiter = asyncio.get_running_loop().create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    for t in tasks:
+        t.add_done_callback(wake)
+    timer = None if timeout is None else asyncio.get_running_loop().call_later(timeout, wake)
+    try:
+        await waiter
+    finally:
+        if timer is not None:
+            timer.cancel()
+        for t in tasks:
+            t.remove_done_callback(wake)
+    return [t for t in tasks if t.done()]

@@ -66,6 +66,7 @@ class Upstream:
     updated_at: float = 0.0
     inflight: int = 0
     inflight_starts: list[float] = field(default_factory=list)  # ascending start times
+    heavy_inflight: int = 0  # of ``inflight``, reads priced by their bytes (1 MiB answers)
     consecutive_failures: int = 0
     ejected_until: float = 0.0
     requests: int = 0
@@ -167,13 +168,17 @@ class UpstreamPool:
         prefer_archive: bool = False,
         min_block: int | None = None,
         state_block: int | None = None,
+        light: bool = False,
     ) -> Upstream | None:
         """The next upstream to try. ``min_block``: the call needs that height, so
         upstreams known to be below it are passed over while any other is left
         (and if none is known to have it, the most advanced are tried first).
         ``state_block``: the call reads the state at that block: upstreams that
         lack it are never chosen, those known to hold it first (``prefer_archive``
-        then says nothing more)."""
+        then says nothing more).
+        ``light``: a small read goes, within the best tier, to a node with no
+        heavy read in flight while there is one (a node streaming a 1 MiB
+        answer answers a small call behind it)."""
         now = self._clock()
         candidates = [
             u
@@ -199,6 +204,9 @@ class UpstreamPool:
             candidates = [u for u in candidates if u.archive]
         best_tier = min(self.effective_tier(u, now) for u in candidates)
         tier = [u for u in candidates if self.effective_tier(u, now) == best_tier]
+        if light and len(tier) > 1:
+            calm = [u for u in tier if not u.heavy_inflight]
+            tier = calm or tier
         if len(tier) == 1:
             return tier[0]
         a, b = self._rng.sample(tier, 2)
@@ -217,10 +225,15 @@ class UpstreamPool:
 
     # --- outcomes reported by the forwarder ------------------------------------------------
 
-    def started(self, u: Upstream) -> None:
+    def started(self, u: Upstream, heavy: bool = False) -> None:
         u.inflight += 1
+        u.heavy_inflight += heavy
         u.requests += 1
         u.inflight_starts.append(self._clock())  # the clock never goes back: stays sorted
+
+    def heavy_ended(self, u: Upstream) -> None:
+        """A heavy read started with ``started(u, heavy=True)`` ended (whatever its outcome)."""
+        u.heavy_inflight = max(0, u.heavy_inflight - 1)
 
     def _settle(self, u: Upstream, latency_ms: float | None) -> None:
         """One call in flight ended, ``latency_ms`` after it started (None: unknown)."""
@@ -285,8 +298,18 @@ class UpstreamPool:
         client call until its pause ends. Not a failure: it is not ejected for
         it, and its latency estimate is left alone (a fast 429 is not speed).
         Returns the pause in seconds."""
-        now = self._clock()
         self._settle(u, latency_ms)
+        return self.pause(u, retry_after, reason)
+
+    def refused(self, u: Upstream, latency_ms: float) -> None:
+        """The node said "too many requests" and a learned rate answers it
+        (``budgets.py``): the attempt ended, the node is neither failed nor
+        paused (its rate holds its excess back, the rest keeps going)."""
+        self._settle(u, latency_ms)
+
+    def pause(self, u: Upstream, retry_after: float | None, reason: str) -> float:
+        """No client call for the node until its pause ends (see ``throttled``)."""
+        now = self._clock()
         u.backoff_strikes += 1
         pause = backoff_s(u.backoff_strikes, retry_after, self.max_backoff_s)
         if now + pause > u.backoff_until:

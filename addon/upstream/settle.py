@@ -2,19 +2,22 @@
 failure (``report_failure``: "too many requests" pauses the node, anything
 else counts against its health), an attempt gone without an outcome
 (``abandon``: no verdict), and an attempt a hedge outraced that finished
-unheard in the background (``settle_outraced``). The forward loop
-(``addon/upstream/forward.py``) is their one user."""
+unheard in the background (``settle_outraced``; ``leave_running`` when a
+call's forward ends). The forward loop (``addon/upstream/forward.py``) is
+their one user."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from addon.rpc.jsonrpc import Call
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
-from addon.upstream.failover import assess
+from addon.upstream.failover import CAPACITY, assess
+from addon.upstream.hedge import finish_unheard
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.transport import TransportError
 
@@ -27,12 +30,15 @@ class Sent:
     start: float
     timeout: float
     ticket: Ticket | None
+    heavy: bool = False  # a read priced by its bytes: counted apart at its node
 
 
 def abandon(
     pool: UpstreamPool, admission: Admission | None, sent: Sent, clock: Callable[[], float]
 ) -> None:
     """The attempt ended without an outcome (cancelled): no health verdict."""
+    if sent.heavy:
+        pool.heavy_ended(sent.upstream)
     if sent.ticket is not None and admission is not None:
         admission.release(sent.ticket)
     pool.abandoned(sent.upstream, (clock() - sent.start) * 1000)
@@ -46,12 +52,27 @@ def report_failure(
     reason: str,
     retry_after: float | None,
 ) -> None:
-    """A failed attempt: "too many requests" (a 429, or a 503 with Retry-After)
-    pauses the node and a 429 teaches it a rate (with budgets kept); anything
-    else counts against its health."""
-    if admission is not None and (reason == "rate-limited" or retry_after is not None):
+    """A failed attempt: "too many requests" (a 429, a 503 with Retry-After, or
+    a node's limit said in a JSON-RPC error: ``failover.CAPACITY``) pauses the
+    node, and a limit teaches it a rate (with budgets kept); anything else
+    counts against its health. A 429 without ``Retry-After`` from a node that
+    learns a rate does not pause it: the rate, cut, holds back its excess and
+    the rest of its capacity keeps being used (a pause put its whole share on
+    the other nodes, past their limits in turn); only a 429 that taught no
+    rate (a trickle) pauses it."""
+    budgets = None if admission is None else admission.budgets
+    if (
+        budgets is not None
+        and reason == "rate-limited"
+        and retry_after is None
+        and budgets.learns(upstream.id)
+    ):
+        pool.refused(upstream, latency_ms)
+        budgets.rate_limited(upstream.id, lambda: pool.pause(upstream, None, reason))
+        return
+    if admission is not None and (reason in CAPACITY or retry_after is not None):
         pool.throttled(upstream, latency_ms, retry_after, reason)
-        if reason == "rate-limited":  # a 429 teaches a rate; a 503 only pauses the node
+        if reason in CAPACITY:  # a limit teaches a rate; a 503 only pauses the node
             admission.budgets.rate_limited(upstream.id)
     else:
         pool.failed(upstream, latency_ms)
@@ -72,6 +93,8 @@ def settle_outraced(
     if task.cancelled():
         abandon(pool, admission, sent, clock)
         return
+    if sent.heavy:  # never raced today (a heavy read is not hedged); counted all the same
+        pool.heavy_ended(sent.upstream)
     if sent.ticket is not None and admission is not None:
         admission.release(sent.ticket)
     latency = (clock() - sent.start) * 1000
@@ -88,3 +111,25 @@ def settle_outraced(
         pool.abandoned(sent.upstream, latency)
         return
     report_failure(pool, admission, sent.upstream, latency, reason, retry_after)
+
+
+def leave_running(
+    running: Mapping[asyncio.Task[tuple[int, bytes]], Sent],
+    won: bool,
+    pool: UpstreamPool,
+    admission: Admission | None,
+    clock: Callable[[], float],
+    calls: Sequence[Call],
+    is_batch: bool,
+    tip: int | None,
+) -> None:
+    """A call's forward ended with attempts still running: when it ``won``, the
+    attempts a hedge outraced finish in the background (``settle_outraced``);
+    otherwise (the flow itself was cancelled, a pin miss) they are cancelled."""
+    for task, sent in running.items():
+        if won:
+            settle_it = partial(settle_outraced, sent, pool, admission, clock, calls, is_batch, tip)
+            finish_unheard(task, sent.timeout, settle_it)
+        else:
+            task.cancel()
+            abandon(pool, admission, sent, clock)

@@ -25,21 +25,13 @@ import asyncio
 import itertools
 import os
 import socket
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
+from addon.redislink.clock import NOW_MS as _NOW
 from addon.redislink.link import RedisLink, RedisUnavailable
 from addon.upstream.budgets import CONCURRENCY_POLL_S, WINDOW_S, Budgets, Ticket
-
-# Times are Redis's (TIME) in ms to the microsecond, never cut to a whole ms:
-# cut, an end time let the next call in up to 1 ms short of a window after it,
-# about the whole gap between a call's end and the next call's arrival at a
-# loopback node (it saw 21 calls within 0.9999 s). An end is recorded at the
-# microsecond after TIME's (TIME drops the fraction), so a window never closes
-# early. An older proxy's whole-ms times on the same Redis still compare.
-_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-"""
+from addon.upstream.learning import shared_learned
 
 # KEYS: the node's ended calls (their end times), its requests in flight, its
 # calls in flight. ARGV: max_rps (0: none), calls, max_concurrency (0: none),
@@ -111,6 +103,7 @@ return 0
 )
 
 _WINDOW_MS = round(WINDOW_S * 1000)
+_LEARNED_KEPT = 10_000  # end times kept for a node without a configured rate
 _LEASE_MARGIN_S = 5.0
 # one sequence per process: a reload's new book must not reuse the old one's
 # lease names while its calls are still in flight
@@ -126,6 +119,8 @@ class SharedBudgets:
         self.lease_ms = round((lease_s + _LEASE_MARGIN_S) * 1000)
         self._take_sha = link.pipe.script(_TAKE)
         self._end_sha = link.pipe.script(_END)
+        self._learn_take_sha = link.pipe.script(shared_learned.TAKE)
+        self._learn_sha = link.pipe.script(shared_learned.LEARN)
         self._member_prefix = f"{socket.gethostname()}:{os.getpid()}:"
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -133,13 +128,47 @@ class SharedBudgets:
     def adaptive(self) -> bool:
         return self.local.adaptive
 
-    def rate_limited(self, endpoint: str) -> None:
-        self.local.rate_limited(endpoint)
+    def learns(self, endpoint: str) -> bool:
+        return self.local.learns(endpoint)
+
+    def _shared_learning(self, endpoint: str) -> bool:
+        """The node's window and learned rate are in Redis (no configured budget)."""
+        return self.local.adaptive and not self.local.configured(endpoint)
+
+    def rate_limited(self, endpoint: str, untaught: Callable[[], object] | None = None) -> None:
+        """A 429: the node's learned rate cut in Redis, from every proxy's calls
+        in its window (this process's book, while Redis is down)."""
+        if not self._shared_learning(endpoint) or not self.link.up:
+            self.local.rate_limited(endpoint, untaught)
+            return
+        command = (
+            "EVALSHA",
+            self._learn_sha,
+            3,
+            *shared_learned.keys(self.link.key, endpoint),
+            *shared_learned.learn_args(),
+        )
+        self._background(self._learn(endpoint, command, untaught))
+
+    async def _learn(
+        self, endpoint: str, command: tuple[Any, ...], untaught: Callable[[], object] | None
+    ) -> None:
+        try:
+            reply = await self.link.run("budgets", lambda: self.link.pipe.submit(*command))
+        except RedisUnavailable:
+            self.local.rate_limited(endpoint, untaught)
+            return
+        if not shared_learned.mirror(self.local, endpoint, reply) and untaught is not None:
+            untaught()
 
     def try_take(
         self, endpoint: str, calls: int, heavy: bool = False, retry: bool = False
     ) -> Ticket | float | Awaitable[Ticket | float]:
         if not self.local.configured(endpoint):
+            if self._shared_learning(endpoint) and not self.local.heavy_full(endpoint, heavy):
+                if self.link.up:
+                    return self._take_learned(endpoint, calls, heavy, retry)
+                self.link.fallback("budgets")
             return self.local.try_take(endpoint, calls, heavy, retry)  # unlimited or learned
         if self.local.heavy_full(endpoint, heavy):
             return CONCURRENCY_POLL_S  # the heavy lane is this process's: no round trip
@@ -181,12 +210,37 @@ class SharedBudgets:
         node.take(self.local.clock(), calls, heavy)  # this process's view (gauges, lanes)
         return Ticket(endpoint, member, heavy, max(1, calls))
 
+    async def _take_learned(
+        self, endpoint: str, calls: int, heavy: bool, retry: bool
+    ) -> Ticket | float:
+        member = self._member_prefix + str(next(_IDS))
+        paced = calls <= 1 and not retry  # a learned rate paces single calls only
+        command = (
+            "EVALSHA",
+            self._learn_take_sha,
+            3,
+            *shared_learned.keys(self.link.key, endpoint),
+            *shared_learned.take_args(calls, paced, member, self.lease_ms),
+        )
+        try:
+            reply = await self.link.run("budgets", lambda: self.link.pipe.submit(*command))
+        except RedisUnavailable:
+            return self.local.try_take(endpoint, calls, heavy, retry)
+        wait_ms = shared_learned.mirror(self.local, endpoint, reply)
+        if wait_ms > 0:
+            return wait_ms / 1000
+        heavy = heavy and self.local.heavy_per_node > 0
+        self.local.node(endpoint).take(self.local.clock(), calls, heavy)  # this process's view
+        return Ticket(endpoint, member, heavy, max(1, calls))
+
     def release(self, ticket: Ticket) -> None:
         self.local.release(ticket)
         link = self.link
         if ticket.member and link.up:
             rps = self.local.node(ticket.endpoint).max_rps or 0
             counted = min(ticket.calls, max(rps, 1)) if rps > 0 else 0
+            if self._shared_learning(ticket.endpoint):
+                counted, rps = min(ticket.calls, shared_learned.MAX_COUNTED), _LEARNED_KEPT
             command = (
                 "EVALSHA",
                 self._end_sha,
@@ -197,10 +251,12 @@ class SharedBudgets:
                 max(rps, 1),
                 _WINDOW_MS,
             )
-            end = link.run("budgets", lambda: link.pipe.submit(*command))
-            task = asyncio.ensure_future(_quietly(end))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._background(_quietly(link.run("budgets", lambda: link.pipe.submit(*command))))
+
+    def _background(self, op: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(op)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def snapshot(self) -> dict[str, dict[str, float | int | None]]:
         return self.local.snapshot()

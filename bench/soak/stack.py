@@ -47,7 +47,8 @@ def soak_config(
             "networks": ["finney"],
             "rate_limit": {"requests": QUOTA, "window_s": 60},
             "usage": {"flush_s": 1},
-            "websocket": {"stall_s": 3 * BLOCK_S, "upstream_linger_s": 5},
+            # two block times, as the default's 24 s are for Bittensor's 12 s blocks
+            "websocket": {"stall_s": 2 * BLOCK_S, "upstream_linger_s": 5},
         },
         "sidecar": sidecar_section(sidecar_port),
         "data_dir": str(data_dir),

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.allowlist_default import DEFAULT_ALLOWLIST
+from common.config.new_spec import NewSpecConfig
 from common.config.upstream_calls import (
     CoalesceConfig,
     CrossCheckConfig,
@@ -91,7 +92,13 @@ class WebSocketConfig:
     max_queued_notifications: int = 1024  # a client that leaves more unread is closed (1008)
     max_buffer_bytes: int = 8 * 1_048_576  # ... or more bytes unsent in its socket
     upstream_linger_s: float = 30.0  # an upstream subscription outlives its last client
-    stall_s: float = 36.0  # no new head for this long while the chain advances: move
+    # no new head for this long while the network advances: the socket is silent,
+    # every subscription on it moves (two Bittensor block times)
+    stall_s: float = 24.0
+    # client sockets: a WebSocket ping this often (0: none), and a client that has
+    # not answered one within ping_timeout_s is closed (1011) and its slot freed
+    ping_interval_s: float = 30.0
+    ping_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +125,7 @@ class ProxyConfig:
     upstream_limits: UpstreamLimitsConfig = field(default_factory=UpstreamLimitsConfig)
     prewarm: PrewarmConfig = field(default_factory=PrewarmConfig)
     cross_check: CrossCheckConfig = field(default_factory=CrossCheckConfig)
+    new_spec: NewSpecConfig = field(default_factory=NewSpecConfig)
     access_log: str | None = None  # None: off; "stdout"; or a file path
     access_log_client: str = "truncated"  # full | truncated | hashed
     tiers: tuple[TierConfig, ...] = ()

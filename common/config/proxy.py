@@ -18,6 +18,7 @@ from common.config.model import (
     UsageConfig,
     WebSocketConfig,
 )
+from common.config.new_spec import parse_new_spec
 from common.config.policy import parse_rate_limit, parse_tiers
 from common.config.readers import (
     check_keys,
@@ -72,6 +73,7 @@ def parse_proxy(
             "upstream_limits",
             "prewarm",
             "cross_check",
+            "new_spec",
             "access_log",
             "access_log_client",
         ),
@@ -162,6 +164,7 @@ def parse_proxy(
         upstream_limits=parse_upstream_limits(p.get("upstream_limits")),
         prewarm=parse_prewarm(p.get("prewarm")),
         cross_check=parse_cross_check(p.get("cross_check")),
+        new_spec=parse_new_spec(p.get("new_spec")),
         access_log=_access_log(p.get("access_log")),
         access_log_client=_choice(
             p, "access_log_client", "truncated", ("full", "truncated", "hashed")
@@ -207,6 +210,10 @@ def _websocket(raw: Any) -> WebSocketConfig:
             w, "upstream_linger_s", d.upstream_linger_s, key + "upstream_linger_s"
         ),
         stall_s=get_num(w, "stall_s", d.stall_s, key + "stall_s"),
+        ping_interval_s=get_num(
+            w, "ping_interval_s", d.ping_interval_s, key + "ping_interval_s", zero_ok=True
+        ),
+        ping_timeout_s=get_num(w, "ping_timeout_s", d.ping_timeout_s, key + "ping_timeout_s"),
     )
 
 

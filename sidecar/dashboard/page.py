@@ -116,8 +116,11 @@ def render(
     live: UpstreamLive,
     history: HistoryRecorder,
     book: ChainRuntimeBook | None,
+    *,
+    sockets: dict[str, Any] | None = None,
 ) -> str:
-    """The page's HTML."""
+    """The page's HTML; ``sockets``: the live proxies' WebSockets, subscriptions
+    and follows (``handlers/dashboard.live_sockets``)."""
     config, health, now, callable_ = scope.config, scope.health, scope.now, scope.callable
     heat = documents.heatmap(config, health)
     kinds_seen = {k for row in heat["rows"] for k in row["cells"]}
@@ -146,6 +149,7 @@ def render(
         incidents=documents.incident_list(config, incidents, now),
         timeline=_timeline_with_incidents(documents.incident_timeline(config, incidents, now)),
         runtime_lines=runtime_lines(config, book),
+        sockets=sockets,
         **pictures,
     )
 

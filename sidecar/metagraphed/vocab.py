@@ -79,6 +79,7 @@ _SAME = {"live", "dead", "timeout", "rate-limited", "wrong-chain", "unknown"}
 _OTHER = {
     "bad-response": "content-mismatch",  # answered, but not what the probe expects
     "answer-mismatch": "content-mismatch",  # outvoted by the cross-check
+    "silent": "transient",  # its subscription socket stopped pushing (answers calls)
     "aborted": "transient",  # cut mid-answer
     "syncing": "transient",  # the node says it is catching up
     "probe-error": "unknown",  # a bug in the probe says nothing about the endpoint

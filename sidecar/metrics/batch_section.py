@@ -24,6 +24,7 @@ from common.metrics_wire import (
     MAX_LABEL_LEN,
     MAX_ROWS,
     MECHANISM_GAUGES,
+    NETWORK_GAUGES,
     OUTCOMES,
     SUBSCRIPTION_GAUGES,
     UPSTREAM_GAUGES,
@@ -47,9 +48,12 @@ class Gauges:
     upstream_learned_rps: tuple[tuple[str, int], ...] = ()
     upstream_backoff_s: tuple[tuple[str, int], ...] = ()
     upstream_quarantined: tuple[tuple[str, int], ...] = ()
+    upstream_silent: tuple[tuple[str, int], ...] = ()
     upstream_state_lost: tuple[tuple[str, int], ...] = ()
     # mechanism -> 1 (common.metrics_wire.MECHANISM_GAUGES)
     mechanisms_off: tuple[tuple[str, int], ...] = ()
+    # network -> n (common.metrics_wire.NETWORK_GAUGES)
+    follow_pinned_blocks: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,7 @@ def _gauges(doc: Any) -> Gauges:
     maps: dict[str, Any] = {k: _gauge_map(doc, k, "method", _method) for k in SUBSCRIPTION_GAUGES}
     maps |= {k: _gauge_map(doc, k, "endpoint", _endpoint) for k in UPSTREAM_GAUGES}
     maps |= {k: _gauge_map(doc, k, "mechanism", _mechanism) for k in MECHANISM_GAUGES}
+    maps |= {k: _gauge_map(doc, k, "network", _method) for k in NETWORK_GAUGES}
     return Gauges(**plain, **maps)
 
 

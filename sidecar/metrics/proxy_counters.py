@@ -72,11 +72,16 @@ class GaugeTotals:
     at: float  # when these totals were taken (the sidecar's clock)
     # nodes a live proxy's cross-check quarantined (answer-mismatch): the count of proxies
     upstream_quarantined: dict[str, int] = field(default_factory=dict)
+    # nodes whose subscription socket went silent in a live proxy (silent): the
+    # count of proxies
+    upstream_silent: dict[str, int] = field(default_factory=dict)
     # the latest block a node answered "state discarded" for, over the live proxies
     upstream_state_lost: dict[str, int] = field(default_factory=dict)
     # mechanisms a live proxy runs without (an accepted untested mitmproxy or
     # wsproto): the count of proxies
     mechanisms_off: dict[str, int] = field(default_factory=dict)
+    # network -> blocks pinned by chainHead_v1 follows, summed over the live proxies
+    follow_pinned_blocks: dict[str, int] = field(default_factory=dict)
 
     def backoff_left(self) -> dict[str, float]:
         """Seconds left of each node's back-off at ``at`` (all > 0)."""
@@ -207,8 +212,10 @@ class ProxyCounters:
             upstream_learned_rps=self._summed(g.upstream_learned_rps for g in gauges),
             upstream_backoff_until=self._backoff_until(live.values(), now),
             upstream_quarantined=self._summed(g.upstream_quarantined for g in gauges),
+            upstream_silent=self._summed(g.upstream_silent for g in gauges),
             upstream_state_lost=self._highest(g.upstream_state_lost for g in gauges),
             mechanisms_off=self._summed(g.mechanisms_off for g in gauges),
+            follow_pinned_blocks=self._summed(g.follow_pinned_blocks for g in gauges),
             at=now,
         )
 

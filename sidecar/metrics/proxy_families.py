@@ -39,15 +39,26 @@ _EXTRA_HELP = {
     " the disk full); calls are never dropped for it",
     "chainproxy_cross_checks_total": "Finalized answers checked against a second node, by"
     " network and outcome (agree, mismatch, quarantined, readmitted, unresolved, skipped)",
+    "chainproxy_finality_lookups_total": "Look-ups of whether a block hash a client read at is"
+    " a finalized block, by network and outcome (final, not-final, unknown: no node told,"
+    " skipped: too many in flight)",
+    "chainproxy_cache_purged_total": "Cache entries removed because the node that answered"
+    " them was quarantined by a cross-check, by network and tier (local, shared)",
     "chainproxy_prewarm_total": "Reads fetched ahead at a new block by the pre-warm, by network"
     " and outcome (fetched, used by a client, wasted: no client came, skipped)",
     "chainproxy_ws_messages_total": "WebSocket client messages, by who read them (direct: "
     "chainproxy itself; mitmproxy: its WebSocket layer), counted when the socket ends",
     "chainproxy_pin_fallbacks_total": "Reads the proxy pinned to a head no node knew"
     " (reorged away, not imported yet), sent again unpinned, by network",
+    "chainproxy_follow_operations_total": "chainHead_v1 operations (body, call, storage) by"
+    " network, kind and outcome (done, inaccessible, error, limit_reached)",
+    "chainproxy_follow_stops_total": "chainHead_v1 follows chainproxy stopped, by network and"
+    " reason (pinned_blocks, no_head, view_rebuilt)",
+    "chainproxy_upstream_silent_total": "Times a node's subscription socket went silent"
+    " (no head pushed while its network advanced; its subscriptions moved), by endpoint",
     "chainproxy_upstream_backoffs_total": "Times a node started or extended a back-off, by"
-    " endpoint and reason (rate-limited: 429 or a JSON-RPC rate-limit error; overloaded:"
-    " 503 with Retry-After)",
+    " endpoint and reason (rate-limited: 429 or a JSON-RPC rate-limit error; work-limited:"
+    " a JSON-RPC error saying the node's work limit; overloaded: 503 with Retry-After)",
 }
 
 
@@ -143,6 +154,14 @@ def live_gauge_families(g: GaugeTotals) -> Iterator[Metric]:
     for mechanism, n in sorted(g.mechanisms_off.items()):
         off.add_metric([mechanism], n)
     yield off
+    pinned = GaugeMetricFamily(
+        "chainproxy_follow_pinned_blocks",
+        "Blocks held pinned by the chainHead_v1 follows, by network, summed",
+        labels=["network"],
+    )
+    for network, n in sorted(g.follow_pinned_blocks.items()):
+        pinned.add_metric([network], n)
+    yield pinned
     yield from upstream_gauge_families(g)
 
 

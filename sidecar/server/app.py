@@ -24,7 +24,7 @@ from common.config import Config, Endpoint
 from sidecar.db import SIDECAR_DB
 from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.store import HISTORY_DB, HistoryStore
-from sidecar.incidents.quarantine import QuarantineWatch
+from sidecar.incidents.quarantine import SILENT, QuarantineWatch
 from sidecar.metrics.collector import SidecarCollector, collector_registry
 from sidecar.probing.chain_runtime import ChainRuntimeBook
 from sidecar.probing.prober import ProbeFn, Prober, StateProbeFn
@@ -180,19 +180,30 @@ async def _usage_lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 async def _quarantine_lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Nodes the proxies' cross-checks quarantined become ``answer-mismatch``
-    incidents, closed when no live proxy reports them (``incidents/quarantine.py``);
-    the registry's endpoints are read at each round, so a reload counts."""
+    incidents, nodes whose subscription socket went silent ``silent`` ones,
+    closed when no live proxy reports them (``incidents/quarantine.py``); the
+    registry's endpoints are read at each round, so a reload counts."""
     watch = QuarantineWatch(
         tracker=lambda: app[REGISTRY_KEY].incidents,
         quarantined=lambda: app[USAGE_KEY].proxy_metrics.gauges().upstream_quarantined,
         known=lambda: {e.id for e in app[CONFIG_KEY].endpoints},
         clock=app[CLOCK_KEY],
     )
+    # nodes whose subscription socket went silent: ``silent`` incidents, the same rule
+    silent = QuarantineWatch(
+        tracker=lambda: app[REGISTRY_KEY].incidents,
+        quarantined=lambda: app[USAGE_KEY].proxy_metrics.gauges().upstream_silent,
+        known=lambda: {e.id for e in app[CONFIG_KEY].endpoints},
+        clock=app[CLOCK_KEY],
+        message=SILENT,
+    )
     watch.start()
+    silent.start()
     try:
         yield
     finally:
         await watch.stop()
+        await silent.stop()
 
 
 def _metrics(app: web.Application, config: Config) -> SidecarCollector:

@@ -232,11 +232,15 @@ class WsNode:
     ``chain_getBlockHash`` and ``chain_getHeader``; ``push`` sends the next head
     to every subscription; ``kill`` closes its sockets and stops listening.
     ``silent`` answers nothing; ``early`` sends a subscription's first head
-    before the answer that names it."""
+    before the answer that names it; ``muted`` answers calls but pushes
+    nothing. ``chain_subscribeFinalizedHeads`` is served as new heads are
+    (the same headers: this chain finalizes at once)."""
 
     def __init__(self, name: str, chain: NodeChain, *, silent: bool = False) -> None:
         self.name, self.chain, self.silent = name, chain, silent
         self.early = False
+        self.muted = False
+        self.notification: dict[str, str] = {}  # subscription id -> its notification method
         self.calls: list[tuple[str, Any]] = []
         self.subs: dict[str, Any] = {}  # subscription id -> its socket
         self.sockets: list[web.WebSocketResponse] = []
@@ -277,16 +281,19 @@ class WsNode:
             return
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": doc["id"]}
         head = None
-        if method == "chain_subscribeNewHeads":
+        if method in ("chain_subscribeNewHeads", "chain_subscribeFinalizedHeads"):
             self._count += 1
             sub = f"{self.name}-sub-{self._count}"
             self.subs[sub] = ws
+            self.notification[sub] = (
+                "chain_newHead" if method == "chain_subscribeNewHeads" else "chain_finalizedHead"
+            )
             reply["result"] = sub
             head = self._note(sub, self.chain.height)
             if self.early:
                 await ws.send_str(head)
                 head = None
-        elif method == "chain_unsubscribeNewHeads":
+        elif method in ("chain_unsubscribeNewHeads", "chain_unsubscribeFinalizedHeads"):
             reply["result"] = self.subs.pop(params[0], None) is not None
         elif method == "chain_getBlockHash":
             reply["result"] = block_hash(params[0])
@@ -300,11 +307,15 @@ class WsNode:
 
     def _note(self, sub: str, n: int) -> str:
         params = {"subscription": sub, "result": self.chain.header(n)}
-        return json.dumps({"jsonrpc": "2.0", "method": "chain_newHead", "params": params})
+        method = self.notification.get(sub, "chain_newHead")
+        return json.dumps({"jsonrpc": "2.0", "method": method, "params": params})
 
     async def push(self) -> None:
-        """The chain moves on one block; every subscription here is told."""
+        """The chain moves on one block; every subscription here is told
+        (unless ``muted``: the node has the block and says nothing)."""
         self.chain.height += 1
+        if self.muted:
+            return
         for sub, ws in list(self.subs.items()):
             if not ws.closed:
                 await ws.send_str(self._note(sub, self.chain.height))

@@ -238,3 +238,24 @@ def test_env_reference_is_expanded_and_kept_out_of_ids_and_safe_urls() -> None:
 def test_wrong_type_token_error_does_not_print_the_secret() -> None:
     message = assert_one_line_error({"sidecar": {"token": 987654321123}}, "sidecar.token")
     assert "987654321123" not in message
+
+
+@pytest.mark.parametrize(
+    ("websocket", "key"),
+    [
+        ({"ping_interval_s": -1}, "proxy.websocket.ping_interval_s"),
+        ({"ping_interval_s": "30"}, "proxy.websocket.ping_interval_s"),
+        ({"ping_timeout_s": 0}, "proxy.websocket.ping_timeout_s"),
+        ({"stall_s": 0}, "proxy.websocket.stall_s"),
+    ],
+)
+def test_bad_websocket_keep_alive_and_stall(websocket: dict[str, Any], key: str) -> None:
+    assert_one_line_error({"proxy": {"websocket": websocket}}, key)
+
+
+def test_websocket_keep_alive_and_stall_defaults_and_off() -> None:
+    ws = parse_config({}, env={}).proxy.websocket
+    assert (ws.stall_s, ws.ping_interval_s, ws.ping_timeout_s) == (24.0, 30.0, 30.0)
+    raw = {"proxy": {"websocket": {"ping_interval_s": 0, "ping_timeout_s": 5}}}
+    ws = parse_config(raw, env={}).proxy.websocket
+    assert (ws.ping_interval_s, ws.ping_timeout_s) == (0.0, 5.0)  # 0: no pings

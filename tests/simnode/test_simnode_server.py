@@ -324,6 +324,25 @@ async def test_freeze(node: SimNode, clock: FakeClock, session: aiohttp.ClientSe
     assert int((await call(session, node, "chain_getHeader"))["number"], 16) == 1005
 
 
+async def test_refuse_methods(node: SimNode, session: aiohttp.ClientSession) -> None:
+    """A node at its own limits: the listed methods get its error inside a 200,
+    in a batch too, the others their answers; a reset lifts it."""
+    await control(session, node, refuse_methods=["state_getKeysPaged"])
+    keys = req("state_getKeysPaged", ["0x26aa", 10])
+    out = await post(session, node.url, keys)
+    assert out["error"] == {"code": -32004, "message": "RPC work limit exceeded"}
+    batch = await post(
+        session,
+        node.url,
+        [req("system_health", [], 1), req("state_getKeysPaged", ["0x26aa", 10], 2)],
+    )
+    assert "result" in batch[0] and batch[1]["error"]["code"] == -32004
+    await control(session, node, refuse_code=-32005, refuse_message="Limit exceeded")
+    assert (await post(session, node.url, keys))["error"]["message"] == "Limit exceeded"
+    node.reset()
+    assert "result" in await post(session, node.url, keys)
+
+
 async def test_genesis(node: SimNode, session: aiohttp.ClientSession) -> None:
     wrong = "0x" + "ee" * 32
     await control(session, node, genesis=wrong)
@@ -382,6 +401,9 @@ async def test_control_validation(node: SimNode, session: aiohttp.ClientSession)
         {"lag": -1},
         {"http_status": True},
         {"genesis": "0x12"},
+        {"refuse_methods": "state_getKeysPaged"},
+        {"refuse_code": "x"},
+        {"mute": 1},
         [1],
     ):
         async with session.post(node.url + "/_sim/control", json=body) as r:

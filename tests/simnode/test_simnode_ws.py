@@ -165,3 +165,33 @@ async def test_stop_closes_open_and_hung_sockets(session: aiohttp.ClientSession)
         aiohttp.WSMsgType.ERROR,
     )
     await ws.close()
+
+
+async def test_mute_keeps_the_socket_and_its_calls_but_pushes_nothing(
+    session: aiohttp.ClientSession,
+) -> None:
+    """A silent feed: heads go on, calls are answered, no notification comes;
+    after the mute the next one is the next new head (the kept back are gone)."""
+    now = [EPOCH]
+    node = SimNode(name="m", clock=lambda: now[0], epoch=EPOCH, start_height=1000, block_time=1)
+    await node.start()
+    try:
+        async with session.ws_connect(node.url) as ws:
+            await ws.send_json(req("chain_subscribeNewHeads", rid=1))
+            await recv_json(ws)  # the id
+            assert (await recv_json(ws))["params"]["result"]["number"] == hex(1000)
+            node.set_faults(mute=True)
+            now[0] += 3  # three blocks
+            await ws.send_json(req("chain_getHeader", rid=2))
+            answer = await recv_json(ws)  # the next message: no head came before it
+            assert answer["id"] == 2 and answer["result"]["number"] == hex(1003)
+            deadline = time.monotonic() + 5
+            while node.state()["muted_notifications"] < 3:  # the ticker kept them back
+                assert time.monotonic() < deadline, node.state()
+                await asyncio.sleep(0.02)
+            node.set_faults(mute=False)
+            now[0] += 1
+            head = await recv_json(ws)
+            assert head["params"]["result"]["number"] == hex(1004)
+    finally:
+        await node.stop()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from addon.cache.redis_tier import SharedCacheTier
+from addon.cache.redis_tier import TRIM_MARGIN_S, SharedCacheTier
+from addon.cache.store import MemoryStore
 from tests.addon.helpers import (
     redis_link,
 )
@@ -50,4 +51,49 @@ async def test_writes_go_in_batches_one_in_flight_without_a_task(
     while await tier.get_many(["next"]) == [None] and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
     assert await tier.get_many(["w0", "w49", "next"]) == [0, 49, "x"]
+    await link.close()
+
+
+async def _shared(tier: SharedCacheTier, key: str) -> None:
+    """Until ``key`` written by ``tier`` is in Redis (writes go in the background)."""
+    deadline = time.monotonic() + 5
+    while await tier.get_many([key]) == [None] and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+
+
+async def test_a_purge_deletes_every_shared_entry_its_node_filled(
+    redis_server: RedisServer,
+) -> None:
+    a, b = redis_link(redis_server), redis_link(redis_server)
+    ta, tb = SharedCacheTier(a, ttl_s=30), SharedCacheTier(b, ttl_s=30)
+    for i in range(1200):  # more than one chunk of a purge
+        ta.put(f"liar{i}", i, filler="liar")
+    ta.put("honest", "0x2a", filler="honest")
+    ta.put("old", "0x01")  # written without its filler (an older proxy): never purged
+    await _shared(ta, "old")
+    fill = MemoryStore()
+    assert await tb.get_many(["liar7", "honest", "old"], fill=fill) == [7, "0x2a", "0x01"]
+    # the copy another proxy keeps locally knows its filler too
+    assert fill.fillers == {"liar7": "liar", "honest": "honest"}
+    ttl = int(redis_server.command("TTL", ta.index_key("liar")).strip(b":\r\n"))
+    assert 30 < ttl <= 30 + TRIM_MARGIN_S  # the set lives as long as its entries
+    tb.put("liar-late", "x", filler="liar")  # queued, not sent yet: dropped by the purge
+    assert await tb.purge("liar") == 1200
+    keys = ["liar0", "liar1199", "liar-late", "honest", "old"]
+    assert await tb.get_many(keys) == [None, None, None, "0x2a", "0x01"]
+    assert redis_server.command("EXISTS", ta.index_key("liar")) == b":0\r\n"
+    assert await tb.purge("liar") == 0
+    await a.close()
+    await b.close()
+
+
+async def test_members_of_expired_entries_are_trimmed(redis_server: RedisServer) -> None:
+    link = redis_link(redis_server, timeout_ms=2000)
+    tier = SharedCacheTier(link, ttl_s=30)
+    index = tier.index_key("n")
+    redis_server.command("ZADD", index, str(time.time() - TRIM_MARGIN_S - 1), "gone-long-ago")
+    tier.put("k", 1, filler="n")
+    await _shared(tier, "k")
+    members = await link.pipe.submit("ZRANGE", index, 0, -1)
+    assert members == [tier.key("k").encode()]
     await link.close()

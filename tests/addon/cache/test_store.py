@@ -59,3 +59,35 @@ def test_corrupt_entry_is_a_miss(tmp_path: Path) -> None:
     s = DiskCacheStore(tmp_path / "c", size_limit_mb=1)
     s._cache.set("k", "{not json")
     assert s.get("k") is None and s.errors == 1
+
+
+async def test_a_purge_forgets_every_entry_its_node_filled(tmp_path: Path) -> None:
+    a = DiskCacheStore(tmp_path / "c", size_limit_mb=1)
+    for i in range(5):
+        a.set(f"liar{i}", i, filler="liar")
+    a.set("honest", "h", filler="honest")
+    a.set("unknown", "u")
+    assert a.get("liar0") == 0  # in the memory front too
+    assert await a.purge("liar") == 5
+    assert [a.get(f"liar{i}") for i in range(5)] == [None] * 5
+    assert (a.get("honest"), a.get("unknown")) == ("h", "u")
+    assert await a.purge("liar") == 0
+    fresh = DiskCacheStore(tmp_path / "c", size_limit_mb=1)  # the tag is on the disk
+    a.set("liar9", 9, filler="liar")
+    a.flush()  # (written after the loop turn: another process sees it from then)
+    assert fresh.get("liar9") == 9
+    assert await fresh.purge("liar") == 1 and fresh.get("liar9") is None
+
+
+async def test_another_process_drops_its_memory_front_after_a_purge(tmp_path: Path) -> None:
+    a = DiskCacheStore(tmp_path / "c", size_limit_mb=1)
+    b = DiskCacheStore(tmp_path / "c", size_limit_mb=1)  # another proxy process
+    a.set("liar", "0xbad", filler="liar")
+    a.set("honest", "0x2a", filler="honest")
+    a.flush()  # (written after the loop turn: another process sees it from then)
+    assert b.get("liar") == "0xbad" and b.get("honest") == "0x2a"  # now in b's memory
+    await a.purge("liar")
+    b._purges_due = 0.0  # (b looks at the disk's counter at most once a second)
+    assert b.get("liar") is None
+    assert b.get("honest") == "0x2a"  # read again from the disk
+    assert a._memo and a.get("honest") == "0x2a"  # the purging process keeps the rest

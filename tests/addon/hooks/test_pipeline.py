@@ -82,13 +82,13 @@ async def test_batch_forwards_only_allowed_calls_in_one_upstream_request() -> No
     f = await run(
         stages,
         rpc_flow(
-            [call("system_chain", id_=1), call("author_x", id_=2), call("rpc_methods", id_=3)]
+            [call("system_chain", id_=1), call("author_x", id_=2), call("system_name", id_=3)]
         ),
     )
-    assert [a.get("result") for a in body(f)] == ["system_chain-ok", None, "rpc_methods-ok"]
+    assert [a.get("result") for a in body(f)] == ["system_chain-ok", None, "system_name-ok"]
     assert len(fake.seen) == 1
     sent = fake.seen[0][1]
-    assert [c["method"] for c in sent] == ["system_chain", "rpc_methods"]
+    assert [c["method"] for c in sent] == ["system_chain", "system_name"]
     assert [c["id"] for c in sent] == [0, 1]  # renumbered upstream
 
 

@@ -15,7 +15,16 @@ import wsproto.events
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.mitm.frames import BINARY, PING, PONG, TEXT, FrameReader, pong_frame, unmask
+from addon.mitm.frames import (
+    BINARY,
+    PING,
+    PONG,
+    TEXT,
+    FrameReader,
+    ping_frame,
+    pong_frame,
+    unmask,
+)
 
 LIMIT = 4096
 
@@ -144,6 +153,14 @@ def test_an_over_the_limit_frame_is_handed_back_before_its_payload_arrives() -> 
 def test_pong_frame() -> None:
     assert pong_frame(b"abc") == b"\x8a\x03abc"
     assert wsproto_events(b"\x8a\x80\x00\x00\x00\x00") == [("pong", b"")]
+
+
+def test_ping_frame_is_a_servers_ping_to_a_client() -> None:
+    assert ping_frame(b"7") == b"\x89\x017"
+    client = wsproto.Connection(wsproto.ConnectionType.CLIENT)
+    client.receive_data(ping_frame(b"12"))
+    (event,) = list(client.events())
+    assert isinstance(event, wsproto.events.Ping) and bytes(event.payload) == b"12"
 
 
 # --- against wsproto, whatever the client sends -----------------------------------------

@@ -152,3 +152,31 @@ def test_index_stays_bounded_under_many_learns() -> None:
         idx.learn(call("chain_getBlockHash", n), h(n))
     assert len(idx) == 100
     assert idx.get(h(999)) == 999 and idx.get(h(0)) is None
+
+
+def test_a_hash_answered_for_a_finalized_height_is_canonical() -> None:
+    idx = BlockIndex()
+    idx.learn(call("chain_getBlockHash", [90, 100, 101]), [h(90), h(100), h(101)], finalized=100)
+    assert idx.canonical(h(90)) is True and idx.canonical(h(100)) is True
+    assert idx.get(h(101)) == 101 and idx.canonical(h(101)) is None  # above finality: may reorg
+    idx.learn(call("chain_getBlockHash", 5), h(5))  # finality unknown: nothing said
+    assert idx.get(h(5)) == 5 and idx.canonical(h(5)) is None
+
+
+def test_a_header_says_a_height_never_canonicality() -> None:
+    idx = BlockIndex()
+    idx.learn(call("chain_getHeader", h(500)), header(500))  # a fork's block has a height too
+    assert idx.get(h(500)) == 500 and idx.canonical(h(500)) is None
+    idx.put(h(500), 500, canonical=False)
+    idx.learn(call("chain_getHeader", h(500)), header(500))  # the same again keeps it
+    assert idx.canonical(h(500)) is False
+    idx.put(h(500), 501)  # another height: what was said of it is void
+    assert idx.canonical(h(500)) is None
+
+
+def test_canonical_marks_leave_with_their_entries() -> None:
+    idx = BlockIndex(max_entries=2)
+    for n in (1, 2, 3):
+        idx.put(h(n), n, canonical=True)
+    assert idx.get(h(1)) is None and idx.canonical(h(1)) is None
+    assert len(idx._canonical) == 2

@@ -52,3 +52,39 @@ def test_closing_the_sink_ends_the_sockets_it_holds() -> None:
     assert msg is not None, "the sink was closed but its socket is still open after 5 s"
     closing = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
     assert msg.type in closing
+
+
+def test_the_sink_pings_a_flow_reports_its_pong_and_answers_its_ping() -> None:
+    """What mitmproxy relays between a client and the sink: the sink's ping to
+    the client, the client's pong back (reported by flow id), and a client's
+    ping, answered (autoping is off: the pongs are the keep-alive's)."""
+
+    async def scenario() -> tuple[list[str], Any, Any, bool]:
+        pongs: list[str] = []
+        sink = ws.Sink(on_pong=pongs.append)
+        port = await sink.start()
+        headers = {ws.FLOW_HEADER: "flow-1"}
+        url = f"http://127.0.0.1:{port}/rpc/v1/finney"
+        async with aiohttp.ClientSession() as s:
+            async with s.ws_connect(url, headers=headers, autoping=False) as conn:
+                for _ in range(100):  # the sink has the socket once its handler runs
+                    if await sink.ping_flow("flow-1", b"7"):
+                        break
+                    await asyncio.sleep(0.01)
+                ping = await asyncio.wait_for(conn.receive(), 5)
+                await conn.pong(ping.data)
+                await conn.ping(b"mine")
+                pong = await asyncio.wait_for(conn.receive(), 5)
+                for _ in range(100):
+                    if pongs:
+                        break
+                    await asyncio.sleep(0.01)
+        gone = await sink.ping_flow("flow-1", b"8")
+        sink.close()
+        return pongs, ping, pong, gone
+
+    pongs, ping, pong, gone = asyncio.run(scenario())
+    assert ping.type is aiohttp.WSMsgType.PING and ping.data == b"7"
+    assert pong.type is aiohttp.WSMsgType.PONG and pong.data == b"mine"
+    assert pongs == ["flow-1"]
+    assert gone is False  # its socket closed: nothing to ping

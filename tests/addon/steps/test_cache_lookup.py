@@ -84,6 +84,8 @@ def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() ->
         "subscription_limits",
         "rate_limit",
         "subscribe",
+        "new_spec_reads",
+        "chain_head",
         "pin_to_head",
         "cache_lookup",
         "reserve_bytes",

@@ -86,6 +86,53 @@ async def test_a_read_pinned_to_a_head_no_node_knows_is_sent_again_unpinned() ->
     assert sent[-1] == ["0x01"] and "X-Chainproxy-Pinned" not in f2.response.headers
 
 
+class _Refusing:
+    """Both nodes answer every state_getKeysPaged with their work limit (-32004),
+    inside a 200, and everything else with a result."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def post(self, url: str, raw: bytes, timeout: float) -> tuple[int, bytes]:
+        self.seen.append(url)
+        doc = json.loads(raw)
+
+        def one(o: dict[str, Any]) -> dict[str, Any]:
+            if o["method"] == "state_getKeysPaged":
+                err = {"code": -32004, "message": "RPC work limit exceeded"}
+                return {"jsonrpc": "2.0", "id": o["id"], "error": err}
+            return {"jsonrpc": "2.0", "id": o["id"], "result": "0x2a"}
+
+        out = [one(o) for o in doc] if isinstance(doc, list) else one(doc)
+        return 200, json.dumps(out).encode()
+
+
+async def test_a_call_every_node_refused_for_its_limits_is_503_upstream_capacity() -> None:
+    """Never the node's -32004 passed on as the client's answer: 503 with
+    Retry-After and the policy, as when every node said 429."""
+    stages, _, rt = make()
+    rt.transport = node = _Refusing()
+    f = rpc_flow(call("state_getKeysPaged", ["0x26aa", 10], id_=3))
+    await run(stages, f)
+    assert f.response.status_code == 503 and int(f.response.headers["Retry-After"]) >= 1
+    error = body(f)["error"]
+    assert error["data"]["policy"] == "upstream_capacity" and error["data"]["retry_after"] >= 1
+    assert [a["reason"] for a in error["data"]["attempts"]] == ["work-limited"] * 2
+    assert len(set(node.seen)) == 2  # both nodes asked, once each
+
+
+async def test_a_batch_keeps_its_answers_but_for_the_items_every_node_refused() -> None:
+    stages, _, rt = make()
+    rt.transport = _Refusing()
+    batch = [call("system_health", id_=1), call("state_getKeysPaged", ["0x26aa", 10], id_=2)]
+    f = rpc_flow(batch)
+    await run(stages, f)
+    assert f.response.status_code == 200  # a batch: per-item errors
+    first, second = body(f)
+    assert first == {"jsonrpc": "2.0", "id": 1, "result": "0x2a"}
+    assert second["id"] == 2 and second["error"]["data"]["policy"] == "upstream_capacity"
+
+
 # --- state horizons ------------------------------------------------------------------------
 
 OLD = "0x" + "cd" * 32  # a block whose height the proxy learned: 100

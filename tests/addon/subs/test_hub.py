@@ -45,6 +45,9 @@ class Chain:
     def subscription_moved(self, network: str) -> None:
         self.moved.append(network)
 
+    def upstream_silent(self, endpoint: str) -> None:
+        pass
+
 
 class Client:
     """One client socket: what the hub sent it, its subscriptions (id -> method)."""
@@ -142,6 +145,7 @@ async def test_two_clients_asking_the_same_share_one_upstream_subscription() -> 
         assert hub.gauges() == {
             "client_subscriptions": {"chain_subscribeNewHeads": 2},
             "upstream_subscriptions": {"chain_subscribeNewHeads": 1},
+            "upstream_silent": {},
         }
 
 

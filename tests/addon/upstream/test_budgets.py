@@ -14,9 +14,6 @@ import pytest
 
 from addon.runtime import Runtime
 from addon.upstream.budgets import (
-    LEARN_CUT,
-    LEARN_FORGET_S,
-    LEARN_GROWTH_PER_S,
     PROBE_CALLS,
     PROBE_REQUESTS,
     WINDOW_S,
@@ -24,6 +21,7 @@ from addon.upstream.budgets import (
     NodeBudget,
     Ticket,
 )
+from addon.upstream.learning import learned
 from common.config import Endpoint, parse_config
 from sidecar.probing.horizon import STATE_CHECKS
 from tests.fakes import FakeClock
@@ -202,13 +200,26 @@ def test_a_node_without_a_budget_is_unlimited_until_it_says_429() -> None:
     for _ in range(30):  # 30 in 0.3 s: no limit
         assert isinstance(book.try_take("a", 1), Ticket)
         clock.advance(0.01)
-    assert not book.configured("a")
+    assert not book.configured("a") and book.learns("a")
     book.rate_limited("a")
-    learned = book.node("a").rps(clock.t)
-    assert learned == pytest.approx(30 * LEARN_CUT)
+    assert book.node("a").rps(clock.t) == pytest.approx(30 * learned.CUT)
     assert book.snapshot()["a"]["learned"] is True
-    clock.advance(10.0)
-    assert book.node("a").rps(clock.t) == pytest.approx(24 * (1 + LEARN_GROWTH_PER_S) ** 10)
+    clock.advance(10.0)  # nobody asked: a node that is not full does not grow
+    assert book.node("a").rps(clock.t) == pytest.approx(30 * learned.CUT)
+
+
+def test_a_full_node_probes_upward_slowly() -> None:
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a")], clock=clock)
+    for _ in range(10):
+        book.try_take("a", 1)
+    book.rate_limited("a")  # 9 a second
+    assert book.node("a").rps(clock.t) == pytest.approx(9.0)
+    for _ in range(20):  # held back every 0.1 s for 2 s: full
+        clock.advance(0.1)
+        assert not isinstance(book.try_take("a", 1), Ticket)
+    step = max(learned.MIN_STEP_PER_S, 9.0 * learned.GROW_PER_S)
+    assert book.node("a").rps(clock.t) == pytest.approx(9.0 + 2 * step, rel=0.01)
 
 
 def test_a_second_429_cuts_below_the_learned_rate() -> None:
@@ -218,12 +229,24 @@ def test_a_second_429_cuts_below_the_learned_rate() -> None:
         node.take(now + i * 0.01, 1)
     node.rate_limited(now + 0.2)
     first = node.learned_rps
-    assert first == pytest.approx(16.0)
+    assert first == pytest.approx(20 * learned.CUT)
     node.rate_limited(now + 0.3)  # the same burst's other 429s: no second cut
     assert node.learned_rps == first
-    node.rate_limited(now + 1.3)
-    grown = first * (1 + LEARN_GROWTH_PER_S) ** 1.1
-    assert node.learned_rps == pytest.approx(grown * LEARN_CUT)
+    node.rate_limited(now + 1.3)  # 20 still in flight, above the rate: cut from the rate
+    assert node.learned_rps == pytest.approx(first * learned.CUT)
+
+
+def test_a_429_without_a_rate_pacing_the_node_says_so() -> None:
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a")], clock=clock)
+    untaught: list[str] = []
+    book.try_take("a", 1)
+    book.rate_limited("a", lambda: untaught.append("a"))  # a trickle: pause it
+    assert untaught == ["a"]
+    for _ in range(10):
+        book.try_take("a", 1)
+    book.rate_limited("a", lambda: untaught.append("again"))  # a rate paces it now
+    assert untaught == ["a"]
 
 
 def test_adaptive_off_learns_nothing() -> None:
@@ -249,7 +272,7 @@ def test_learned_rates_survive_a_reload() -> None:
     old.rate_limited("a")
     new = Budgets([_endpoint("a"), _endpoint("b")], clock=clock)
     new.inherit(old)
-    assert new.node("a").rps(clock.t) == pytest.approx(8.0)
+    assert new.node("a").rps(clock.t) == pytest.approx(10 * learned.CUT)
     assert new.node("b").rps(clock.t) is None
 
 
@@ -290,7 +313,7 @@ def test_a_learned_rate_paces_single_calls_but_never_a_failover_or_a_batch() -> 
     book = Budgets([_endpoint("a")], clock=clock)
     for _ in range(10):
         book.try_take("a", 1)
-    book.rate_limited("a")  # learned: 8 a second
+    book.rate_limited("a")  # learned: 9 a second
     assert not isinstance(book.try_take("a", 1), Ticket)  # a first attempt waits
     assert isinstance(book.try_take("a", 1, retry=True), Ticket)  # a failover goes
     assert isinstance(book.try_take("a", 20), Ticket)  # a batch is not starved
@@ -303,7 +326,7 @@ def test_a_learned_rate_is_forgotten_after_a_quiet_while() -> None:
         book.try_take("a", 1)
     book.rate_limited("a")
     assert book.node("a").rps(clock.t) is not None
-    clock.advance(LEARN_FORGET_S + 1)
+    clock.advance(learned.FORGET_S + 1)
     assert book.node("a").rps(clock.t) is None
 
 

@@ -19,8 +19,11 @@ BLOCK = "0x" + "ab" * 32
 CALL = Call(1, "state_getStorage", ["0x01", BLOCK])
 
 
+NULL = object()  # a node's answer ``null`` (None is an error)
+
+
 class Nodes:
-    """Each node answers the call with its own value (None: an error)."""
+    """Each node answers the call with its own value (None: an error; ``NULL``: null)."""
 
     def __init__(self, values: dict[str, Any]) -> None:
         self.values = values
@@ -34,7 +37,8 @@ class Nodes:
         if value is None:
             err = {"code": -32000, "message": "boom"}
             return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": err}).encode()
-        return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": value}).encode()
+        result = None if value is NULL else value
+        return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": result}).encode()
 
 
 def _pool(*names: str) -> UpstreamPool:
@@ -136,6 +140,71 @@ def test_sampling_takes_about_the_rate() -> None:
     checker = CrossChecker(0.01, count=lambda n, o: None, timeout_s=1, rng=random.Random(3))
     assert 60 <= sum(checker.wanted() for _ in range(10_000)) <= 140
     assert not CrossChecker(0.0, count=lambda n, o: None, timeout_s=1).wanted()
+
+
+class Purged(Run):
+    """A run that notes which nodes' cache entries it was told to purge."""
+
+    def __init__(self, pool: UpstreamPool, nodes: Nodes) -> None:
+        super().__init__(pool, nodes)
+        self.purged: list[str] = []
+
+    async def check(self, answered_by: str, result: Any) -> None:
+        sample = Sample("finney", CALL, answered_by, result, ("k1",))
+        forget, purge = self.forgotten.extend, self.purged.append
+        self.checker.submit(sample, self.pool, self.nodes, None, forget, purge)
+        await asyncio.gather(*list(self.checker._tasks))
+
+
+async def test_every_entry_of_a_quarantined_node_is_purged_once() -> None:
+    run = Purged(_pool("a", "b", "c"), Nodes({"a": "0xbad", "b": "0x2a", "c": "0x2a"}))
+    await run.check("b", "0x2a")  # a honest answer: nothing purged
+    await run.check("a", "0xbad")  # the liar answered the client
+    assert run.pool.upstreams["a"].quarantined and run.purged == ["a"]
+    await run.check("a", "0xbad")  # an answer of it still in flight then: already out
+    assert run.purged == ["a"]
+    run = Purged(_pool("a", "b", "c"), Nodes({"a": "0x2a", "b": "0xbad", "c": "0x2a"}))
+    for _ in range(10):  # until the coin sends the check to the liar b
+        await run.check("a", "0x2a")
+        if run.purged:
+            break
+    assert run.purged == ["b"] and run.forgotten == []
+    run = Purged(_pool("a", "b"), Nodes({"a": "0x2a", "b": "0xbad"}))
+    await run.check("a", "0x2a")  # no majority: nobody blamed, nothing purged
+    assert run.purged == [] and run.forgotten == ["k1"]
+
+
+async def test_a_node_without_the_block_is_no_vote() -> None:
+    """``null`` for a block (a node a block behind finality) says nothing of it:
+    no one is quarantined for it, and a client's ``null`` is not checked; a
+    ``null`` storage value is a value and is compared."""
+    header = {"number": "0x5a"}
+    for call, right in (
+        (Call(1, "chain_getBlockHash", [90]), BLOCK),
+        (Call(1, "chain_getBlockHash", [[89, 90]]), [BLOCK, BLOCK]),
+        (Call(1, "chain_getHeader", [BLOCK]), header),
+        (Call(1, "chain_getBlock", [BLOCK]), {"block": {"header": header}}),
+    ):
+        behind = [BLOCK, None] if isinstance(right, list) else None
+        nodes = Nodes({"a": right, "b": NULL if behind is None else behind, "c": right})
+        run = Run(_pool("a", "b", "c"), nodes)
+        for _ in range(10):  # the second node asked is b, the one behind, at times
+            sample = Sample("finney", call, "a", right, ("k1",))
+            run.checker.submit(sample, run.pool, nodes, None, run.forgotten.extend)
+            await asyncio.gather(*list(run.checker._tasks))
+        assert "b" in nodes.asked and run.outcomes["mismatch"] == 0, call
+        assert not any(u.quarantined for u in run.pool.upstreams.values())
+        asked = len(nodes.asked)
+        run.checker.submit(Sample("finney", call, "b", behind, ()), run.pool, nodes, None, print)
+        await asyncio.gather(*list(run.checker._tasks))
+        assert len(nodes.asked) == asked  # the client's null: not checked
+    nodes = Nodes({"a": "0x2a", "b": NULL, "c": "0x2a"})  # storage: null is a value
+    run = Run(_pool("a", "b", "c"), nodes)
+    for _ in range(10):  # until the coin sends the check to b
+        await run.check("a", "0x2a")
+        if run.pool.upstreams["b"].quarantined:
+            break
+    assert run.pool.upstreams["b"].quarantined
 
 
 async def test_a_check_asks_only_nodes_that_may_hold_the_blocks_state() -> None:

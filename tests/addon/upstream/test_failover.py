@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addon.rpc.jsonrpc import Call
-from addon.upstream.failover import assess
+from addon.upstream.failover import CAPACITY, assess, node_limit
 
 HASH = "0x" + "ab" * 32
 
@@ -125,6 +125,70 @@ def test_internal_error_is_hard(error: dict[str, Any]) -> None:
 def test_json_rpc_rate_limit_error_is_hard() -> None:
     a = assess(200, raw(err(0, -32029, "Too many requests")), [c()], is_batch=False)
     assert a.verdict == "hard"
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "reason"),
+    [
+        (-32004, "RPC work limit exceeded", "work-limited"),  # what the issue measured
+        (-32005, "Limit exceeded", "work-limited"),  # EIP-1474 gateways
+        (-32009, "Server is busy, try again later", "work-limited"),  # jsonrpsee
+        (-32604, "Server is busy, try again later", "work-limited"),  # older jsonrpsee
+        (-32000, "daily request limit reached", "work-limited"),
+        (-32029, "anything at all", "rate-limited"),  # public RPC providers
+        (-32005, "rate limited", "rate-limited"),
+        (-32000, "Too Many Requests", "rate-limited"),
+        # a chainproxy upstream's quota refusal: that node's limit for this proxy
+        (-32005, "rate limit exceeded: 100 requests per 60s", "rate-limited"),
+    ],
+)
+def test_a_nodes_limit_in_a_json_rpc_error_is_its_capacity(
+    code: int, message: str, reason: str
+) -> None:
+    assert node_limit(code, message) == reason
+    a = assess(
+        200, raw(err(0, code, message)), [c("state_getKeysPaged", ["0x", 10])], is_batch=False
+    )
+    assert (a.verdict, a.reason) == ("hard", reason) and reason in CAPACITY
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "data"),
+    [
+        (-32004, "Method not supported", None),  # EIP-1474's -32004
+        (-32005, "Batched requests are not supported by this server", None),  # jsonrpsee's
+        (-32004, "subscription closed with error", None),
+        # chainproxy's own policy refusals (an upstream chainproxy): answers, not limits
+        (
+            -32004,
+            "too many subscriptions on this socket (limit 4)",
+            {"policy": "max_subscriptions"},
+        ),
+        (-32004, "unknown API key", {"policy": "api_key"}),
+        (-32601, "method not allowed: author_submitExtrinsic", {"policy": "allowlist"}),
+        # a runtime's deterministic error that happens to say "limit exceeded"
+        (-32000, "Client error: Execution failed: Other: weight limit exceeded", None),
+    ],
+)
+def test_errors_that_are_not_a_nodes_limit_are_passed_on(
+    code: int, message: str, data: Any
+) -> None:
+    assert node_limit(code, message) is None
+    doc = err(0, code, message, data)
+    a = assess(200, raw(doc), [c("state_getKeysPaged", ["0x", 10])], is_batch=False)
+    assert a.verdict == "ok" and a.answers == (doc,)
+
+
+def test_a_batch_with_items_refused_for_the_nodes_limits_keeps_its_answers() -> None:
+    """Another node is tried; the answers are kept in case every node refuses."""
+    doc = [res(0, "0x1"), err(1, -32004, "RPC work limit exceeded")]
+    a = assess(200, raw(doc), [c(), c("state_getKeysPaged", ["0x", 10])], is_batch=True)
+    assert (a.verdict, a.reason) == ("hard", "work-limited")
+    assert a.answers == tuple(doc)
+    # any other hard item: a plain failure, nothing kept
+    doc = [err(0, -32603, "Internal error"), err(1, -32004, "RPC work limit exceeded")]
+    a = assess(200, raw(doc), [c(), c("state_getKeysPaged", ["0x", 10])], is_batch=True)
+    assert (a.verdict, a.reason, a.answers) == ("hard", "upstream-internal", None)
 
 
 def test_state_discarded_is_soft_and_prefers_archive() -> None:

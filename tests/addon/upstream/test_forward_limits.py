@@ -5,6 +5,9 @@ retry. In-process fake transport, fake clock."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from addon.rpc.jsonrpc import Call
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Budgets, Ticket
@@ -145,3 +148,104 @@ async def test_every_node_answering_503_is_still_the_contracts_502() -> None:
     pool, t, clock = setup(a, b, script=script)
     r = await _run(pool, t, clock, _admission(pool, clock))
     assert r.kind == "failed" and a.backoff_until > clock.t and b.backoff_until > clock.t
+
+
+WORK_LIMIT = rpc_error(-32004, "RPC work limit exceeded")
+KEYS = [Call(1, "state_getKeysPaged", ["0x26aa", 10])]
+
+
+async def test_a_nodes_work_limit_fails_over_and_the_node_pauses() -> None:
+    """A node's limit said inside a 200 (not the client's answer): another node
+    answers within the same call, and the node gets no client call meanwhile."""
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    pool, t, clock = setup(a, b, script={"a": [(0.01, WORK_LIMIT)], "b": [(0.02, ok(["0x1"]))]})
+    adm = _admission(pool, clock)
+    r = await forward(
+        KEYS, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock, admission=adm
+    )
+    assert (
+        r.kind == "ok"
+        and r.upstream is b
+        and r.answers == ({"jsonrpc": "2.0", "id": 0, "result": ["0x1"]},)
+    )
+    assert [x.reason for x in r.attempts] == ["work-limited", ""]
+    assert a.backoff_until > clock.t and a.backoff_reason == "work-limited"
+    assert a.consecutive_failures == 0  # a limit, not a failure: never ejected for it
+
+
+async def test_a_work_limit_teaches_the_node_a_lower_rate() -> None:
+    """As a 429 does: the node was sent calls in the last second, then refused."""
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    pool, t, clock = setup(a, b, script={"a": [(0.001, ok("0x1"))], "b": [(0.02, ok("0x1"))]})
+    adm = _admission(pool, clock)
+    for _ in range(10):  # ten calls to a within the second
+        assert (await _run(pool, t, clock, adm)).upstream is a
+    budgets: Budgets = adm.budgets  # type: ignore[assignment]
+    assert budgets.node(a.id).learned_rps is None
+    t.script[a.url] = [(0.001, WORK_LIMIT)]
+    r = await _run(pool, t, clock, adm)
+    assert r.kind == "ok" and r.upstream is b
+    learned = budgets.node(a.id).learned_rps
+    assert learned is not None and learned < 10
+
+
+async def test_every_node_at_its_work_limit_is_capacity_with_a_time_to_retry() -> None:
+    a, b, c = up("a", ewma=1.0), up("b", ewma=50.0), up("c", ewma=90.0)
+    script = {"a": [(0.01, WORK_LIMIT)], "b": [(0.01, WORK_LIMIT)], "c": [(0.01, WORK_LIMIT)]}
+    pool, t, clock = setup(a, b, c, script=script)
+    r = await _run(pool, t, clock, _admission(pool, clock))
+    assert r.kind == "capacity" and r.answers is None and r.retry_after >= 1
+    assert [x.reason for x in r.attempts] == ["work-limited"] * 3
+    # one node that answers is enough
+    a, b, c = up("a", ewma=1.0), up("b", ewma=50.0), up("c", ewma=90.0)
+    pool, t, clock = setup(a, b, c, script={**script, "c": [(0.01, ok("0x1"))]})
+    r = await _run(pool, t, clock, _admission(pool, clock))
+    assert r.kind == "ok" and r.upstream is c and len(r.attempts) == 3
+
+
+def _refuses_item(n: int) -> Any:
+    """A batch answered but for item ``n``, refused for the node's limits."""
+
+    def answer(doc: Any) -> tuple[int, bytes]:
+        out = [
+            {
+                "jsonrpc": "2.0",
+                "id": o["id"],
+                "error": {"code": -32004, "message": "RPC work limit exceeded"},
+            }
+            if o["id"] == n
+            else {"jsonrpc": "2.0", "id": o["id"], "result": f"0x{o['id']}"}
+            for o in doc
+        ]
+        return 200, json.dumps(out).encode()
+
+    return answer
+
+
+BATCH = [Call(1, "system_health", []), Call(2, "state_getKeysPaged", ["0x26aa", 10])]
+
+
+async def test_a_batch_with_a_refused_item_goes_whole_to_another_node() -> None:
+    """One node's answer to a batch is one view of the chain: a node that
+    refused an item for its limits is not mixed with another's answers."""
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    pool, t, clock = setup(a, b, script={"a": [(0.01, _refuses_item(1))], "b": [(0.02, ok("0xb"))]})
+    r = await forward(
+        BATCH, is_batch=True, pool=pool, transport=t, budget=BUDGET, clock=clock,
+        admission=_admission(pool, clock),
+    )  # fmt: skip
+    assert r.kind == "ok" and r.upstream is b
+    assert r.answers is not None and [x["result"] for x in r.answers] == ["0xb", "0xb"]
+
+
+async def test_a_batch_item_every_node_refused_is_the_only_one_refused() -> None:
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    script = {"a": [(0.01, _refuses_item(1))], "b": [(0.02, _refuses_item(1))]}
+    pool, t, clock = setup(a, b, script=script)
+    r = await forward(
+        BATCH, is_batch=True, pool=pool, transport=t, budget=BUDGET, clock=clock,
+        admission=_admission(pool, clock),
+    )  # fmt: skip
+    assert r.kind == "capacity" and r.retry_after >= 1 and r.upstream is b
+    assert r.answers is not None
+    assert r.answers[0]["result"] == "0x0" and r.answers[1]["error"]["code"] == -32004

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sidecar.incidents.quarantine import MESSAGE, QuarantineWatch, reconcile_quarantine
+from sidecar.incidents.quarantine import MESSAGE, SILENT, QuarantineWatch, reconcile_quarantine
 from sidecar.incidents.tracker import IncidentTracker
 from tests.fakes import FakeClock
 
@@ -56,3 +56,19 @@ async def test_the_watch_reads_the_registry_at_each_round_and_stops() -> None:
     await watch.stop()
     assert tracker.open_incident(B) is not None
     await watch.stop()  # stopping twice is harmless
+
+
+def test_a_silent_node_is_a_silent_incident_of_its_own_kind() -> None:
+    """The same rule for the proxies' silent nodes: its own message, and each
+    kind closes only its own incidents."""
+    clock = FakeClock()
+    tracker = IncidentTracker(None, clock=clock)
+    reconcile_quarantine(tracker, {A: 1}, {A, B}, clock.t, SILENT)
+    reconcile_quarantine(tracker, {B: 1}, {A, B}, clock.t)  # a quarantine besides
+    inc = tracker.open_incident(A)
+    assert inc is not None and inc.message == "silent"
+    # no proxy reports a quarantine any more: the silent incident stays
+    reconcile_quarantine(tracker, {}, {A, B}, clock.advance(5))
+    assert tracker.open_incident(A) is not None and tracker.open_incident(B) is None
+    reconcile_quarantine(tracker, {}, {A, B}, clock.advance(5), SILENT)  # it pushes again
+    assert tracker.open_incident(A) is None

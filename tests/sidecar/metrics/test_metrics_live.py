@@ -210,3 +210,28 @@ async def test_every_metric_the_deploy_files_use_is_exposed(
     await client.post(USAGE, json=batch_with_metrics(metrics_section(ids(cfg)), sent_at=T0))
     exposed = {s.name for f in (await scrape(client)).values() for s in f.samples}
     assert deploy_metric_names() - exposed == set()
+
+
+async def test_the_dashboard_shows_follows_beside_subscriptions(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    _app, client, _clock, cfg = await start(aiohttp_client, tmp_path)
+    section = metrics_section(ids(cfg))
+    section["gauges"]["client_subscriptions"] = {
+        "chain_subscribeNewHeads": 3,
+        "chainHead_v1_follow": 5,
+    }
+    r = await client.post(USAGE, json=batch_with_metrics(section, sent_at=T0))
+    assert r.status == 200
+    f = await scrape(client)
+    assert value(f, "chainproxy_client_subscriptions", method="chainHead_v1_follow") == 5
+    page = await (await client.get("/")).text()
+    line = next(x for x in page.splitlines() if "Live now" in x)
+    assert "2 WebSocket connection(s)" in line
+    assert "3 subscription(s) (chain_subscribeNewHeads 3)" in line
+    assert "5 chainHead follow(s)" in line
+    section["gauges"]["follow_pinned_blocks"] = {"finney": 42}
+    later = batch_with_metrics(section, sent_at=T0 + 1)
+    assert (await client.post(USAGE, json=later)).status == 200
+    f = await scrape(client)
+    assert value(f, "chainproxy_follow_pinned_blocks", network="finney") == 42

@@ -1,0 +1,93 @@
+"""Which methods chainproxy serves on a network and transport (pure): the
+one answer the allowlist step and ``rpc_methods`` both read, so what
+``rpc_methods`` lists is what the allowlist lets through.
+
+* The legacy methods: the operator's ``proxy.allowlist``; subscriptions only
+  on a WebSocket, while ``proxy.websocket.subscriptions`` is on and the
+  network has a node-wss endpoint.
+* The new spec's families: switched by ``proxy.new_spec`` whatever the
+  allowlist says. ``chainHead_v1_*`` lives on a socket (a follow and its
+  operations), and ``archive_v1_storage`` is a subscription in the current
+  spec (``archive_v1_storageEvent`` notifications): both need a WebSocket.
+* ``rpc_methods``: always (chainproxy's own answer, no node asked).
+* Writes (``author_*``, ``transaction_v1_*``, ``transactionWatch_v1_*``):
+  never listed; the new spec's are refused like ``author_*``.
+"""
+
+from __future__ import annotations
+
+from addon.rpc.new_spec import ARCHIVE, CHAIN_HEAD, CHAIN_SPEC, TRANSACTION
+from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
+from common.config.model import ProxyConfig
+from common.config.new_spec import NewSpecConfig
+
+RPC_METHODS = "rpc_methods"
+ARCHIVE_STORAGE = "archive_v1_storage"
+ARCHIVE_STOP_STORAGE = "archive_v1_stopStorage"
+_WS_ONLY_ARCHIVE = frozenset({ARCHIVE_STORAGE, ARCHIVE_STOP_STORAGE})
+
+# every new-spec name chainproxy knows -> its family (the proxy.new_spec key)
+FAMILY: dict[str, str] = {
+    **dict.fromkeys(ARCHIVE, "archive"),
+    **dict.fromkeys(CHAIN_SPEC, "chain_spec"),
+    **dict.fromkeys(CHAIN_HEAD, "chain_head"),
+    **dict.fromkeys(TRANSACTION, "transaction"),
+}
+_PREFIX = {
+    "archive": "archive_v1_*",
+    "chain_spec": "chainSpec_v1_*",
+    "chain_head": "chainHead_v1_*",
+}
+WRITE_PREFIXES = ("author_", "transaction_", "transactionwatch_")  # lower-cased
+WRITES_REASON = "writes are not served: this is a read-only proxy"
+_WS_URL = "open ws:// (or wss://) on this same URL, /rpc/v1/<network>"
+
+
+def is_write(method: str) -> bool:
+    return method.lower().startswith(WRITE_PREFIXES)
+
+
+def new_spec_refusal(method: str, cfg: NewSpecConfig, *, websocket: bool) -> str | None:
+    """Why a new-spec method (a key of ``FAMILY``) is refused on this
+    transport, or None when chainproxy serves it."""
+    family = FAMILY[method]
+    if family == "transaction":
+        return WRITES_REASON
+    if not getattr(cfg, family):
+        return f"{_PREFIX[family]} is switched off on this deployment (proxy.new_spec.{family})"
+    if websocket:
+        return None
+    if family == "chain_head":
+        return (
+            "chainHead_v1_* needs a WebSocket: a follow subscription and the operations on "
+            f"its blocks live on one socket; {_WS_URL}"
+        )
+    if method in _WS_ONLY_ARCHIVE:
+        return (
+            "archive_v1_storage is a subscription (archive_v1_storageEvent notifications) "
+            f"in the current spec: {_WS_URL}"
+        )
+    return None
+
+
+def served_methods(proxy: ProxyConfig, *, websocket: bool, node_wss: bool) -> list[str]:
+    """What ``rpc_methods`` answers: every method served on this transport
+    (``node_wss``: the network has a node-wss endpoint), sorted; never a
+    write, never one the allowlist step would refuse."""
+    legacy_subs = websocket and node_wss and proxy.websocket.subscriptions
+    out = {RPC_METHODS}
+    for m in proxy.allowlist:
+        if m in FAMILY or is_write(m):
+            continue
+        if m in SUBSCRIBE or m in UNSUBSCRIBE or "subscribe" in m.lower():
+            continue  # listed below, where they are served
+        out.add(m)
+    if legacy_subs:
+        out.update(SUBSCRIBE)
+        out.update(UNSUBSCRIBE)
+    for m, family in FAMILY.items():
+        if family == "chain_head" and not node_wss:
+            continue  # a follow stands on the network's node-wss heads
+        if new_spec_refusal(m, proxy.new_spec, websocket=websocket) is None:
+            out.add(m)
+    return sorted(out)

@@ -1,0 +1,199 @@
+"""The new spec's stateless reads, answered by chainproxy itself:
+``archive_v1_*``, ``chainSpec_v1_*`` and ``rpc_methods``.
+
+Each read is turned into legacy calls made through ``rt.legacy``
+(``addon/hooks/internal_calls.py``): cached, coalesced, routed to archive
+nodes for old blocks, failed over and within the nodes' budgets like a
+client's own legacy reads; translated back by ``addon/newspec/``. A node's
+error comes back as a JSON-RPC error with its code and message, except where
+the spec has an answer for it (null for a block no node knows,
+``{success: false}`` for a runtime call that failed). ``archive_v1_storage``
+is a subscription (``addon/newspec/archive_storage.py``): its id is answered
+here and its notifications follow the answer. ``rpc_methods`` lists what
+this network serves on this transport (``addon/newspec/served.py``).
+
+Calls answered here get one usage record each, with no node of their own
+(``rpc.subscribed``, as a subscribe's); the legacy calls behind them are not
+recorded again (the client's call was).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from addon.newspec import translate
+from addon.newspec.archive_storage import StorageOperations
+from addon.newspec.metered import MeteredCaller
+from addon.newspec.served import ARCHIVE_STOP_STORAGE, ARCHIVE_STORAGE, RPC_METHODS, served_methods
+from addon.newspec.storage_items import child_key, parse_items, storage_items
+from addon.pipeline.context import RpcContext, Socket
+from addon.quota.costs import base_cost
+from addon.quota.quotas import Quotas
+from addon.rpc.jsonrpc import INTERNAL_ERROR, POLICY_REFUSED, Call, error_obj
+from addon.rpc.new_spec import ARCHIVE, CHAIN_SPEC, CallFailed, LegacyCaller
+from addon.subs.hub import SubscriptionHub
+from common.config import Config
+
+ANSWERED_HERE = frozenset({*ARCHIVE, *CHAIN_SPEC, RPC_METHODS})
+FINALIZED_HEIGHT = "archive_v1_finalizedHeight"
+
+# archive_v1_storage operations in progress, process-wide (each knows its socket)
+OPERATIONS = StorageOperations()
+# per network, the highest finalized height answered: the spec says it only
+# ever increases, and the node asked next may lag the one asked before
+_finalized: dict[str, int] = {}
+
+
+class NewSpecReadsNeeds(Protocol):
+    """What the new_spec_reads step reads of the runtime."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def legacy(self) -> LegacyCaller | None: ...
+
+    @property
+    def quotas(self) -> Quotas: ...
+
+    @property
+    def subs(self) -> SubscriptionHub: ...
+
+
+def new_spec_reads(rpc: RpcContext, rt: NewSpecReadsNeeds) -> Any:
+    """Answers the new spec's reads and ``rpc_methods``; the rest goes on."""
+    parsed = rpc.parsed
+    if parsed is None:
+        return None
+    items = parsed.items
+    for item in items:  # most calls are none of these: no list built for them
+        if isinstance(item, Call) and item.method in ANSWERED_HERE:
+            break
+    else:
+        return None
+    reads: list[int] = []
+    opening = 0  # archive_v1_storage operations this message starts
+    for i in rpc.pending():
+        call = items[i]
+        if not isinstance(call, Call) or call.method not in ANSWERED_HERE:
+            continue
+        rpc.subscribed[i] = None  # answered here: a usage record, no node of its own
+        if call.method == RPC_METHODS:
+            node_wss = rt.subs.serves(rpc.network)
+            methods = served_methods(rt.config.proxy, websocket=rpc.websocket, node_wss=node_wss)
+            rpc.answers[i] = _ok(call, {"methods": methods})
+        elif call.method == ARCHIVE_STORAGE:
+            answer = _start_storage(rpc, rt, call, opening)
+            if "result" in answer:
+                opening += 1
+            elif "policy" in (answer["error"].get("data") or {}):
+                del rpc.subscribed[i]  # a policy's refusal: no usage record, as for a subscribe
+            rpc.answers[i] = answer
+        elif call.method == ARCHIVE_STOP_STORAGE:
+            rpc.answers[i] = _stop_storage(rpc, call)
+        else:
+            reads.append(i)
+    return _answer_reads(rpc, rt, reads) if reads else None
+
+
+async def _answer_reads(rpc: RpcContext, rt: NewSpecReadsNeeds, todo: list[int]) -> None:
+    assert rpc.parsed is not None
+    calls = [c for i in todo if isinstance(c := rpc.parsed.items[i], Call)]
+    answers = await asyncio.gather(*(_read(rt.legacy, rpc.network, c) for c in calls))
+    for i, answer in zip(todo, answers, strict=True):
+        rpc.answers[i] = answer
+
+
+async def _read(legacy: LegacyCaller | None, network: str, call: Call) -> dict[str, Any]:
+    if legacy is None:
+        return error_obj(call.id, INTERNAL_ERROR, "chainproxy is not configured")
+    try:
+        return _ok(call, await _result(legacy, network, call))
+    except CallFailed as e:
+        return error_obj(call.id, e.code, e.message, e.data)
+
+
+async def _result(legacy: LegacyCaller, network: str, call: Call) -> Any:
+    values = translate.args(call.method, call.params)
+    if call.method == FINALIZED_HEIGHT:
+        return await _finalized_height(legacy, network)
+    method, params = translate.legacy_call(call.method, values)
+    try:
+        got = await legacy.call(network, method, params)
+    except CallFailed as e:
+        return translate.failed(call.method, e)
+    return translate.answer(call.method, got)
+
+
+async def _finalized_height(legacy: LegacyCaller, network: str) -> int:
+    head = await legacy.call(network, "chain_getFinalizedHead", [])
+    header = await legacy.call(network, "chain_getHeader", [translate.block_hash(head, "head")])
+    height = max(translate.header_number(header), _finalized.get(network, 0))
+    _finalized[network] = height
+    return height
+
+
+def _start_storage(
+    rpc: RpcContext, rt: NewSpecReadsNeeds, call: Call, opening: int
+) -> dict[str, Any]:
+    """Check an ``archive_v1_storage`` call, answer its operation id, and
+    start it once that answer is sent (``rpc.afters``)."""
+    sock = rpc.socket
+    legacy = rt.legacy
+    if sock is None:  # the allowlist refuses it over HTTP
+        return error_obj(call.id, INTERNAL_ERROR, "archive_v1_storage needs a WebSocket")
+    if legacy is None:
+        return error_obj(call.id, INTERNAL_ERROR, "chainproxy is not configured")
+    try:
+        at, raw_items, child = translate.args(call.method, call.params)
+        at = translate.block_hash(at)
+        queries = parse_items(raw_items, pagination=True)
+        child_key(child)  # checked now: a bad key is -32602, not a storageError later
+    except CallFailed as e:
+        return error_obj(call.id, e.code, e.message, e.data)
+    cfg = rt.config.proxy.new_spec
+    if OPERATIONS.held(sock) + opening >= cfg.operations:
+        return error_obj(
+            call.id,
+            POLICY_REFUSED,
+            f"too many archive_v1_storage operations on this socket (limit {cfg.operations})",
+            {
+                "policy": "max_subscriptions",
+                "reason": "wait for a storageDone (or stop one with archive_v1_stopStorage)",
+                "limit": cfg.operations,
+            },
+        )
+    costs = rt.quotas.costs(rpc.tier)
+    client, tier, quotas = rpc.client, rpc.tier, rt.quotas
+    metered = MeteredCaller(
+        legacy, costs, base_cost(call, costs), lambda n: quotas.charge(client, n, tier)
+    )
+    pages = storage_items(
+        metered, rpc.network, at, queries, child_trie=child, page_items=cfg.storage_page_items
+    )
+    op_id = OPERATIONS.new_id()
+    origin = rpc.origin
+
+    def start() -> None:
+        OPERATIONS.start(op_id, sock, pages, sock.send, lambda: origin.live, child)
+
+    if rpc.afters is None:
+        rpc.afters = []
+    rpc.afters.append(start)
+    return _ok(call, op_id)
+
+
+def _stop_storage(rpc: RpcContext, call: Call) -> dict[str, Any]:
+    try:
+        (op_id,) = translate.args(call.method, call.params)
+    except CallFailed as e:
+        return error_obj(call.id, e.code, e.message, e.data)
+    sock: Socket | None = rpc.socket
+    if sock is not None:
+        OPERATIONS.stop(op_id, sock)
+    return _ok(call, None)  # null, whatever the id (the spec)
+
+
+def _ok(call: Call, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": call.id, "result": result}

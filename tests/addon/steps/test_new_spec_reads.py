@@ -1,0 +1,249 @@
+"""The new_spec_reads step in the pipeline, over a fake legacy caller: the
+archive_v1 and chainSpec_v1 reads over HTTP (shapes, null for an unknown
+block, a node's error kept, a batch), archive_v1_storage over WebSocket (its
+id, then its events; stop; the per-socket limit), refusals on the wrong
+transport, rpc_methods (every method it lists passes the allowlist; never a
+write), prices and usage records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from addon.chain.header_hash import encode_header
+from addon.hooks.pipeline import RpcPipeline
+from addon.pipeline.context import RpcContext
+from addon.rpc.jsonrpc import Call, Parsed
+from addon.rpc.new_spec import ARCHIVE, CHAIN_HEAD, CHAIN_SPEC, TRANSACTION, CallFailed
+from addon.steps import new_spec_reads as step
+from addon.steps.allowlist import allowlist
+from tests.addon.helpers import (
+    FakeHub,
+    FakeSocket,
+    body,
+    call,
+    make,
+    pipeline_with_hub,
+    rpc_flow,
+    run,
+    ws_message,
+)
+from tests.addon.newspec.fakes import FakeLegacy
+
+UNKNOWN = "0x" + "ee" * 32
+
+
+def _http(**proxy: Any) -> tuple[list[Any], FakeLegacy, Any]:
+    stages, _, rt = make(**proxy)
+    legacy = FakeLegacy({"0x01": "0x11", "0x0102": "0x12"})
+    rt.legacy = legacy
+    return stages, legacy, rt
+
+
+def _ws(hub: FakeHub | None = None, **proxy: Any) -> tuple[RpcPipeline, FakeLegacy, Any]:
+    pipe, rt = pipeline_with_hub(hub or FakeHub(), **proxy)
+    legacy = FakeLegacy({"0x01": "0x11", "0x0102": "0x12"})
+    rt.legacy = legacy
+    return pipe, legacy, rt
+
+
+async def _ask(stages: list[Any], method: str, params: Any = None) -> Any:
+    f = await run(stages, rpc_flow(call(method, params)))
+    assert f.response.status_code == 200, body(f)
+    return body(f)
+
+
+async def test_archive_and_chain_spec_reads_over_http() -> None:
+    stages, legacy, rt = _http()
+    h3 = legacy.hashes[3]
+    encoded = encode_header(legacy.header_at(3))
+    assert encoded is not None
+    assert (await _ask(stages, "archive_v1_header", [h3]))["result"] == "0x" + encoded.hex()
+    assert (await _ask(stages, "archive_v1_body", [h3]))["result"] == ["0x03", "0xabcd"]
+    called = (await _ask(stages, "archive_v1_call", [h3, "Core_version", "0x"]))["result"]
+    assert called["success"] is True and called["value"].startswith("0x")
+    failed = (await _ask(stages, "archive_v1_call", [h3, "Panics_now", "0x"]))["result"]
+    assert failed["success"] is False and "wasm trap" in failed["error"]
+    assert (await _ask(stages, "archive_v1_hashByHeight", [4]))["result"] == [legacy.hashes[4]]
+    assert (await _ask(stages, "archive_v1_hashByHeight", [99]))["result"] == []
+    assert (await _ask(stages, "archive_v1_genesisHash"))["result"] == legacy.hashes[0]
+    assert (await _ask(stages, "chainSpec_v1_genesisHash"))["result"] == legacy.hashes[0]
+    assert (await _ask(stages, "chainSpec_v1_chainName"))["result"] == "Bittensor"
+    assert (await _ask(stages, "chainSpec_v1_properties"))["result"]["tokenSymbol"] == "TAO"
+    for method, params in [
+        ("archive_v1_header", [UNKNOWN]),
+        ("archive_v1_body", [UNKNOWN]),
+        ("archive_v1_call", [UNKNOWN, "Core_version", "0x"]),
+    ]:
+        assert (await _ask(stages, method, params))["result"] is None
+    assert "archive_v1_storage" not in {m for m, _ in legacy.calls}
+    records = rt.usage.drain()
+    assert sum(r["requests"] for r in records) == 13
+    assert {r["endpoint"] for r in records} == {None}
+
+
+async def test_the_finalized_height_never_goes_back() -> None:
+    stages, legacy, _ = _http()
+    step._finalized.pop("finney", None)
+    assert (await _ask(stages, "archive_v1_finalizedHeight"))["result"] == 8
+    legacy.finalized = 6  # the next node asked lags
+    assert (await _ask(stages, "archive_v1_finalizedHeight"))["result"] == 8
+    legacy.finalized = 9
+    assert (await _ask(stages, "archive_v1_finalizedHeight"))["result"] == 9
+    assert legacy.methods()[:2] == ["chain_getFinalizedHead", "chain_getHeader"]
+
+
+async def test_errors_keep_the_nodes_code_and_bad_params_are_32602() -> None:
+    stages, legacy, _ = _http()
+    legacy.fail["system_chain"] = CallFailed(-32603, "all upstream attempts failed", {"x": 1})
+    doc = await _ask(stages, "chainSpec_v1_chainName")
+    assert doc["error"] == {
+        "code": -32603,
+        "message": "all upstream attempts failed",
+        "data": {"x": 1},
+    }
+    doc = await _ask(stages, "archive_v1_header", ["0x12"])
+    assert doc["error"]["code"] == -32602
+    doc = await _ask(stages, "archive_v1_hashByHeight", [])
+    assert doc["error"]["code"] == -32602
+
+
+async def test_a_batch_mixes_new_and_legacy_calls() -> None:
+    stages, legacy, _ = _http()
+    batch = [
+        call("archive_v1_hashByHeight", [2], id_="a"),
+        call("system_name", id_="b"),
+        call("chainSpec_v1_chainName", id_="c"),
+        call("transaction_v1_broadcast", ["0x00"], id_="d"),
+    ]
+    f = await run(stages, rpc_flow(batch))
+    doc = body(f)
+    assert [d["id"] for d in doc] == ["a", "b", "c", "d"]
+    assert doc[0]["result"] == [legacy.hashes[2]] and doc[1]["result"] == "system_name-ok"
+    assert doc[2]["result"] == "Bittensor"
+    assert doc[3]["error"]["data"]["reason"].startswith("writes are not served")
+
+
+async def test_wrong_transport_and_switched_off_families_are_refused() -> None:
+    stages, _, _ = _http(new_spec={"chain_spec": False})
+    for method, words in [
+        ("archive_v1_storage", "subscription"),
+        ("chainHead_v1_follow", "WebSocket"),
+        ("transactionWatch_v1_submitAndWatch", "writes are not served"),
+        ("chainSpec_v1_chainName", "proxy.new_spec.chain_spec"),
+    ]:
+        f = await run(stages, rpc_flow(call(method, [])))
+        assert f.response.status_code == 403
+        data = body(f)["error"]["data"]
+        assert data["policy"] == "allowlist" and words in data["reason"], data
+
+
+async def _wait(cond: Any) -> None:
+    for _ in range(400):
+        if cond():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("timed out")
+
+
+async def test_archive_storage_over_a_websocket() -> None:
+    pipe, legacy, _ = _ws()
+    sock = FakeSocket()
+    h = legacy.hashes[5]
+    items = [{"key": "0x01", "type": "value"}, {"key": "0x01", "type": "descendantsValues"}]
+    rpc, doc = await ws_message(pipe, sock, call("archive_v1_storage", [h, items, None]))
+    op_id = doc["result"]
+    assert isinstance(op_id, str) and sock.sent == []  # events only after the answer
+    for after in rpc.afters or ():
+        after()
+    await _wait(lambda: sock.sent and b"storageDone" in sock.sent[-1])
+    notes = [json.loads(b) for b in sock.sent]
+    assert {n["params"]["subscription"] for n in notes} == {op_id}
+    results = [n["params"]["result"] for n in notes]
+    assert results == [
+        {"event": "storage", "key": "0x01", "value": "0x11"},
+        {"event": "storage", "key": "0x01", "value": "0x11"},
+        {"event": "storage", "key": "0x0102", "value": "0x12"},
+        {"event": "storageDone"},
+    ]
+    _, doc = await ws_message(pipe, sock, call("archive_v1_stopStorage", [op_id]))
+    assert doc == {"jsonrpc": "2.0", "id": 1, "result": None}
+    assert len(step.OPERATIONS) == 0
+    assert rpc.rate is not None and rpc.rate.remaining == 100 - 1 - 11  # 1 value item, 1 page
+
+
+async def test_archive_storage_limits_and_stops() -> None:
+    pipe, legacy, rt = _ws(new_spec={"operations": 1})
+    gate = asyncio.Event()
+    real = legacy._state_queryStorageAt
+
+    async def slow_call(network: str, method: str, params: list[Any]) -> Any:
+        if method == "state_queryStorageAt":
+            await gate.wait()
+            return real(*params)
+        return await FakeLegacy.call(legacy, network, method, params)
+
+    legacy.call = slow_call  # type: ignore[method-assign]
+    sock = FakeSocket()
+    args = [legacy.hashes[5], [{"key": "0x01", "type": "value"}]]
+    rpc, doc = await ws_message(pipe, sock, call("archive_v1_storage", args))
+    for after in rpc.afters or ():
+        after()
+    _, refused = await ws_message(pipe, sock, call("archive_v1_storage", args, id_=2))
+    assert refused["error"]["data"]["policy"] == "max_subscriptions"
+    assert refused["error"]["data"]["limit"] == 1
+    _, other = await ws_message(pipe, FakeSocket(), call("archive_v1_storage", args, id_=3))
+    assert "result" in other  # another socket has its own
+    task = step.OPERATIONS._ops[doc["result"]].task
+    assert task is not None
+    await ws_message(pipe, sock, call("archive_v1_stopStorage", [doc["result"]]))
+    gate.set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled() and sock.sent == []  # stopped: nothing more, not even storageDone
+    _, bad = await ws_message(
+        pipe, sock, call("archive_v1_storage", [legacy.hashes[5], [{"key": "0x01"}]])
+    )
+    assert bad["error"]["code"] == -32602
+    records = [r for r in rt.usage.drain() if r["method"] == "archive_v1_storage"]
+    # two started, one malformed; the refusal by the limit is not a proxied call
+    assert sum(r["requests"] for r in records) == 3
+    assert sum(r["errors"] for r in records) == 1
+
+
+async def test_rpc_methods_lists_only_what_passes_the_allowlist() -> None:
+    configs: list[dict[str, Any]] = [
+        {},
+        {"allowlist_extra": ["author_submitExtrinsic", "transaction_v1_broadcast"]},
+        {"new_spec": {"archive": False, "chain_head": False}},
+        {"allowlist": ["chain_getHeader"], "websocket": {"subscriptions": False}},
+    ]
+    for proxy in configs:
+        for serves in (True, False):
+            pipe, _, rt = _ws(FakeHub(serves=serves), **proxy)
+            for sock in (None, FakeSocket()):
+                if sock is None:
+                    f = await run([pipe], rpc_flow(call("rpc_methods")))
+                    methods = body(f)["result"]["methods"]
+                else:
+                    _, doc = await ws_message(pipe, sock, call("rpc_methods"))
+                    methods = doc["result"]["methods"]
+                assert "rpc_methods" in methods and methods == sorted(methods)
+                assert not [m for m in methods if m.lower().startswith(("author_", "transaction"))]
+                rpc = RpcContext("finney", 0.0, sock or FakeSocket(), socket=sock)
+                rpc.parsed = Parsed(tuple(Call(i, m, []) for i, m in enumerate(methods)), True)
+                rpc.answers = [None] * len(methods)
+                allowlist(rpc, rt)
+                refused = [m for m, a in zip(methods, rpc.answers, strict=True) if a is not None]
+                assert refused == [], (proxy, serves, sock, refused)
+                ws_head = sock is not None and serves and rt.config.proxy.new_spec.chain_head
+                assert (set(CHAIN_HEAD) <= set(methods)) == ws_head
+                if rt.config.proxy.new_spec.archive:
+                    assert set(ARCHIVE) - set(methods) <= {
+                        "archive_v1_storage",
+                        "archive_v1_stopStorage",
+                    }
+                assert set(CHAIN_SPEC) <= set(methods)
+                assert not set(TRANSACTION) & set(methods)
