@@ -7,7 +7,7 @@
   ``payment_*`` or subtensor's custom RPCs; not ``chain_getBlock`` /
   ``chain_getHeader``) needs an upstream that still holds that block's state:
   ``state_block``, the oldest such block of the calls, routed by the nodes'
-  measured horizons (``addon/upstream/horizons.py``). Heights of hashes are
+  measured horizons (``addon/chain/horizons.py``). Heights of hashes are
   learned from answers passing through the proxy (clients usually ask
   ``chain_getBlockHash(n)`` before reading state at that hash) into the
   ``BlockIndex``.

@@ -2,7 +2,7 @@
 and identical calls in flight shared), and the answers or the failure fill
 the call's slots. A read of the state at a block no node can hold is answered
 the typed ``state_unavailable`` error instead, before sending or after the
-nodes said so (``addon/upstream/state_unavailable.py``)."""
+nodes said so (``addon/chain/state_unavailable.py``)."""
 
 from __future__ import annotations
 
