@@ -234,3 +234,59 @@ async def test_a_node_wrongly_believed_to_hold_the_block_is_corrected_and_the_ca
     assert r.kind == "ok" and r.upstream is other and r.corrected == (believed.id,)
     assert coverage(believed, TIP - 1500, TIP) == "lacks"
     assert p.choose(set(), state_block=TIP - 1500) is other
+
+
+# --- beside the node limits and the light routing (main's) ---------------------------------
+
+
+def test_a_light_read_avoids_a_busy_holder_but_never_goes_to_a_node_that_lacks_the_block() -> None:
+    busy = node("busy", horizon=0)
+    calm = node("calm", horizon=0)
+    pruned = node("pruned", horizon=TIP - 255, lost=TIP - 256)
+    p = pool(busy, calm, pruned)
+    p.started(busy, heavy=True)
+    for _ in range(20):
+        assert p.choose(set(), state_block=TIP - 1000, light=True) is calm
+    p.started(calm, heavy=True)  # both holders busy: still one of them, never the pruned one
+    for _ in range(20):
+        assert p.choose(set(), state_block=TIP - 1000, light=True) in (busy, calm)
+    assert p.choose({busy.id, calm.id}, state_block=TIP - 1000, light=True) is None
+
+
+async def test_a_correction_and_a_nodes_work_limit_in_one_call_then_the_answer() -> None:
+    """A node believed to hold the block says "discarded" (corrected), the next
+    one refuses for its limits (-32004: its capacity, not an answer), the third
+    answers; the node measured to lack the block is never asked."""
+    believed = node("believed", horizon=TIP - 2000)
+    limited = node("limited", horizon=TIP - 2000)
+    unknown = node("unknown")  # nothing measured: it may hold it
+    pruned = node("pruned", horizon=TIP - 255, lost=TIP - 256)
+    p, t, clock = setup(
+        believed,
+        limited,
+        unknown,
+        pruned,
+        script={
+            "believed": [(0.01, rpc_error(4003, DISCARDED))],
+            "limited": [(0.01, rpc_error(-32004, "RPC work limit exceeded"))],
+            "unknown": [(0.01, ok("0x01"))],
+            "pruned": [(0.01, ok("0x02"))],
+        },
+    )
+    p.tip = TIP
+    believed.ewma_ms, limited.ewma_ms, pruned.ewma_ms = 1.0, 900.0, 0.1
+    believed.updated_at = limited.updated_at = pruned.updated_at = clock.t
+    r = await forward(
+        [Call(3, "state_getStorage", ["0x26aa", HASH])],
+        is_batch=False,
+        pool=p,
+        transport=t,
+        budget=BUDGET,
+        clock=clock,
+        tip=TIP,
+        state_block=TIP - 1500,
+    )
+    assert t.urls() == [url("believed"), url("limited"), url("unknown")]
+    assert [a.reason for a in r.attempts][:2] == ["state-discarded", "work-limited"]
+    assert r.kind == "ok" and r.upstream is unknown and r.corrected == (believed.id,)
+    assert coverage(limited, TIP - 1500, TIP) == "holds"  # a limit says nothing of its state
