@@ -13,10 +13,14 @@ import pytest
 from addon.chain.horizons import correct, coverage, earliest, oldest_block, settle
 from addon.chain.state_unavailable import POLICY, STATE_UNAVAILABLE, state_unavailable, unheld
 from addon.rpc.jsonrpc import Call
+from addon.upstream.admission import Admission
+from addon.upstream.budgets import Budgets
 from addon.upstream.failover import no_state
+from addon.upstream.fair_wait import FairWait
 from addon.upstream.forward import forward
 from addon.upstream.pool import TIER_LAGGING, TIER_SYNCED, Upstream, UpstreamPool
 from addon.upstream.snapshot import SnapshotError, apply_snapshot
+from common.config import Endpoint
 from tests.addon.upstream.test_forward import (
     BUDGET,
     DISCARDED,
@@ -290,3 +294,47 @@ async def test_a_correction_and_a_nodes_work_limit_in_one_call_then_the_answer()
     assert [a.reason for a in r.attempts][:2] == ["state-discarded", "work-limited"]
     assert r.kind == "ok" and r.upstream is unknown and r.corrected == (believed.id,)
     assert coverage(limited, TIP - 1500, TIP) == "holds"  # a limit says nothing of its state
+
+
+async def test_with_budgets_kept_a_failover_still_goes_only_to_nodes_that_may_hold_the_block() -> (
+    None
+):
+    """The admission's passes (first nodes with room under a learned rate, then
+    past it) choose by the block's state too: the cheapest node, measured to
+    lack the block, is never the failover."""
+    believed = node("believed", horizon=TIP - 2000)
+    other = node("other", horizon=TIP - 2000)
+    pruned = node("pruned", horizon=TIP - 255, lost=TIP - 256)
+    p, t, clock = setup(
+        believed,
+        other,
+        pruned,
+        script={
+            "believed": [(0.01, rpc_error(4003, DISCARDED))],
+            "other": [(0.01, ok("0x01"))],
+            "pruned": [(0.01, ok("0x02"))],
+        },
+    )
+    p.tip = TIP
+    believed.ewma_ms, other.ewma_ms, pruned.ewma_ms = 1.0, 900.0, 0.1
+    believed.updated_at = other.updated_at = pruned.updated_at = clock.t
+    eps = [
+        Endpoint(url=u.url, provider="p", kind="rpc-http", network="finney", id=u.id)
+        for u in p.upstreams.values()
+    ]
+    admission = Admission(
+        Budgets(eps, clock=clock), FairWait(), client="c", max_wait_s=0.0, clock=clock
+    )
+    r = await forward(
+        [Call(3, "state_getStorage", ["0x26aa", HASH])],
+        is_batch=False,
+        pool=p,
+        transport=t,
+        budget=BUDGET,
+        clock=clock,
+        tip=TIP,
+        admission=admission,
+        state_block=TIP - 1500,
+    )
+    assert t.urls() == [url("believed"), url("other")]
+    assert r.kind == "ok" and r.upstream is other and r.corrected == (believed.id,)
