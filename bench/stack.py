@@ -116,9 +116,11 @@ class ProcessStack:
         genesis: str = FINNEY_GENESIS,
         archive: bool = False,
         host: str = "127.0.0.1",
+        state_keep: int | None = None,
     ) -> Node:
         """A node on ``host``:``port`` (a free port by default); ``wait=False``:
-        return at once, before it answers."""
+        return at once, before it answers; ``state_keep``: blocks of state it
+        keeps (``--state-keep``)."""
         port = port or free_port()
         argv = simnode_argv(
             port,
@@ -130,6 +132,7 @@ class ProcessStack:
             genesis=genesis,
             archive=archive,
             host=host,
+            state_keep=state_keep,
         )
         proc = self.spawn(f"node-{name}", argv)
         node = Node(url=f"http://{host}:{port}", name=name, proc=proc, argv=argv)

@@ -79,7 +79,11 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   "until ``sent_at`` + seconds" and keeps the latest such time over the live
   proxies, the others are summed); ``upstream_quarantined`` 1 per node a
   cross-check quarantined; ``upstream_silent`` 1 per node whose subscription
-  socket went silent, until it pushes again (``addon/subs/silence.py``).
+  socket went silent, until it pushes again (``addon/subs/silence.py``);
+  ``upstream_state_lost`` the latest block a node answered "State already
+  discarded" for although its measured horizon covered it (only nodes with
+  such a correction in force; the sidecar keeps the highest over the live
+  proxies and checks that block at the node's next full probe).
   ``mechanisms_off``: 1 per mechanism the proxy runs without (an untested
   mitmproxy or wsproto an operator accepted, ``addon/mitm/versions.py``;
   absent on tested versions), keyed by a printable label of
@@ -150,6 +154,7 @@ UPSTREAM_GAUGES: Final = (
     "upstream_backoff_s",
     "upstream_quarantined",  # 1 per node a cross-check quarantined (answer-mismatch)
     "upstream_silent",  # 1 per node whose subscription socket went silent
+    "upstream_state_lost",  # the latest block a node answered "state discarded" for
 )
 # Per-mechanism maps (mechanism -> 1): what an untested mitmproxy or wsproto switched off.
 MECHANISM_GAUGES: Final = ("mechanisms_off",)

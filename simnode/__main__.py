@@ -24,6 +24,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-time", type=float, default=12.0, help="seconds per block")
     p.add_argument("--genesis", default=FINNEY_GENESIS, help="block 0 hash")
     p.add_argument("--archive", action="store_true", help="never prune state")
+    p.add_argument(
+        "--state-keep",
+        type=int,
+        default=None,
+        metavar="K",
+        help="keep the state of the last K blocks only (default 256; every block's "
+        "with --archive): older state answers 'State already discarded' (the "
+        "state_keep fault changes it at run time; a reset keeps this one)",
+    )
     p.add_argument("--seed", default="finney", help="chain identity; other seed = fork")
     p.add_argument(
         "--epoch",
@@ -64,6 +73,7 @@ async def serve(args: argparse.Namespace) -> int:
         chain_name=args.chain_name,
         upgrade_at=args.upgrade_at,
         upgrade_spec=args.upgrade_spec,
+        state_keep=args.state_keep,
         # The "die" fault models a crashed process: no cleanup, non-zero status.
         on_die=lambda: os._exit(1),
     )

@@ -127,6 +127,8 @@ class Chain:
         self._linked_from = max(1, config.start_height - LINKED_DEPTH)
         self._linked: list[str] = []
         self._schedule = Schedule()
+        # blocks of state kept below the best one (None: every block's, an archive)
+        self._state_keep: int | None = None if config.archive else PRUNING_DEPTH
 
     # ---- chain-level faults -------------------------------------------------
 
@@ -195,6 +197,17 @@ class Chain:
     def spec_version(self, n: int) -> int:
         """The spec version block ``n`` runs."""
         return self._schedule.spec_at(n)
+
+    @property
+    def state_keep(self) -> int | None:
+        return self._state_keep
+
+    def set_state_keep(self, keep: int | None) -> None:
+        """Keep the state of the last ``keep`` blocks (the best one and the
+        ``keep - 1`` below it); None: every block's (an archive)."""
+        if keep is not None and keep < 1:
+            raise ValueError("state_keep must be an integer >= 1 or null")
+        self._state_keep = keep
 
     def reset_faults(self) -> None:
         self._lag = 0
@@ -328,5 +341,7 @@ class Chain:
         }
 
     def state_available(self, n: int) -> bool:
-        """Whether state at block n (<= best) is still kept (pruning)."""
-        return self.config.archive or self.best() - n < PRUNING_DEPTH
+        """Whether state at block n (<= best) is still kept (pruning): the last
+        ``state_keep`` blocks' (``--state-keep``, the ``state_keep`` fault)."""
+        keep = self._state_keep
+        return keep is None or self.best() - n < keep

@@ -19,6 +19,7 @@ def simnode_argv(
     host: str = "127.0.0.1",
     upgrade_at: int | None = None,
     upgrade_spec: int | None = None,
+    state_keep: int | None = None,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -47,4 +48,6 @@ def simnode_argv(
         argv += ["--upgrade-at", str(upgrade_at)]
     if upgrade_spec is not None:
         argv += ["--upgrade-spec", str(upgrade_spec)]
+    if state_keep is not None:
+        argv += ["--state-keep", str(state_keep)]
     return argv

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .chain import Chain, is_hash
+from .chain import PRUNING_DEPTH, Chain, is_hash
 from .runtime import BASE_SPEC, MAX_SPEC
 from .window import WindowLimit
 
@@ -68,6 +68,11 @@ class Faults:
     # replica the same values
     upgrade_at: int | None = None
     upgrade_spec: int = BASE_SPEC + 1
+    # state pruning: the node keeps the state of its last ``state_keep`` blocks and
+    # answers "State already discarded for <hash>" for state at older ones; null:
+    # it keeps every block's (an archive). The node's own (``--state-keep``,
+    # ``--archive``) is what a reset goes back to
+    state_keep: int | None = PRUNING_DEPTH
     # calls of these methods (HTTP and WebSocket, each item of a batch) are
     # refused with a JSON-RPC error inside a 200, as a node at its own limits
     # answers: ``refuse_code`` and ``refuse_message`` (by default -32004 "RPC work
@@ -154,6 +159,12 @@ def check_fault(key: str, value: Any) -> Any:
         ):
             raise ValueError(f"upgrade_spec must be an integer in ({BASE_SPEC}, {MAX_SPEC}]")
         return value
+    if key == "state_keep":
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise ValueError("state_keep must be an integer >= 1 or null")
+        return value
     if key == "refuse_methods":
         if not isinstance(value, list | tuple) or not all(isinstance(m, str) for m in value):
             raise ValueError("refuse_methods must be a list of method names")
@@ -204,6 +215,7 @@ class FaultState:
         chain.wrong_storage = faults.wrong_storage
         chain.set_genesis_override(faults.genesis)
         chain.set_upgrade(faults.upgrade_at, faults.upgrade_spec)
+        chain.set_state_keep(faults.state_keep)
         if faults.byte_slots != self.faults.byte_slots:
             # calls already waiting finish on the old places
             self._byte_slots = asyncio.Semaphore(faults.byte_slots)

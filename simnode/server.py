@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from .arrivals import METHODS_KEPT, Arrival, ArrivalLog
-from .chain import FINNEY_GENESIS, Chain, ChainConfig
+from .chain import FINNEY_GENESIS, PRUNING_DEPTH, Chain, ChainConfig
 from .control import add_control_routes
 from .faults import FAULT_KEYS, GARBAGE_HTML, Faults, FaultState, faulted_answer
 from .replies import JSON_CT, drop, status_response, too_many_requests
@@ -56,7 +56,10 @@ class SimNode:
         shutdown_timeout: float = 0.5,
         upgrade_at: int | None = None,
         upgrade_spec: int = BASE_SPEC + 1,
+        state_keep: int | None = None,
     ) -> None:
+        """``state_keep``: blocks of state kept (default 256, or every block's
+        with ``archive``); a reset goes back to it."""
         config = ChainConfig(
             seed=seed,
             genesis=genesis,
@@ -73,8 +76,14 @@ class SimNode:
         self.dispatcher = Dispatcher(self.chain)
         self._clock = clock
         self.fault_state = FaultState(rng_seed, clock)
-        # the runtime upgrade the node starts with (the command line's); a reset keeps it
-        self._initial = {"upgrade_at": upgrade_at, "upgrade_spec": upgrade_spec}
+        # the runtime upgrade and the pruning the node starts with (the command
+        # line's); a reset keeps them
+        keep = state_keep if state_keep is not None else None if archive else PRUNING_DEPTH
+        self._initial = {
+            "upgrade_at": upgrade_at,
+            "upgrade_spec": upgrade_spec,
+            "state_keep": keep,
+        }
         self.apply_faults(self._initial)
         self.shutdown_timeout = shutdown_timeout
         self._requests = 0
@@ -227,6 +236,7 @@ class SimNode:
             "genesis": chain.genesis_hash(),
             "spec_version": chain.spec_version(chain.best()),
             "archive": chain.config.archive,
+            "state_keep": chain.state_keep,
             "faults": self.faults.to_json(),
             "requests": self._requests,
             "calls": dict(self._calls),

@@ -209,14 +209,17 @@ class Runtime:
         return gauges
 
     def _upstream_gauges(self) -> dict[str, dict[str, int]]:
-        """The nodes' budgets as this process sees them, their back-offs, and
-        the nodes a cross-check quarantined."""
+        """The nodes' budgets as this process sees them, their back-offs, the
+        nodes a cross-check quarantined, and the blocks nodes answered "state
+        discarded" for although their horizon covered them (the sidecar checks
+        those at its next probe)."""
         pools = self.policy.pools
         ups = [u for pool in pools.values() for u in pool.upstreams.values()]
         quarantined = {u.id: 1 for u in ups if u.quarantined}
+        lost = {u.id: u.lost_seen for u in ups if u.lost_seen is not None}
         local_budgets = self.policy.local_budgets
         if local_budgets is None:
-            return {"upstream_quarantined": quarantined}
+            return {"upstream_quarantined": quarantined, "upstream_state_lost": lost}
         sent: dict[str, int] = {}
         learned: dict[str, int] = {}
         for eid, node in local_budgets.snapshot().items():
@@ -230,6 +233,7 @@ class Runtime:
             "upstream_learned_rps": learned,
             "upstream_backoff_s": backoff,
             "upstream_quarantined": quarantined,
+            "upstream_state_lost": lost,
         }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from addon.cache.per_runtime import runtime_entry
@@ -20,6 +21,7 @@ from addon.cache.redis_tier import SharedCacheTier
 from addon.cache.rules import entries_to_store
 from addon.cache.store import CacheStore
 from addon.chain.finality import FINAL, LOOK_UP, FinalityLookups, verdict
+from addon.chain.routing_hints import state_block
 from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
 from addon.rpc.jsonrpc import Call
@@ -133,9 +135,12 @@ def _looked_up(rt: CacheStoreNeeds, sample: Sample, done: asyncio.Task[str]) -> 
 
 
 def _submit(rt: CacheStoreNeeds, sample: Sample) -> None:
+    """The check asks only nodes that may hold the state the call read (its
+    block's height is known by now, a look-up's included)."""
     if rt.cross_checker is None or rt.transport is None:
         return  # (a look-up that ended as the process stops)
     network = sample.network
+    sample = replace(sample, state_block=state_block(sample.call, rt.chain.blocks))
     rt.cross_checker.submit(
         sample,
         rt.pools[network],

@@ -1,6 +1,8 @@
 """The forward step: what is still unanswered goes upstream (failover, hedging,
 and identical calls in flight shared), and the answers or the failure fill
-the call's slots."""
+the call's slots. A read of the state at a block no node can hold is answered
+the typed ``state_unavailable`` error instead, before sending or after the
+nodes said so (``addon/chain/state_unavailable.py``)."""
 
 from __future__ import annotations
 
@@ -9,14 +11,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
 
-from addon.chain.routing_hints import hints
+from addon.chain.routing_hints import hints, state_block
 from addon.chain.state import ChainState
+from addon.chain.state_unavailable import POLICY, state_unavailable, unheld
 from addon.pipeline.context import RpcContext
 from addon.reporting.live_metrics import LiveMetrics
 from addon.rpc.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.upstream.admission import Admission, BudgetBook
 from addon.upstream.coalesce import Coalescer, coalesce_key
-from addon.upstream.failover import error_limit
+from addon.upstream.failover import error_limit, no_state
 from addon.upstream.fair_wait import FairWait
 from addon.upstream.forward import TOO_MANY, Budget, ForwardResult, forward
 from addon.upstream.hedge import Hedger
@@ -68,11 +71,31 @@ def forward_pending(rpc: RpcContext, rt: ForwardPendingNeeds) -> Awaitable[None]
     """Synchronous when everything came from the cache: a hit creates no
     coroutine and the runner goes on without awaiting (as the other steps)."""
     assert rpc.parsed is not None
-    pending = rpc.pending()
+    pending = _held_somewhere(rpc, rt, rpc.pending())
     rpc.forwarded = pending
     if not pending:
-        return None  # all from the cache
+        return None  # all from the cache (or no node holds the state they read)
     return _forward(rpc, rt, pending)
+
+
+def _held_somewhere(rpc: RpcContext, rt: ForwardPendingNeeds, pending: list[int]) -> list[int]:
+    """The pending calls some node may hold the state for; the others are
+    answered ``state_unavailable`` now, no node asked."""
+    assert rpc.parsed is not None
+    pool = rt.pools.get(rpc.network)
+    if pool is None or not pool.upstreams:
+        return pending
+    out = []
+    for i in pending:
+        call = rpc.parsed.items[i]
+        n = state_block(call, rt.chain.blocks) if isinstance(call, Call) else None
+        if n is None or not unheld(pool.upstreams.values(), n, pool.tip):
+            out.append(i)
+            continue
+        ups = pool.upstreams.values()
+        rpc.answers[i] = state_unavailable(call.id, rpc.network, n, ups, pool.tip)
+        rt.metrics.count_refusal(POLICY)
+    return out
 
 
 async def _forward(rpc: RpcContext, rt: ForwardPendingNeeds, pending: list[int]) -> None:
@@ -93,7 +116,13 @@ async def _forward(rpc: RpcContext, rt: ForwardPendingNeeds, pending: list[int])
     rpc.attempts = result.attempts
     if result.upstream is not None:
         rpc.upstream, rpc.provider = result.upstream.id, result.upstream.provider
+    for eid in result.corrected:
+        log.info(
+            "%s: %s no longer holds the state a read asked: its horizon corrected", rpc.network, eid
+        )
     _fill(rpc, pending, result, rt)
+    if result.kind == "soft":
+        _state_unavailable(rpc, rt, pending, result)
 
 
 async def _send(
@@ -104,7 +133,7 @@ async def _send(
     # the pending items are Calls: a BadItem is answered at parse time, never pending
     calls: list[Call] = [rpc.parsed.items[i] for i in pending]  # type: ignore[misc]
     tip = rt.chain.tips.get(rpc.network)
-    hint = hints(calls, tip=tip, index=rt.chain.blocks)
+    hint = hints(calls, tip=tip, index=rt.chain.blocks)  # state_block: routed by horizons
     min_block = hint.min_block
     if rpc.min_block is not None:  # pinned to the head: only nodes that have it
         min_block = rpc.min_block if min_block is None else max(min_block, rpc.min_block)
@@ -139,6 +168,7 @@ async def _send(
             hedger=None if rpc.reserved else rt.hedgers.get(rpc.network),
             admission=admission,
             pinned=rpc.unpinned is not None,
+            state_block=hint.state_block,
             heavy=bool(rpc.reserved),
         )
 
@@ -183,6 +213,34 @@ def _unpin(rpc: RpcContext, rt: ForwardPendingNeeds) -> None:
     rt.metrics.count_extra("chainproxy_pin_fallbacks_total", network=rpc.network)
     rpc.parsed = replace(rpc.parsed, items=tuple(items))
     rpc.pinned, rpc.min_block, rpc.unpinned, rpc.pin_missed = None, None, None, True
+
+
+def _state_unavailable(
+    rpc: RpcContext, rt: ForwardPendingNeeds, pending: list[int], result: ForwardResult
+) -> None:
+    """Nodes answered that they have no state for what a call reads: once no
+    other node may hold it (those that said so are corrected by now), or, at
+    a block of unknown height, once every node was asked, the call gets the
+    typed error instead of the last node's words."""
+    assert rpc.parsed is not None
+    pool = rt.pools[rpc.network]
+    asked = {a.endpoint for a in result.attempts}
+    for i in pending:
+        call, answer = rpc.parsed.items[i], rpc.answers[i]
+        if not isinstance(call, Call) or answer is None:
+            continue
+        reason = no_state(call, answer, pool.tip)
+        if reason is None:
+            continue
+        n = state_block(call, rt.chain.blocks)
+        if n is not None:
+            if not unheld(pool.upstreams.values(), n, pool.tip):
+                continue
+        elif reason != "state-discarded" or not asked >= set(pool.upstreams):
+            continue
+        rpc.answers[i] = state_unavailable(
+            call.id, rpc.network, n, pool.upstreams.values(), pool.tip
+        )
 
 
 def _fill(

@@ -80,12 +80,13 @@ class Admission:
         wait: bool,
         prefer_archive: bool = False,
         min_block: int | None = None,
+        state_block: int | None = None,
     ) -> tuple[Upstream, Ticket] | None:
         """A node with budget for ``calls`` and the ticket that holds it; None
         when no node is left (``shed`` says whether budgets were the reason)."""
 
         async def attempt() -> tuple[tuple[Upstream, Ticket] | None, float | None]:
-            return await self._try(pool, tried, calls, prefer_archive, min_block)
+            return await self._try(pool, tried, calls, prefer_archive, min_block, state_block)
 
         if not self.fair.busy or not wait:
             got, retry = await attempt()
@@ -119,6 +120,7 @@ class Admission:
         calls: int,
         prefer_archive: bool,
         min_block: int | None,
+        state_block: int | None = None,
     ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
         """Best node first, skipping those without budget now. The second
         value: seconds until budget (or a back-off's end) may let one in;
@@ -127,14 +129,15 @@ class Admission:
         node has that room (then the least used first). A failover goes to a
         node with room under its learned rate if there is one, and only else
         to one past it (a learned rate never holds a failover back)."""
-        got, _ = await self._pass(pool, tried, calls, prefer_archive, min_block, False, PROBE_ROOM)
+        args = (pool, tried, calls, prefer_archive, min_block, state_block)
+        got, _ = await self._pass(*args, retry=False, room=PROBE_ROOM)
         if got is not None:
             return got, None
         if tried:
-            got, _ = await self._pass(pool, tried, calls, prefer_archive, min_block, False, 0)
+            got, _ = await self._pass(*args, retry=False, room=0)
             if got is not None:
                 return got, None
-        return await self._pass(pool, tried, calls, prefer_archive, min_block, bool(tried), 0)
+        return await self._pass(*args, retry=bool(tried), room=0)
 
     async def _pass(
         self,
@@ -143,6 +146,8 @@ class Admission:
         calls: int,
         prefer_archive: bool,
         min_block: int | None,
+        state_block: int | None,
+        *,
         retry: bool,
         room: int,
     ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
@@ -156,6 +161,7 @@ class Admission:
                 skip,
                 prefer_archive=prefer_archive,
                 min_block=min_block,
+                state_block=state_block,
                 light=not self.heavy,
                 spread=room == 0,
             )

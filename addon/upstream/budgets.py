@@ -58,15 +58,17 @@ from common.config import Endpoint
 WINDOW_S = 1.0
 _MAX_KEPT = 100_000  # end times kept per node (bounded however high a rate)
 # The sidecar's probes of a node (``sidecar/probing/probes/node.py``): a full
-# probe is at most 7 calls (a batch of 5, then one of 2), a head probe 4 (3,
-# then 1), each one request at a time, and the two may run in the same second.
+# probe is at most 7 calls (a batch of 5, then one of 2) and its state checks
+# 4 more (``sidecar/probing/probes/state.py``: two batches of 2, in the same
+# slot right after it), a head probe 4 (3, then 1), each one request at a
+# time, and the two may run in the same second.
 # With ``leave_for_probes`` (the runtime's books), the proxy sends a node at most
 # ``max_rps - PROBE_CALLS`` calls a second and ``max_concurrency -
 # PROBE_REQUESTS`` requests at once (at least 1 of each), so the node gets no
 # more than its budget with the probes. A learned rate is the node's whole
 # limit (it was learned from what the node refused): the probes' room under it
 # is ``PROBE_ROOM``, kept while the load allows.
-PROBE_CALLS = 11
+PROBE_CALLS = 15  # a full probe (7), its state checks (4), a head probe (4)
 PROBE_REQUESTS = 2
 # A call goes first to a node that still has this many calls of room under its
 # learned rate (``try_take(room=...)``: a head probe's calls), and past that

@@ -85,6 +85,7 @@ class Sample:
     endpoint: str
     result: Any
     keys: tuple[str, ...]  # the cache entries holding it
+    state_block: int | None = None  # the block whose state it read: only nodes that may hold it
 
 
 class CrossChecker:
@@ -147,7 +148,7 @@ class CrossChecker:
     ) -> None:
         ask: Callable[[Upstream], Any] = lambda u: self._ask(u, s.call, transport, budgets)  # noqa: E731
         first = pool.upstreams.get(s.endpoint)
-        second = pool.choose({s.endpoint})
+        second = pool.choose({s.endpoint}, state_block=s.state_block)
         if first is None or second is None or _unknowing(s.call, s.result):
             self.count(s.network, "skipped")
             return
@@ -160,7 +161,7 @@ class CrossChecker:
             await self._readmit(s, pool, transport, budgets)
             return
         self.count(s.network, "mismatch")
-        third = pool.choose({s.endpoint, second.id})
+        third = pool.choose({s.endpoint, second.id}, state_block=s.state_block)
         c = _NOTHING if third is None else await ask(third)
         if c is not _NOTHING and c == s.result:
             self._outvoted(s, pool, second, s.result, purge)

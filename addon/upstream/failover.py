@@ -126,6 +126,18 @@ def _scannable(call: Call) -> bool:
     return call.facts.heights is None and call.method not in _HASH_PINNED_NULLABLE
 
 
+NO_STATE = frozenset({"state-discarded", "unknown-block"})
+
+
+def no_state(call: Call, answer: dict[str, Any], tip: int | None) -> str | None:
+    """The verdict's reason when ``answer`` is a node saying it has no state
+    (or no block) for what ``call`` asked; else None."""
+    if "error" not in answer:
+        return None
+    reason = judge_answer(call, answer, tip)[1]
+    return reason if reason in NO_STATE else None
+
+
 def _valid_answer(obj: Any) -> bool:
     if not isinstance(obj, dict) or "id" not in obj:
         return False

@@ -15,6 +15,11 @@ cancels all of its attempts.
 
 One call's attempts are a ``Forward`` (``forward`` makes one and returns its
 run): the attempts so far, the best soft answer, the racers still running.
+
+A call that reads the state at a known block (``state_block``) goes only to
+nodes whose horizon does not exclude it; a node that answers "State already
+discarded" for it (or an unknown block, well below its best) has its horizon
+corrected at once (``horizons.correct``) and the call goes on to another.
 The transport is a small Protocol (``addon/upstream/transport.py``) so the
 loop is tested with in-process fakes.
 """
@@ -25,17 +30,17 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Literal
 
+from addon.chain.horizons import correct
 from addon.rpc.attempt import Attempt
 from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
 from addon.upstream.failover import CAPACITY, assess, error_limit
-from addon.upstream.hedge import Hedger, finish_unheard, first_done
+from addon.upstream.hedge import Hedger, first_done
 from addon.upstream.pool import Upstream, UpstreamPool
-from addon.upstream.settle import Sent, abandon, report_failure, settle_outraced
+from addon.upstream.settle import Sent, abandon, leave_running, report_failure
 
 # the transport's names, re-exported: callers import them from here
 from addon.upstream.transport import AiohttpTransport as AiohttpTransport
@@ -67,6 +72,7 @@ class ForwardResult:
     body_bytes: int = 0  # the size of the answer's body as the upstream sent it
     retry_after_s: float = 0.0  # "capacity": when a node's budget is expected to free up
     pin_missed: bool = False  # a node did not know the block the proxy pinned the call to
+    corrected: tuple[str, ...] = ()  # nodes whose horizon this call corrected (their ids)
 
     @property
     def retry_after(self) -> int:
@@ -109,6 +115,7 @@ def forward(
     hedger: Hedger | None = None,
     admission: Admission | None = None,
     pinned: bool = False,
+    state_block: int | None = None,
     heavy: bool = False,
 ) -> Coroutine[Any, Any, ForwardResult]:
     """Attempts one after the other (failover); with a ``hedger``, an attempt
@@ -130,6 +137,7 @@ def forward(
         hedger=hedger,
         admission=admission,
         pinned=pinned,
+        state_block=state_block,
         heavy=heavy,
     ).run()
 
@@ -139,9 +147,9 @@ class Forward:
 
     __slots__ = (
         "admission", "attempts", "body", "budget", "by_deadline", "calls", "clock",
-        "deadline", "heavy", "hedged", "hedger", "is_batch", "limited", "min_block", "pinned",
-        "pool",
-        "prefer_archive", "running", "soft", "tip", "transport", "tried", "waited", "won",
+        "corrected", "deadline", "heavy", "hedged", "hedger", "is_batch", "limited",
+        "min_block", "pinned", "pool", "prefer_archive", "running", "soft", "state_block",
+        "tip", "transport", "tried", "waited", "won",
     )  # fmt: skip
 
     def __init__(
@@ -159,12 +167,14 @@ class Forward:
         hedger: Hedger | None = None,
         admission: Admission | None = None,
         pinned: bool = False,
+        state_block: int | None = None,
         heavy: bool = False,
     ) -> None:
         self.calls, self.is_batch, self.pool, self.transport = calls, is_batch, pool, transport
         self.budget, self.clock, self.tip, self.min_block = budget, clock, tip, min_block
         self.prefer_archive, self.hedger, self.admission = prefer_archive, hedger, admission
-        self.pinned = pinned
+        self.pinned, self.state_block = pinned, state_block
+        self.corrected: list[str] = []
         self.heavy = heavy  # priced by its bytes: light calls go elsewhere meanwhile
         self.body = outbound_body(calls, is_batch)
         self.deadline = 0.0
@@ -221,7 +231,12 @@ class Forward:
                 if self.by_deadline and not running:
                     break
         finally:
-            self._leave_running()
+            # an attempt a hedge outraced finishes in the background; anything
+            # else still running (the flow cancelled, a pin miss) is cancelled
+            leave_running(
+                self.running, self.won, self.pool, self.admission, self.clock,
+                self.calls, self.is_batch, self.tip,
+            )  # fmt: skip
         return self._failure()
 
     def _post(self, sent: Sent) -> Awaitable[tuple[int, bytes]]:
@@ -251,6 +266,7 @@ class Forward:
                 self.tried,
                 prefer_archive=self.prefer_archive,
                 min_block=self.min_block,
+                state_block=self.state_block,
                 light=not self.heavy,
             )
         else:
@@ -262,6 +278,7 @@ class Forward:
                 wait=wait,
                 prefer_archive=self.prefer_archive,
                 min_block=self.min_block,
+                state_block=self.state_block,
             )
             upstream, ticket = got if got is not None else (None, None)
         if upstream is None:
@@ -322,44 +339,35 @@ class Forward:
         attempts = tuple(self.attempts)
         if verdict.verdict == "ok":
             self.won = True
-            return ForwardResult("ok", verdict.answers, attempts, upstream, self.hedged, len(raw))
+            return ForwardResult(
+                "ok", verdict.answers, attempts, upstream, self.hedged, len(raw),
+                corrected=tuple(self.corrected),
+            )  # fmt: skip
         if self.pinned and verdict.reason in PIN_MISSES:
             # the proxy's own pin, not the client's hash: no other node is
             # tried with it, the caller sends the call again unpinned
             return ForwardResult(
                 "soft", verdict.answers, attempts, upstream, self.hedged, len(raw), pin_missed=True
             )
+        self._correct(upstream, verdict.reason)
         self.soft = (verdict.answers, upstream, len(raw))
         self.prefer_archive = self.prefer_archive or verdict.prefer_archive
         return None
 
-    def _leave_running(self) -> None:
-        """The attempt a hedge outraced finishes in the background; anything
-        else still running (the flow itself was cancelled, a pin miss) is
-        cancelled."""
-        pool, admission, clock = self.pool, self.admission, self.clock
-        for task, sent in self.running.items():
-            if self.won:
-                settle_it = partial(
-                    settle_outraced,
-                    sent,
-                    pool,
-                    admission,
-                    clock,
-                    self.calls,
-                    self.is_batch,
-                    self.tip,
-                )
-                finish_unheard(task, sent.timeout, settle_it)
-            else:
-                task.cancel()
-                abandon(pool, admission, sent, clock)
+    def _correct(self, upstream: Upstream, reason: str) -> None:
+        """A node said it has no state at the block the call reads: corrected
+        now, so no attempt goes there again."""
+        if self.state_block is not None and correct(upstream, self.state_block, reason):
+            self.corrected.append(upstream.id)
 
     def _failure(self) -> ForwardResult:
         """No good answer: the best soft one, or why there was none."""
         attempts, hedged, admission = tuple(self.attempts), self.hedged, self.admission
         if self.soft is not None:
-            return ForwardResult("soft", self.soft[0], attempts, self.soft[1], hedged, self.soft[2])
+            return ForwardResult(
+                "soft", self.soft[0], attempts, self.soft[1], hedged, self.soft[2],
+                corrected=tuple(self.corrected),
+            )  # fmt: skip
         # every upstream tried kept silent: a gateway timeout (504), however the time
         # was split between racers and attempts
         if self.by_deadline or (attempts and all(a.reason == "timeout" for a in attempts)):

@@ -13,6 +13,10 @@ first slow call is still waiting, not only once it has come back (until then
 the EWMA still says "fast" and the node keeps attracting calls). An attempt a
 hedge outraced stays in flight until it ends, and then teaches its real
 latency (``forward.py``).
+
+A read that needs the state at a block (``state_block``) goes only to
+upstreams that do not lack it, those known to hold it first
+(``horizons.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from addon.chain.horizons import coverage
 from addon.upstream.backoff import backoff_s
 from common.config import Endpoint
 
@@ -71,6 +76,13 @@ class Upstream:
     backoff_reason: str = ""
     backoff_strikes: int = 0  # 429s in a row: the next pause doubles
     quarantined: bool = False  # outvoted by a cross-check: no client calls until it agrees
+    # its state horizon, from the routing snapshot (``horizons.py``)
+    horizon: int | None = None  # the earliest block whose state it is known to hold
+    horizon_lost: int | None = None  # the latest block known to be without state
+    keeps: int | None = None  # it keeps the state of its last K blocks
+    horizon_rounds: int = 0  # the sidecar's rounds of state checks so far
+    lost_seen: int | None = None  # this process saw it answer "state discarded" up to here
+    lost_seen_round: int = 0  # ``horizon_rounds`` when it did
 
     @classmethod
     def from_endpoint(cls, e: Endpoint) -> Upstream:
@@ -97,6 +109,7 @@ class UpstreamPool:
         # how much of its budget a node has used (0..1), when budgets are kept:
         # a node near its budget is the dearer choice
         self.budget_use: Callable[[str], float] | None = None
+        self.tip: int | None = None  # the network's tip, from the snapshot (horizons move)
         self._clock = clock
         self._rng = rng or random.Random()
 
@@ -113,6 +126,13 @@ class UpstreamPool:
                     prev.best,
                     prev.archive,
                 )
+            up.horizon, up.horizon_lost, up.keeps, up.horizon_rounds = (
+                prev.horizon,
+                prev.horizon_lost,
+                prev.keeps,
+                prev.horizon_rounds,
+            )
+            up.lost_seen, up.lost_seen_round = prev.lost_seen, prev.lost_seen_round
             up.ewma_ms, up.updated_at = prev.ewma_ms, prev.updated_at
             up.consecutive_failures, up.ejected_until = (
                 prev.consecutive_failures,
@@ -147,12 +167,16 @@ class UpstreamPool:
         *,
         prefer_archive: bool = False,
         min_block: int | None = None,
+        state_block: int | None = None,
         light: bool = False,
         spread: bool = False,
     ) -> Upstream | None:
         """The next upstream to try. ``min_block``: the call needs that height, so
         upstreams known to be below it are passed over while any other is left
         (and if none is known to have it, the most advanced are tried first).
+        ``state_block``: the call reads the state at that block: upstreams that
+        lack it are never chosen, those known to hold it first (``prefer_archive``
+        then says nothing more).
         ``light``: a small read goes, within the best tier, to a node with no
         heavy read in flight while there is one (a node streaming a 1 MiB
         answer answers a small call behind it). ``spread``: within the best
@@ -173,7 +197,14 @@ class UpstreamPool:
                 top = max(u.best for u in candidates if u.best is not None)
                 high = [u for u in candidates if u.best == top]
             candidates = high
-        if prefer_archive and any(u.archive for u in candidates):
+        if state_block is not None:
+            cover = {u.id: coverage(u, state_block, self.tip) for u in candidates}
+            candidates = [u for u in candidates if cover[u.id] != "lacks"]
+            if not candidates:
+                return None
+            holding = [u for u in candidates if cover[u.id] == "holds"]
+            candidates = holding or candidates
+        elif prefer_archive and any(u.archive for u in candidates):
             candidates = [u for u in candidates if u.archive]
         best_tier = min(self.effective_tier(u, now) for u in candidates)
         tier = [u for u in candidates if self.effective_tier(u, now) == best_tier]

@@ -2,19 +2,22 @@
 failure (``report_failure``: "too many requests" pauses the node, anything
 else counts against its health), an attempt gone without an outcome
 (``abandon``: no verdict), and an attempt a hedge outraced that finished
-unheard in the background (``settle_outraced``). The forward loop
-(``addon/upstream/forward.py``) is their one user."""
+unheard in the background (``settle_outraced``; ``leave_running`` when a
+call's forward ends). The forward loop (``addon/upstream/forward.py``) is
+their one user."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from addon.rpc.jsonrpc import Call
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
 from addon.upstream.failover import CAPACITY, assess
+from addon.upstream.hedge import finish_unheard
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.transport import TransportError
 
@@ -108,3 +111,25 @@ def settle_outraced(
         pool.abandoned(sent.upstream, latency)
         return
     report_failure(pool, admission, sent.upstream, latency, reason, retry_after)
+
+
+def leave_running(
+    running: Mapping[asyncio.Task[tuple[int, bytes]], Sent],
+    won: bool,
+    pool: UpstreamPool,
+    admission: Admission | None,
+    clock: Callable[[], float],
+    calls: Sequence[Call],
+    is_batch: bool,
+    tip: int | None,
+) -> None:
+    """A call's forward ended with attempts still running: when it ``won``, the
+    attempts a hedge outraced finish in the background (``settle_outraced``);
+    otherwise (the flow itself was cancelled, a pin miss) they are cancelled."""
+    for task, sent in running.items():
+        if won:
+            settle_it = partial(settle_outraced, sent, pool, admission, clock, calls, is_batch, tip)
+            finish_unheard(task, sent.timeout, settle_it)
+        else:
+            task.cancel()
+            abandon(pool, admission, sent, clock)

@@ -1,6 +1,11 @@
 """The sidecar's routing snapshot applied to the addon's upstream pools,
 validated strictly (a malformed one is refused whole). The background task
 that reads it is ``addon/hooks/snapshot.py``'s ``SnapshotRefresher``.
+
+Each upstream's state horizon (``horizon``, ``horizon_lost``, ``keeps``,
+``horizon_rounds``: optional, so an older sidecar's snapshot still applies)
+is taken too, and this process's corrections settled against it
+(``horizons.settle``).
 """
 
 from __future__ import annotations
@@ -8,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from addon.upstream.pool import TIER_UNPROBED, UpstreamPool
+from addon.chain.horizons import settle
+from addon.upstream.pool import TIER_UNPROBED, Upstream, UpstreamPool
 
 
 class SnapshotError(ValueError):
@@ -26,6 +32,7 @@ def apply_snapshot(pool: UpstreamPool, doc: Mapping[str, Any]) -> tuple[int | No
         tip = _opt_int(doc.get("tip"))
         finalized = _opt_int(doc.get("finalized"))
         updates = {}
+        horizons = {}
         for u in doc["upstreams"]:
             uid = u["id"]
             if uid not in pool.upstreams:
@@ -42,14 +49,36 @@ def apply_snapshot(pool: UpstreamPool, doc: Mapping[str, Any]) -> tuple[int | No
             # A score outside 0..1 (or NaN) must not make one upstream free.
             score = min(1.0, max(0.01, score)) if score == score else 0.01
             updates[uid] = (tier, score, _opt_int(u.get("best")), archive)
+            horizons[uid] = _horizon(u)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SnapshotError(f"malformed routing snapshot: {e!r}") from None
     for uid, up in pool.upstreams.items():
         if uid in updates:
             up.tier, up.score, up.best, up.archive = updates[uid]
+            _set_horizon(up, *horizons[uid])
         else:
             up.tier, up.score, up.best, up.archive = TIER_UNPROBED, 1.0, None, up.configured_archive
+            _set_horizon(up, None, None, None, up.horizon_rounds)
+    pool.tip = tip
     return tip, finalized
+
+
+def _horizon(u: Mapping[str, Any]) -> tuple[int | None, int | None, int | None, int]:
+    horizon, lost, keeps = (_opt_int(u.get(k)) for k in ("horizon", "horizon_lost", "keeps"))
+    rounds = u.get("horizon_rounds", 0)
+    if isinstance(rounds, bool) or not isinstance(rounds, int):
+        raise ValueError(f"bad horizon_rounds {rounds!r}")
+    for v in (horizon, lost, keeps, rounds):
+        if v is not None and v < 0:
+            raise ValueError(f"negative horizon value {v!r}")
+    return horizon, lost, keeps, rounds
+
+
+def _set_horizon(
+    up: Upstream, horizon: int | None, lost: int | None, keeps: int | None, rounds: int
+) -> None:
+    up.horizon, up.horizon_lost, up.keeps, up.horizon_rounds = horizon, lost, keeps, rounds
+    settle(up)
 
 
 def _opt_int(v: Any) -> int | None:

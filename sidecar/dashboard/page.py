@@ -29,7 +29,7 @@ from common.config import Config
 from sidecar.dashboard.chart import hourly_chart
 from sidecar.dashboard.pictures import incident_strip, lag_chart, sparkline
 from sidecar.dashboard.scope import page_href, parse_network, scoped
-from sidecar.dashboard.wording import backoff_text, capacity_text, updated_text
+from sidecar.dashboard.wording import backoff_text, capacity_text, horizon_text, updated_text
 from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.series import lag_series, latency_series
 from sidecar.probing.chain_runtime import ChainRuntimeBook
@@ -135,6 +135,7 @@ def render(
         page_href=page_href,
         backoff_text=lambda until: backoff_text(until, now),
         capacity_text=capacity_text,
+        horizon_text=horizon_text,
         usage=usage.summary,
         chart=usage.chart,
         updated=usage.updated,

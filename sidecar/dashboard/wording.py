@@ -1,6 +1,6 @@
 """The dashboard's words for what the API's documents hold as numbers (pure):
-the statistics' ``updated`` time, and a node's back-off, budget and learned
-rate."""
+the statistics' ``updated`` time, a node's back-off, budget and learned
+rate, and its state horizon."""
 
 from __future__ import annotations
 
@@ -51,3 +51,17 @@ def capacity_text(row: Mapping[str, Any]) -> str:
     if row["learned_rps"] is not None:
         parts.append(f"learned {row['learned_rps']}/s")
     return " · ".join(parts)
+
+
+def horizon_text(horizon: Mapping[str, Any]) -> str:
+    """An endpoint row's state horizon: ``archive``, ``last 256 blocks``
+    (``≥`` while still narrowed down), ``from #4123456``, ``≥ #4123000`` (held
+    from there, the rest not known yet); empty while nothing is known."""
+    earliest, keeps, model = horizon["earliest"], horizon["keeps"], horizon["model"]
+    if model == "archive" or earliest == 0:
+        return "archive"
+    if earliest is None:
+        return ""
+    if keeps is not None:
+        return f"last {keeps} blocks" if horizon["exact"] else f"last ≥ {keeps} blocks"
+    return f"from #{earliest}" if horizon["exact"] else f"≥ #{earliest}"

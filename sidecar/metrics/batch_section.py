@@ -49,6 +49,7 @@ class Gauges:
     upstream_backoff_s: tuple[tuple[str, int], ...] = ()
     upstream_quarantined: tuple[tuple[str, int], ...] = ()
     upstream_silent: tuple[tuple[str, int], ...] = ()
+    upstream_state_lost: tuple[tuple[str, int], ...] = ()
     # mechanism -> 1 (common.metrics_wire.MECHANISM_GAUGES)
     mechanisms_off: tuple[tuple[str, int], ...] = ()
     # network -> n (common.metrics_wire.NETWORK_GAUGES)

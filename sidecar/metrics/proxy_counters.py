@@ -75,6 +75,8 @@ class GaugeTotals:
     # nodes whose subscription socket went silent in a live proxy (silent): the
     # count of proxies
     upstream_silent: dict[str, int] = field(default_factory=dict)
+    # the latest block a node answered "state discarded" for, over the live proxies
+    upstream_state_lost: dict[str, int] = field(default_factory=dict)
     # mechanisms a live proxy runs without (an accepted untested mitmproxy or
     # wsproto): the count of proxies
     mechanisms_off: dict[str, int] = field(default_factory=dict)
@@ -211,6 +213,7 @@ class ProxyCounters:
             upstream_backoff_until=self._backoff_until(live.values(), now),
             upstream_quarantined=self._summed(g.upstream_quarantined for g in gauges),
             upstream_silent=self._summed(g.upstream_silent for g in gauges),
+            upstream_state_lost=self._highest(g.upstream_state_lost for g in gauges),
             mechanisms_off=self._summed(g.mechanisms_off for g in gauges),
             follow_pinned_blocks=self._summed(g.follow_pinned_blocks for g in gauges),
             at=now,
@@ -225,6 +228,15 @@ class ProxyCounters:
                     out[key] += n
                 elif len(out) < self.max_series:  # keys past the cap are left out
                     out[key] = n
+        return out
+
+    def _highest(self, snapshots: Iterable[tuple[tuple[str, int], ...]]) -> dict[str, int]:
+        """Per key, the highest value over the snapshots."""
+        out: dict[str, int] = {}
+        for pairs in snapshots:
+            for key, n in pairs:
+                if key in out or len(out) < self.max_series:
+                    out[key] = max(out.get(key, n), n)
         return out
 
     def _backoff_until(self, live: Iterable[_Snapshot], now: float) -> dict[str, float]:

@@ -5,7 +5,8 @@ moves OK → Degraded only after ``fail_threshold`` consecutive failed probes,
 Degraded → OK only after ``recover_threshold`` consecutive successes. The
 transition (if any) is returned with the new state, so incidents can be
 opened and closed from the same decision. ``chain_heads``: a network's tip
-and finalized height, as its healthy nodes report them.
+and finalized height, as its healthy nodes report them. The node's state
+horizon rides along (``horizon``), folded apart (``sidecar.probing.horizon``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from common.config import Endpoint
+from sidecar.probing.horizon import Horizon
 from sidecar.probing.results import NODE_KINDS, UNKNOWN, ProbeResult
 
 Status = Literal["OK", "Degraded", "Unknown"]
@@ -39,6 +41,9 @@ class Health:
     archive: bool | None = None  # last conclusive archive check
     recent: tuple[bool, ...] = field(default=())  # last _WINDOW outcomes, newest last
     message: str = ""  # the failure that made it Degraded
+    # how far back its state goes, measured by the full probes' state checks
+    # (``sidecar.probing.horizon``; folded by the Prober, not by ``apply``)
+    horizon: Horizon = field(default_factory=Horizon)
 
     @property
     def probed(self) -> bool:

@@ -10,6 +10,12 @@ leave it unknown for a whole interval.
 Results update per-endpoint ``Health`` (flap-damped) and are written to the
 store in batches; the runtime a head probe read goes to the ``ChainRuntimeBook``
 (``sidecar.probing.chain_runtime``), once the health has taken the result.
+
+After a node's full probe answered, the same slot checks the state at the few
+blocks its horizon plans (``state_probe``, ``sidecar.probing.probes.state``;
+a block the proxies reported the node "discarded" first) and folds them,
+with the full probe's archive check, into the node's horizon
+(``sidecar.probing.horizon``).
 """
 
 from __future__ import annotations
@@ -28,12 +34,18 @@ from dataclasses import dataclass, replace
 from common.config import Endpoint, ProbeConfig
 from sidecar.probing.chain_runtime import ChainRuntimeBook
 from sidecar.probing.health import Health, Transition, apply
+from sidecar.probing.horizon import observe as observe_horizon
+from sidecar.probing.horizon import plan as plan_horizon
 from sidecar.probing.results import NODE_KINDS, TIMEOUT, WRONG_CHAIN, ProbeKind, ProbeResult
 from sidecar.probing.store import Store
 
 log = logging.getLogger("chainproxy.sidecar.prober")
 
 ProbeFn = Callable[[Endpoint, ProbeKind], Awaitable[ProbeResult]]
+# the state at these blocks: (block, held) for those the node answered clearly
+StateProbeFn = Callable[[Endpoint, tuple[int, ...]], Awaitable[tuple[tuple[int, bool], ...]]]
+# the latest block the proxies saw a node answer "state discarded" for, if any
+Reported = Callable[[str], int | None]
 TransitionHook = Callable[[Endpoint, Health, Transition, ProbeResult], None]
 
 _JITTER = 0.1
@@ -70,6 +82,8 @@ class Prober:
         rng: random.Random | None = None,
         on_transition: TransitionHook | None = None,
         chain_runtimes: ChainRuntimeBook | None = None,
+        state_probe: StateProbeFn | None = None,
+        reported: Reported | None = None,
     ) -> None:
         self.endpoints = {e.id: e for e in endpoints}
         self.chain_runtimes = chain_runtimes  # each network's runtime, from the head probes
@@ -85,6 +99,8 @@ class Prober:
             for eid, probes in self.recent.items():
                 probes.extend(reversed(store.recent_probes(eid, _RECENT)))
         self._probe = probe
+        self._state_probe = state_probe  # None: horizons from the archive check alone
+        self._reported = reported
         self._clock = clock  # wall time: probe timestamps, retention
         self._mono = monotonic  # scheduling: immune to wall-clock steps
         self._rng = rng or random.Random()
@@ -170,7 +186,10 @@ class Prober:
                     result = ProbeResult(
                         endpoint.id, at, kind, PROBE_ERROR, detail=type(e).__name__
                     )
+                checks = await self._check_state(endpoint, result)
             self.observe(endpoint, result)
+            if result.kind == "full" and result.ok and result.best is not None:
+                self.observe_state(endpoint, result.best, checks, archive=result.archive)
         finally:
             self._schedule(endpoint.id, kind, self._next_delay(endpoint.id, interval))
 
@@ -184,6 +203,47 @@ class Prober:
         if h.last_ok_at is not None or h.consecutive_failures == 0:
             return interval
         return min(interval, FIRST_RETRY_S * 2 ** min(h.consecutive_failures - 1, 16))
+
+    async def _check_state(
+        self, endpoint: Endpoint, result: ProbeResult
+    ) -> tuple[tuple[int, bool], ...]:
+        """After a node's full probe answered: the state at the blocks its
+        horizon plans (nothing to check, or no state probe: no reading)."""
+        if self._state_probe is None or result.kind != "full" or not result.ok:
+            return ()
+        if result.archive:  # block 1's state held: an archive, nothing more to check
+            return ()
+        if endpoint.kind not in NODE_KINDS:
+            return ()
+        reported = self._reported(endpoint.id) if self._reported is not None else None
+        blocks = plan_horizon(self.health_of(endpoint.id).horizon, result.best, reported)
+        if not blocks:
+            return ()
+        try:
+            async with asyncio.timeout(self.config.timeout_s + _GRACE_S):
+                return await self._state_probe(endpoint, blocks)
+        except TimeoutError:
+            return ()
+        except Exception:  # a bug must not stop the probes of this endpoint
+            log.exception("state checks of %s failed unexpectedly", endpoint.id)
+            return ()
+
+    def observe_state(
+        self,
+        endpoint: Endpoint,
+        best: int,
+        checks: tuple[tuple[int, bool], ...],
+        *,
+        archive: bool | None = None,
+    ) -> None:
+        """Fold a round's state readings (and the archive check) into the
+        node's horizon."""
+        old = self.health_of(endpoint.id)
+        horizon = observe_horizon(old.horizon, best, checks, archive)
+        if horizon != old.horizon:
+            self.health[endpoint.id] = replace(old, horizon=horizon)
+            self._dirty.add(endpoint.id)
+            self.changed.set()
 
     def observe(self, endpoint: Endpoint, result: ProbeResult) -> Transition:
         """Fold one probe result into the endpoint's health."""

@@ -22,6 +22,7 @@ from typing import Any
 from common.outage import Outage
 from sidecar.db import open_db
 from sidecar.probing.health import Health
+from sidecar.probing.horizon import horizon_from_json
 from sidecar.probing.results import ProbeResult
 
 log = logging.getLogger("chainproxy.sidecar.store")
@@ -219,4 +220,6 @@ def _health_from_json(state: str) -> Health:
     if not isinstance(recent, list) or not all(isinstance(x, bool) for x in recent):
         raise ValueError("recent is not a list of booleans")
     kw["recent"] = tuple(recent)
+    if "horizon" in kw:
+        kw["horizon"] = horizon_from_json(kw["horizon"])
     return Health(**kw)

@@ -22,9 +22,10 @@ no aiohttp. This module re-exports the pool documents of ``sidecar.registry.pool
 Shared definitions: **healthy** = status ``OK``; **probed** = at least one
 probe answered or failed; **latency_ms** = the EWMA of successful probes'
 latencies, rounded (null before the first success); **host** = the hostname
-of the endpoint's redacted URL; archive-capable and pools: ``sidecar.registry.pools``;
-an endpoint row's ``backoff_until``, ``budget`` and ``learned_rps``:
-``sidecar.registry.upstream`` (``live`` = the proxies' reports).
+of the endpoint's redacted URL; archive-capable, the state horizon and
+pools: ``sidecar.registry.pools``; an endpoint row's ``backoff_until``,
+``budget`` and ``learned_rps``: ``sidecar.registry.upstream`` (``live`` = the
+proxies' reports).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from sidecar.registry.pools import (
     archive_capable,
     endpoint_pools,
     health_of,
+    horizon_doc,
     proxy_pools,
     registry_totals,
 )
@@ -133,6 +135,7 @@ def root_endpoints(
                 "classification": h.classification,
                 "status": h.status,
                 "archive": archive_capable(e, h),
+                "horizon": horizon_doc(h),
                 "latency_ms": latency_ms(h) if h.probed else None,
                 **capacity(e, live),
             }

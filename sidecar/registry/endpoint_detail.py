@@ -1,5 +1,5 @@
 """The document of ``GET /api/v1/endpoints/{id}`` (pure): one endpoint's
-registry fields, health, block heights against its network, the node's
+registry fields, health, state horizon, block heights against its network, the node's
 capacity (budget, learned rate, back-off), the last probes (newest first) and
 its incidents."""
 
@@ -12,7 +12,7 @@ from common.config import Config, Endpoint
 from sidecar.jsonfmt import iso
 from sidecar.probing.health import chain_heads
 from sidecar.probing.results import ProbeResult
-from sidecar.registry.pools import HealthMap, health_of
+from sidecar.registry.pools import HealthMap, health_of, horizon_doc
 from sidecar.registry.routing_snapshot import route
 from sidecar.registry.upstream import NO_REPORTS, UpstreamLive, capacity
 
@@ -41,6 +41,7 @@ def endpoint_detail(
         "network": endpoint.network,
         "subnet": f"{endpoint.subnet:03d}",
         "archive": r.archive,
+        "horizon": horizon_doc(h),
         "region": endpoint.region,
         "notes": endpoint.notes,
         "status": h.status,

@@ -4,9 +4,11 @@
   ``node-rpc`` endpoints), ``<network>-wss`` (``node-wss``) and
   ``<network>-archive`` (its archive-capable node endpoints of either kind),
   in that order; a pool without members is not listed.
-* **archive-capable**: the endpoint's last conclusive archive probe
-  (historical state at block 1 readable), else the config's ``archive`` flag
-  (the routing snapshot's rule).
+* **archive-capable**: the endpoint's measured state horizon when known
+  (``sidecar.probing.horizon``: state from block 0 or 1 on), else its last
+  conclusive archive probe (historical state at block 1 readable), else the
+  config's ``archive`` flag (the routing snapshot's rule). ``horizon_doc``:
+  the horizon as the documents show it.
 * **proxy-eligible**: the members serve live traffic through the proxy, for
   networks in ``proxy.networks``: the ``-rpc`` and ``-archive`` pools (with a
   ``node-rpc`` member) take its calls, the ``-wss`` pools its WebSocket
@@ -37,7 +39,28 @@ def health_of(health: HealthMap, e: Endpoint) -> Health:
 
 
 def archive_capable(e: Endpoint, h: Health) -> bool:
+    earliest = h.horizon.earliest(h.best)
+    if earliest is not None:
+        return earliest <= 1
     return h.archive if h.archive is not None else e.archive
+
+
+def horizon_doc(h: Health) -> dict[str, Any]:
+    """A node's state horizon at its best block: ``earliest`` (the earliest
+    block whose state it is known to hold; 0: an archive), ``lost`` (the latest
+    block known to be without state), ``keeps`` (K of a node that keeps the
+    state of its last K blocks), ``model`` (``archive``, ``window``: keeps the
+    last K, ``fixed``: every block's from one on, ``unknown``), ``exact`` (the
+    model and its edge are known to the block) and ``rounds`` of checks."""
+    hz = h.horizon
+    return {
+        "earliest": hz.earliest(h.best),
+        "lost": hz.latest_lost(h.best),
+        "keeps": hz.keeps,
+        "model": hz.model,
+        "exact": hz.exact,
+        "rounds": hz.rounds,
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,15 @@ Tip = the highest best block reported by a healthy node endpoint of the
 network (``sidecar.probing.health.chain_heads``); lag = tip - best; synced =
 lag <= max_lag_blocks. Tiers: 0 healthy and synced, 1 healthy but lagging, 2
 not yet probed, 3 unhealthy.
+
+Each upstream also carries its state horizon (``sidecar.probing.horizon``),
+added to the contract, never renamed: ``horizon`` (the earliest block whose
+state it is known to hold, at its best; null: not known), ``horizon_lost``
+(the latest block known to be without state), ``keeps`` (it keeps the state
+of its last K blocks: the addon moves ``horizon`` up with the node's best)
+and ``horizon_rounds`` (the rounds of state checks folded so far: the addon
+keeps a correction of its own until the sidecar has checked again).
+``archive`` comes from the horizon when it is known.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from common.config import Endpoint
 from sidecar.jsonfmt import iso
 from sidecar.probing.health import Health, chain_heads
 from sidecar.probing.results import NODE_KINDS
+from sidecar.registry.pools import archive_capable
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +43,10 @@ class Route:
     tier: int
     status: str  # OK / Degraded / Unknown
     classification: str  # live, unknown, or the last failure reason
+    horizon: int | None = None  # the earliest block whose state it is known to hold
+    horizon_lost: int | None = None  # the latest block known to be without state
+    keeps: int | None = None  # the state of its last K blocks (a pruned node)
+    horizon_rounds: int = 0  # rounds of state checks folded in
 
 
 def route(e: Endpoint, h: Health | None, tip: int | None, max_lag: int) -> Route:
@@ -50,7 +64,7 @@ def route(e: Endpoint, h: Health | None, tip: int | None, max_lag: int) -> Route
         id=e.id,
         url=e.safe_url,
         provider=e.provider,
-        archive=h.archive if h.archive is not None else e.archive,
+        archive=archive_capable(e, h),
         healthy=h.healthy,
         synced=synced,
         lag=lag,
@@ -60,6 +74,10 @@ def route(e: Endpoint, h: Health | None, tip: int | None, max_lag: int) -> Route
         tier=tier,
         status=h.status,
         classification=h.classification,
+        horizon=h.horizon.earliest(h.best),
+        horizon_lost=h.horizon.latest_lost(h.best),
+        keeps=h.horizon.keeps,
+        horizon_rounds=h.horizon.rounds,
     )
 
 

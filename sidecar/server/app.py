@@ -27,8 +27,9 @@ from sidecar.history.store import HISTORY_DB, HistoryStore
 from sidecar.incidents.quarantine import SILENT, QuarantineWatch
 from sidecar.metrics.collector import SidecarCollector, collector_registry
 from sidecar.probing.chain_runtime import ChainRuntimeBook
-from sidecar.probing.prober import ProbeFn, Prober
-from sidecar.probing.probes import probe
+from sidecar.probing.prober import ProbeFn, Prober, StateProbeFn
+from sidecar.probing.probes import ProbeCall, probe
+from sidecar.probing.probes.state import check_state
 from sidecar.probing.results import ProbeKind, ProbeResult
 from sidecar.probing.store import Store
 from sidecar.registry.service import RegistryService
@@ -50,6 +51,7 @@ from sidecar.usage.service import UsageService
 from sidecar.usage.store import StoreUnavailable
 
 ProbeFactory = Callable[[aiohttp.ClientSession, Config], ProbeFn]
+StateProbeFactory = Callable[[aiohttp.ClientSession, Config], StateProbeFn]
 
 INTERNAL = "/api/v1/internal/"
 
@@ -93,6 +95,14 @@ def _default_probe_factory(session: aiohttp.ClientSession, config: Config) -> Pr
     return run
 
 
+def _default_state_probe_factory(session: aiohttp.ClientSession, config: Config) -> StateProbeFn:
+    async def run(endpoint: Endpoint, blocks: tuple[int, ...]) -> tuple[tuple[int, bool], ...]:
+        call = ProbeCall(endpoint, session, timeout_s=config.probe.timeout_s)
+        return await check_state(call, blocks)
+
+    return run
+
+
 async def _stop(task: asyncio.Task[None] | None) -> None:
     """Cancel a background loop and wait until it has stopped."""
     if task is None:
@@ -103,10 +113,15 @@ async def _stop(task: asyncio.Task[None] | None) -> None:
 
 
 def _probing(
-    config: Config, probe_factory: ProbeFactory, clock: Callable[[], float], probing: bool
+    config: Config,
+    probe_factory: ProbeFactory,
+    state_factory: StateProbeFactory | None,
+    clock: Callable[[], float],
+    probing: bool,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The probing lifecycle: probe store, session, Prober (its loop only when
-    ``probing``; its chain runtime book kept in the probe store) and the registry's
+    ``probing``; its chain runtime book kept in the probe store; the state
+    checks of its nodes' horizons, when a ``state_factory``) and the registry's
     incidents attached to it."""
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -126,6 +141,9 @@ def _probing(
             clock=clock,
             on_transition=registry.on_transition,
             chain_runtimes=ChainRuntimeBook(config, store, clock),
+            state_probe=None if state_factory is None else state_factory(session, config),
+            # blocks the proxies saw a node answer "state discarded" for
+            reported=lambda eid: app[USAGE_KEY].proxy_metrics.gauges().upstream_state_lost.get(eid),
         )
         registry.attach(prober)  # incidents: load, reconcile with the restored health
         app[STORE_KEY] = store
@@ -210,7 +228,10 @@ def create_app(
     probe_factory: ProbeFactory | None = None,
     clock: Callable[[], float] = time.time,
     probing: bool = True,
+    state_probe_factory: StateProbeFactory | None = None,
 ) -> web.Application:
+    """``probe_factory``, ``state_probe_factory``: the probes (tests pass
+    fakes); the state checks are the real ones only with the real probes."""
     # metagraphed_errors inside errors_as_json: Metagraphed's paths get its envelope.
     app = web.Application(middlewares=[errors_as_json, metagraphed_errors, internal_token])
     app[CONFIG_KEY] = config
@@ -222,7 +243,13 @@ def create_app(
     app[METRICS_KEY] = collector_registry(_metrics(app, config))
     # Started in this order, stopped in the reverse one.
     app.cleanup_ctx.append(
-        _probing(config, probe_factory or _default_probe_factory, clock, probing)
+        _probing(
+            config,
+            probe_factory or _default_probe_factory,
+            state_probe_factory or (None if probe_factory else _default_state_probe_factory),
+            clock,
+            probing,
+        )
     )
     app.cleanup_ctx.append(_usage_lifecycle)
     app.cleanup_ctx.append(_quarantine_lifecycle)

@@ -18,6 +18,7 @@ import pytest
 from addon.reporting.live_metrics import CROSS_CHECKS as CHECKS
 from addon.upstream.cross_check import READMIT_EVERY_S
 from common.endpoint_id import endpoint_id
+from sidecar.probing.horizon import STATE_CHECKS
 from tests.e2e.harness import Stack, base_config
 from tests.e2e.helpers import (
     PROXY_DEFAULTS,
@@ -156,10 +157,11 @@ async def test_a_node_that_answers_wrongly_is_quarantined(three: Stack) -> None:
     # gamma's) ...
     assert gid not in answered_by, answered_by
     # ... and no check asks it; at most one re-ask of the call it got wrong per
-    # READMIT_EVERY_S, and the sidecar's probes (one state_getStorage each
-    # PROBES interval_s) besides
+    # READMIT_EVERY_S, and the sidecar's probes besides: each full probe (every
+    # PROBES interval_s) reads the state at block 1 (archive) and at the blocks
+    # of its state checks (STATE_CHECKS, the node's horizon)
     re_asks = 1 + int(took // READMIT_EVERY_S)
-    probes = 1 + int(took // PROBES["probe"]["interval_s"])
+    probes = (1 + STATE_CHECKS) * (1 + int(took // PROBES["probe"]["interval_s"]))
     assert after - before <= re_asks + probes, (before, after, re_asks, probes)
 
     async def incident() -> bool:  # the next usage batch, then the sidecar's reconcile

@@ -285,6 +285,37 @@ async def test_lag(node: SimNode, session: aiohttp.ClientSession) -> None:
     assert node.state()["best"] == 996
 
 
+async def test_state_keep(clock: FakeClock, session: aiohttp.ClientSession) -> None:
+    """``--state-keep K``: the state of the last K blocks only; older state is
+    "State already discarded", the block hash is still known; the fault
+    changes it and a reset goes back to the node's own."""
+    node = SimNode(clock=clock, epoch=EPOCH, start_height=1000, state_keep=64)
+    await node.start()
+    try:
+        key = "0x26aa394eea5630e07c48ae0c9558cef702a5c1b19ab7a04f536c519aca4983ac"
+        kept = await call(session, node, "chain_getBlockHash", 1000 - 63)
+        gone = await call(session, node, "chain_getBlockHash", 1000 - 64)
+        assert await call(session, node, "state_getStorage", key, kept) is not None
+        for method, params in (
+            ("state_getStorage", [key, gone]),
+            ("state_getRuntimeVersion", [gone]),
+        ):
+            out = await post(session, node.url, req(method, params))
+            assert out["error"]["message"] == f"Client error: State already discarded for {gone}"
+        assert node.state()["state_keep"] == 64
+        await control(session, node, state_keep=None)  # an archive now
+        assert await call(session, node, "state_getRuntimeVersion", gone)
+        await control(session, node, state_keep=8)
+        out = await post(session, node.url, req("state_getStorage", [key, kept]))
+        assert "State already discarded" in out["error"]["message"]
+        assert node.reset()["state_keep"] == 64
+        for bad in (0, -1, True, "8"):
+            async with session.post(node.url + "/_sim/control", json={"state_keep": bad}) as r:
+                assert r.status == 400, bad
+    finally:
+        await node.stop()
+
+
 async def test_freeze(node: SimNode, clock: FakeClock, session: aiohttp.ClientSession) -> None:
     await control(session, node, freeze=True)
     clock.t += 12 * 5

@@ -31,6 +31,23 @@ def schemas() -> dict[str, Schema]:
         }
     )
     return {
+        "StateHorizon": js.obj(
+            {
+                "earliest": js.integer(
+                    null=True,
+                    desc="the earliest block whose state the node is known to hold"
+                    " (0: an archive); null until measured",
+                ),
+                "lost": js.integer(null=True, desc="the latest block known to be without state"),
+                "keeps": js.integer(
+                    1, null=True, desc="it keeps the state of its last K blocks (pruned)"
+                ),
+                "model": js.enum("archive", "window", "fixed", "unknown"),
+                "exact": {**js.BOOL, "description": "the model and its edge known to the block"},
+                "rounds": js.integer(desc="rounds of state checks so far"),
+            },
+            "How far back a node's state goes, measured by the probes' state checks.",
+        ),
         "EndpointDetail": js.obj(
             {
                 "id": js.ENDPOINT_ID,
@@ -40,6 +57,7 @@ def schemas() -> dict[str, Schema]:
                 "network": js.string(),
                 "subnet": js.string(pattern=r"^[0-9]{3,}$"),
                 "archive": js.BOOL,
+                "horizon": js.ref("StateHorizon"),
                 "region": js.string(),
                 "notes": js.string(),
                 "status": js.STATUS_ENUM,

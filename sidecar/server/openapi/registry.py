@@ -57,6 +57,7 @@ def schemas() -> dict[str, Schema]:
                             "classification": js.string("live, unknown, or a failure reason"),
                             "status": js.STATUS_ENUM,
                             "archive": js.BOOL,
+                            "horizon": js.ref("StateHorizon"),
                             "latency_ms": js.integer(null=True, desc="null when unprobed"),
                             **js.CAPACITY,
                         }

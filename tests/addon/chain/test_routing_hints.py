@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from addon.chain.routing_hints import hints
+from addon.chain.routing_hints import hints, needs_state, state_block
 from addon.rpc.blocks import PRUNING_WINDOW, BlockIndex
 from addon.rpc.jsonrpc import Call
 
@@ -149,3 +149,23 @@ def test_learned_heights_drive_the_archive_hint() -> None:
     idx.learn(call("chain_getBlockHash", 100), h(100))
     got = hints([call("state_getStorage", STORAGE_KEY, h(100))], tip=5000, index=idx)
     assert got.prefer_archive is True
+
+
+def test_state_block_is_the_oldest_known_block_whose_state_is_read() -> None:
+    idx = index_with(100, 200, 300)
+    calls = [
+        call("state_getStorage", STORAGE_KEY, h(300)),
+        call("state_queryStorage", [STORAGE_KEY], h(100), h(200)),  # a range: from its start
+        call("chain_getHeader", h(5)),  # a header read needs no state
+    ]
+    got = hints(calls, tip=10_000, index=idx)
+    assert got.state_block == 100 and got.min_block == 300
+    assert hints(calls[2:], tip=10_000, index=idx).state_block is None
+    assert (
+        hints([call("state_getStorage", STORAGE_KEY, h(999))], tip=10_000, index=idx).state_block
+        is None
+    )
+    # runtime calls at a block read its state too; the chain_* reads of blocks do not
+    assert needs_state("payment_queryInfo") and needs_state("subnetInfo_getSubnetsInfo")
+    assert needs_state("chain_getRuntimeVersion") and not needs_state("chain_getBlock")
+    assert state_block(Call(1, "state_call", ["X_y", "0x", h(200)]), idx) == 200

@@ -141,3 +141,28 @@ async def test_a_finalized_heights_block_hash_is_checked() -> None:
     await run(stages, rpc_flow(call("chain_getBlockHash", [FINALIZED + 1])))
     await _settled(rt)
     assert len(_asked(fake, "chain_getBlockHash")) == 3  # above finality: never checked
+
+
+async def test_the_check_of_a_looked_up_hash_asks_no_node_without_its_state() -> None:
+    """The block's height is learned by the look-up, after the read: the check
+    then goes only to nodes whose horizon may hold it (here none: skipped),
+    never to a pruned node that would answer "discarded" instead of a value."""
+    stages, fake, rt, chain = _stack()
+    pruned = next(u for u in rt.pools["finney"].upstreams.values() if u.provider == "beta")
+    pruned.horizon_lost = 95  # measured: no state at or below block 95
+
+    def discarded(doc: dict[str, Any]) -> tuple[int, bytes]:
+        if doc["method"] != "state_getStorage":
+            return chain.answer(doc)
+        err = {"code": 4003, "message": "State already discarded for " + doc["params"][1]}
+        return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": err}).encode()
+
+    fake.behaviour[B] = discarded
+    h = chain.add(90)
+    f = await run(stages, rpc_flow(call("state_getStorage", ["0x26", h])))
+    assert json.loads(f.response.content)["result"] == "0x2a"  # A's answer, whoever was first
+    asked_b = [u for u in _asked(fake, "state_getStorage") if u == B]
+    await _settled(rt)
+    assert rt.chain.blocks.get(h) == 90 and _count(rt, FINALITY_LOOKUPS, FINAL) == 1
+    assert [u for u in _asked(fake, "state_getStorage") if u == B] == asked_b
+    assert _count(rt, CROSS_CHECKS, "skipped") == 1

@@ -131,3 +131,103 @@ async def test_a_batch_keeps_its_answers_but_for_the_items_every_node_refused() 
     first, second = body(f)
     assert first == {"jsonrpc": "2.0", "id": 1, "result": "0x2a"}
     assert second["id"] == 2 and second["error"]["data"]["policy"] == "upstream_capacity"
+
+
+# --- state horizons ------------------------------------------------------------------------
+
+OLD = "0x" + "cd" * 32  # a block whose height the proxy learned: 100
+KEY = "0x26aa394eea5630e07c48ae0c9558cef702a5c1b19ab7a04f536c519aca4983ac"
+
+
+def _horizons(rt: Any, **by_provider: tuple[int | None, int | None]) -> None:
+    """Each node's measured (horizon, horizon_lost), as a snapshot gives them."""
+    pool = rt.pools["finney"]
+    pool.tip = 10_000
+    for u in pool.upstreams.values():
+        u.horizon, u.horizon_lost = by_provider[u.provider]
+        u.best = 10_000
+    rt.chain.blocks.put(OLD, 100)
+
+
+async def test_a_read_no_node_holds_the_state_of_is_the_typed_error_without_asking() -> None:
+    stages, _, rt = make(head_pinning={"enabled": False})
+    _horizons(rt, alpha=(9_745, 9_744), beta=(5_000, 4_000))
+    sent: list[Any] = []
+
+    class Node:
+        async def post(self, url: str, raw: bytes, timeout: float) -> tuple[int, bytes]:
+            doc = json.loads(raw)
+            sent.append(doc)
+            answers = [{"jsonrpc": "2.0", "id": c["id"], "result": {}} for c in doc]
+            return 200, json.dumps(answers).encode()
+
+    rt.transport = Node()
+    f = rpc_flow(call("state_getStorage", [KEY, OLD], id_=4))
+    await run(stages, f)
+    assert sent == []  # no node was asked
+    assert f.response.status_code == 200
+    error = body(f)["error"]
+    assert body(f)["id"] == 4 and error["code"] == 4003
+    assert error["data"] == {
+        "policy": "state_unavailable",
+        "reason": error["data"]["reason"],
+        "block": 100,
+        "oldest_block": 5_000,
+    }
+    assert rt.metrics._extra[("chainproxy_refusals_total", (("policy", "state_unavailable"),))]
+    # in a batch only that call is refused; the others go upstream
+    f2 = rpc_flow([call("state_getStorage", [KEY, OLD], id_=1), call("system_health", id_=2)])
+    await run(stages, f2)
+    assert len(sent) == 1 and [c["method"] for c in sent[0]] == ["system_health"]
+    first, second = body(f2)
+    assert first["error"]["data"]["policy"] == "state_unavailable" and second["result"] == {}
+
+
+async def test_nodes_that_say_discarded_are_corrected_and_the_client_gets_the_typed_error() -> None:
+    stages, _, rt = make(head_pinning={"enabled": False})
+    _horizons(rt, alpha=(50, 10), beta=(60, 10))  # both believed to hold block 100
+    asked: list[str] = []
+    gone = "Client error: State already discarded for " + OLD
+
+    class Pruned:
+        async def post(self, url: str, raw: bytes, timeout: float) -> tuple[int, bytes]:
+            asked.append(url)
+            doc = json.loads(raw)
+            err = {"code": 4003, "message": gone}
+            return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": err}).encode()
+
+    rt.transport = Pruned()
+    f = rpc_flow(call("state_getStorage", [KEY, OLD], id_=9))
+    await run(stages, f)
+    assert len(asked) == 2  # each node once, then nothing else may hold it
+    error = body(f)["error"]
+    assert error["data"]["policy"] == "state_unavailable" and error["data"]["block"] == 100
+    assert error["data"]["oldest_block"] == 101  # both corrected: they lack up to 100
+    ups = rt.pools["finney"].upstreams.values()
+    assert all(u.lost_seen == 100 for u in ups)
+    assert rt._upstream_gauges()["upstream_state_lost"] == {u.id: 100 for u in ups}
+    # the next read of that block asks no node
+    await run(stages, rpc_flow(call("state_getStorage", [KEY, OLD], id_=10)))
+    assert len(asked) == 2
+
+
+async def test_discarded_at_a_block_of_unknown_height_is_typed_once_every_node_said_so() -> None:
+    stages, _, rt = make(head_pinning={"enabled": False})
+    unknown = "0x" + "ef" * 32
+    gone = "Client error: State already discarded for " + unknown
+
+    class Pruned:
+        async def post(self, url: str, raw: bytes, timeout: float) -> tuple[int, bytes]:
+            doc = json.loads(raw)
+            err = {"code": 4003, "message": gone}
+            return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": err}).encode()
+
+    rt.transport = Pruned()
+    f = rpc_flow(call("state_getStorage", [KEY, unknown], id_=3))
+    await run(stages, f)
+    data = body(f)["error"]["data"]
+    assert (data["policy"], data["block"], data["oldest_block"]) == (
+        "state_unavailable",
+        None,
+        None,
+    )

@@ -24,6 +24,7 @@ from addon.upstream.budgets import (
 )
 from addon.upstream.learning import learned
 from common.config import Endpoint, parse_config
+from sidecar.probing.horizon import STATE_CHECKS
 from tests.fakes import FakeClock
 
 
@@ -173,7 +174,8 @@ def test_a_configured_budget_leaves_room_for_the_sidecars_probes() -> None:
     assert rt.local_budgets is not None
     node = rt.local_budgets.node(config.endpoints[0].id)
     assert (node.max_rps, node.max_concurrency) == (20 - PROBE_CALLS, 8 - PROBE_REQUESTS)
-    assert (PROBE_CALLS, PROBE_REQUESTS) == (7 + 4, 2)  # a full probe and a head probe
+    # a full probe, its state checks (a hash and a storage read per block) and a head probe
+    assert (PROBE_CALLS, PROBE_REQUESTS) == (7 + 2 * STATE_CHECKS + 4, 2)
     small = Budgets(
         [_endpoint("a", max_rps=5, max_concurrency=1), _endpoint("b")],
         clock=FakeClock(100.0),

@@ -205,3 +205,17 @@ async def test_a_node_without_the_block_is_no_vote() -> None:
         if run.pool.upstreams["b"].quarantined:
             break
     assert run.pool.upstreams["b"].quarantined
+
+
+async def test_a_check_asks_only_nodes_that_may_hold_the_blocks_state() -> None:
+    """A pruned node measured to lack the block is never the second (nor the
+    third) node of a check: it would answer "discarded", not the block's value."""
+    pool = _pool("a", "pruned", "b")
+    pool.upstreams["pruned"].horizon_lost = 5_000  # it lacks every block up to 5000
+    nodes = Nodes({"a": "0x2a", "pruned": None, "b": "0x2a"})
+    run = Run(pool, nodes)
+    for _ in range(10):
+        sample = Sample("finney", CALL, "a", "0x2a", ("k1",), state_block=4_000)
+        run.checker.submit(sample, pool, nodes, None, run.forgotten.extend)
+        await asyncio.gather(*list(run.checker._tasks))
+    assert nodes.asked == ["b"] * 10 and run.outcomes == {"agree": 10}

@@ -9,7 +9,13 @@ import pytest
 
 from common.config import Config, parse_config
 from sidecar.dashboard.scope import page_href, parse_network, scoped
-from sidecar.dashboard.wording import age_text, backoff_text, capacity_text, updated_text
+from sidecar.dashboard.wording import (
+    age_text,
+    backoff_text,
+    capacity_text,
+    horizon_text,
+    updated_text,
+)
 from sidecar.registry.documents import PageError
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
@@ -85,3 +91,21 @@ def test_a_budget_and_a_learned_rate_in_words(
     row = {"budget": {"max_rps": max_rps, "max_concurrency": max_concurrency},
            "learned_rps": learned}  # fmt: skip
     assert capacity_text(row) == text
+
+
+@pytest.mark.parametrize(
+    ("earliest", "keeps", "model", "exact", "text"),
+    [
+        (None, None, "unknown", False, ""),
+        (0, None, "archive", True, "archive"),
+        (4000, 256, "window", True, "last 256 blocks"),
+        (4000, 200, "window", False, "last ≥ 200 blocks"),
+        (1234, None, "fixed", True, "from #1234"),
+        (1234, None, "unknown", False, "≥ #1234"),
+    ],
+)
+def test_a_state_horizon_in_words(
+    earliest: int | None, keeps: int | None, model: str, exact: bool, text: str
+) -> None:
+    row = {"earliest": earliest, "lost": None, "keeps": keeps, "model": model, "exact": exact}
+    assert horizon_text(row) == text

@@ -119,6 +119,19 @@ def test_per_node_gauges_add_up_over_the_live_proxies() -> None:
     assert g.upstream_sent_last_s == {EP_A: 3} and g.upstream_learned_rps == {EP_B: 6}
 
 
+def test_a_block_a_node_discarded_is_the_highest_any_live_proxy_reported() -> None:
+    """``upstream_state_lost``: the sidecar checks that block at the node's next
+    full probe; the highest over the live proxies, gone with a silent proxy."""
+    clock = FakeClock(T0)
+    pc = ProxyCounters(clock, gauge_ttl_s=120)
+    pc.add(upstream("a:1", upstream_state_lost={EP_A: 4_000_100, EP_B: 7}), T0)
+    clock.t += 60
+    pc.add(upstream("b:2", upstream_state_lost={EP_A: 4_000_050}), T0 + 60)
+    assert pc.gauges().upstream_state_lost == {EP_A: 4_000_100, EP_B: 7}
+    clock.t += 61
+    assert pc.gauges().upstream_state_lost == {EP_A: 4_000_050}
+
+
 def test_a_back_off_ends_at_the_latest_time_any_live_proxy_reported() -> None:
     clock = FakeClock(T0 + 2)  # the batches arrive 2 s after they were built
     pc = ProxyCounters(clock, gauge_ttl_s=120)

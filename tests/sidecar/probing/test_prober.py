@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -428,3 +429,79 @@ def test_the_retries_back_off_to_the_interval_and_end_once_it_answered() -> None
     p.observe(e, ProbeResult(e.id, 10, "full", LIVE, 10, best=1))
     p.observe(e, ProbeResult(e.id, 11, "full", DEAD))
     assert p._next_delay(e.id, 60) == 60
+
+
+# --- state horizons -----------------------------------------------------------------------
+
+
+class FakeState:
+    """A node keeping the state of its last ``keep`` blocks (best 100_000, the
+    fake probe's best is 100); records the blocks each round asked."""
+
+    def __init__(self, keep: int, *, fail: bool = False) -> None:
+        self.keep = keep
+        self.fail = fail
+        self.asked: list[tuple[str, tuple[int, ...]]] = []
+
+    async def __call__(self, e: Endpoint, blocks: tuple[int, ...]) -> tuple[tuple[int, bool], ...]:
+        self.asked.append((e.provider, blocks))
+        if self.fail:
+            raise RuntimeError("bug in the state checks")
+        return tuple((n, 100 - n < self.keep) for n in blocks)
+
+
+class ArchiveProbe(FakeProbe):
+    """Full probes report the archive check: block 1's state held or not."""
+
+    def __init__(self, archive: dict[str, bool]) -> None:
+        super().__init__()
+        self.archive = archive
+
+    async def __call__(self, e: Endpoint, kind: ProbeKind) -> ProbeResult:
+        result = await super().__call__(e, kind)
+        if kind != "full":
+            return result
+        return dataclasses.replace(result, archive=self.archive.get(e.provider))
+
+
+async def test_full_probes_of_nodes_check_the_state_and_narrow_the_horizon(tmp_path: Path) -> None:
+    cfg = config(("pruned", "node-rpc"), ("arch", "node-wss"), ("art", "data-artifact"))
+    state = FakeState(keep=20)
+    store = Store(tmp_path / "s.sqlite3")
+    p = prober(cfg, ArchiveProbe({"pruned": False, "arch": True}), store=store, state_probe=state)
+    pruned, arch, _ = cfg.endpoints
+    async with running(p):
+        assert await until(lambda: p.health_of(pruned.id).horizon.window.exact, 5.0), p.health
+    h = p.health_of(pruned.id)
+    assert h.horizon.earliest(100) == 81 and h.horizon.latest_lost(100) == 80
+    assert p.health_of(arch.id).horizon.earliest(100) == 0  # block 1 held: no other check
+    assert {who for who, _ in state.asked} == {"pruned"}  # neither the archive nor the artifact
+    assert all(len(blocks) <= 2 for _, blocks in state.asked)
+    # kept across a restart
+    assert (
+        Prober(cfg.endpoints, FakeProbe(), FAST, store, clock=time.time)
+        .health_of(pruned.id)
+        .horizon
+        == p.health_of(pruned.id).horizon
+    )
+    store.close()
+
+
+async def test_a_reported_block_is_checked_at_the_next_full_probe() -> None:
+    cfg = config(("pruned", "node-rpc"))
+    state = FakeState(keep=20)
+    p = prober(cfg, ArchiveProbe({"pruned": False}), state_probe=state, reported=lambda eid: 90)
+    async with running(p):
+        assert await until(lambda: len(state.asked) >= 2)
+    assert all(blocks[0] == 90 for _, blocks in state.asked[:1])
+
+
+async def test_failing_state_checks_leave_the_horizon_to_the_archive_check() -> None:
+    cfg = config(("pruned", "node-rpc"))
+    (e,) = cfg.endpoints
+    state = FakeState(keep=20, fail=True)
+    p = prober(cfg, ArchiveProbe({"pruned": False}), state_probe=state)
+    async with running(p):
+        assert await until(lambda: len(state.asked) >= 2 and p.health_of(e.id).status == "OK")
+    h = p.health_of(e.id).horizon
+    assert h.archive is False and h.earliest(100) is None and h.latest_lost(100) == 1

@@ -145,6 +145,8 @@ def test_root_rows_and_summary() -> None:
         "id": E[0].id, "provider": "a", "kind": "node-rpc", "classification": "live",
         "status": "OK", "archive": False, "latency_ms": 12, "backoff_until": None,
         "budget": {"max_rps": None, "max_concurrency": None}, "learned_rps": None,
+        "horizon": {"earliest": None, "lost": None, "keeps": None, "model": "unknown",
+                    "exact": False, "rounds": 0},
     }  # fmt: skip
     assert (unprobed["status"], unprobed["classification"], unprobed["latency_ms"]) == (
         "Unknown",
@@ -381,3 +383,30 @@ def test_pages_partition_the_registry_in_order(subnets: list[int]) -> None:
             assert index[a["id"]] < index[b["id"]]
     with pytest.raises(PageError):
         callable_endpoints(c, {}, pages + 1)
+
+
+def test_the_state_horizon_decides_archive_capable_and_is_shown() -> None:
+    """A node configured ``archive: true`` whose probes found it keeps 256
+    blocks is not archive-capable; one configured without whose block 1 is
+    held is."""
+    from sidecar.probing.horizon import Horizon, observe
+
+    pruned = Horizon()
+    for best in (1000, 1001, 1002):  # 64 held, 256 lost; the chain moved: keeps 65..255
+        pruned = observe(pruned, best, [(best - 64, True), (best - 256, False)], archive=False)
+    c = cfg(
+        ep("https://p.example", "p", "node-rpc", archive=True),
+        ep("https://a.example", "a", "node-rpc"),
+    )
+    p, a = c.endpoints
+    health = {
+        p.id: ok(10.0, best=1002, horizon=pruned),
+        a.id: ok(10.0, best=1002, horizon=observe(Horizon(), 1002, [], archive=True)),
+    }
+    rows = {r["id"]: r for r in root_endpoints(c, health)["rows"]}
+    assert rows[p.id]["archive"] is False and rows[a.id]["archive"] is True
+    assert rows[p.id]["horizon"] == {
+        "earliest": 1002 - 64, "lost": 1002 - 256, "keeps": None, "model": "unknown",
+        "exact": False, "rounds": 3,
+    }  # fmt: skip
+    assert rows[a.id]["horizon"]["earliest"] == 0 and rows[a.id]["horizon"]["model"] == "archive"

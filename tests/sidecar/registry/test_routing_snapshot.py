@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sidecar.probing.health import Health, chain_heads
+from sidecar.probing.horizon import Horizon, observe, plan
 from sidecar.registry.routing_snapshot import route, snapshot
 from tests.configs import endpoint, make_config
 from tests.sidecar.registry.helpers import NOW, by_provider, degraded, ok
@@ -193,6 +194,38 @@ def test_conclusive_archive_probe_overrides_the_config_flag() -> None:
     assert u["said_yes"]["archive"] is False
     assert u["said_no"]["archive"] is True
     assert u["untested"]["archive"] is True
+
+
+def test_each_upstream_carries_its_measured_state_horizon() -> None:
+    """The horizon fields are added to the contract: a pruned node's (keeps
+    the last K blocks, measured at its best), an archive's, an unmeasured one's;
+    ``archive`` follows the horizon whatever the config says."""
+    cfg = make_config(
+        endpoint("pruned", archive=True), endpoint("arch"), endpoint("unmeasured", archive=True)
+    )
+    e = by_provider(cfg)
+    pruned = Horizon()
+    for best in range(1000, 1030):  # keeps the last 100 blocks; the chain moves
+        blocks = plan(pruned, best)
+        pruned = observe(pruned, best, [(n, best - n < 100) for n in blocks], archive=False)
+    assert pruned.exact and pruned.keeps == 100
+    health = {
+        e["pruned"].id: ok(1050, 1048, horizon=pruned),
+        e["arch"].id: ok(1050, 1048, horizon=observe(Horizon(), 1050, [], archive=True)),
+        e["unmeasured"].id: ok(1050, 1048),
+    }
+    u = ups(snapshot("finney", cfg.endpoints, health, max_lag=3, now=NOW))
+    assert {k: u["pruned"][k] for k in ("archive", "horizon", "horizon_lost", "keeps")} == {
+        "archive": False,
+        "horizon": 951,  # at its best 1050: the last 100 blocks, 951..1050
+        "horizon_lost": 950,
+        "keeps": 100,
+    }
+    assert u["pruned"]["horizon_rounds"] == 30
+    assert (u["arch"]["archive"], u["arch"]["horizon"], u["arch"]["keeps"]) == (True, 0, None)
+    assert u["arch"]["horizon_lost"] is None and u["arch"]["horizon_rounds"] == 1
+    assert (u["unmeasured"]["horizon"], u["unmeasured"]["horizon_rounds"]) == (None, 0)
+    assert u["unmeasured"]["archive"] is True  # not measured: the config's flag
 
 
 def test_unprobed_endpoint_takes_archive_from_the_config() -> None:
