@@ -222,7 +222,10 @@ class Recording:
         if name == "chain_getBlockHash" and args[0] == 0:
             return {"result": FINNEY_GENESIS}
         if name == "chain_getBlockHash" and isinstance(args[0], int):
-            return {"result": self.hashes.get(args[0])}
+            # a height the recording has no hash for is not in it (``null`` would
+            # say "never had that block": a warp-synced node, state horizons)
+            block = self.hashes.get(args[0])
+            return {"result": block} if block is not None else None
         if name == "chain_getHeader":
             header = self.headers.get(args[0] if args else self.head)
             return {"result": header} if header is not None else None
