@@ -26,8 +26,7 @@ def draining(tmp_path: Any) -> Iterator[Stack]:
     s = Stack(tmp_path)
     try:
         epoch = time.time() - 600
-        for name in ("alpha", "beta"):
-            s.start_node(name, epoch=epoch, block_time=1.0)
+        s.start_nodes(("alpha", "beta"), epoch=epoch, block_time=1.0)
         config = with_wss(base_config(tmp_path, s.nodes, **PROXY_DEFAULTS, drain_s=8))
         config["proxy"]["failover"]["attempt_timeout_s"] = 3
         config["proxy"]["failover"]["deadline_s"] = 5

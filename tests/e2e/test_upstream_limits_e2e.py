@@ -45,8 +45,7 @@ def _stack(
 ) -> Stack:
     stack = Stack(tmp)
     epoch = time.time() - 600
-    for name in budgets:
-        stack.start_node(name, epoch=epoch)
+    stack.start_nodes(budgets, epoch=epoch)
     config = base_config(tmp, stack.nodes, top=probes, **{**PROXY_DEFAULTS, **NO_QUOTA})
     for e, node in zip(config["registry"]["endpoints"], stack.nodes, strict=True):
         e.update(budgets[node.name])
