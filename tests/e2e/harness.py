@@ -7,6 +7,7 @@ and is killed with its group, even when a test fails."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,9 @@ def base_config(
         for n in nodes
     ]
     return {
-        "proxy": {"networks": ["finney", "test"], **proxy},
+        # a copy: a test that changes its config (``config["proxy"]["failover"][…]``)
+        # must not change the shared defaults (``PROXY_DEFAULTS``) of every later stack
+        "proxy": {"networks": ["finney", "test"], **copy.deepcopy(proxy)},
         "sidecar": sidecar_section(),
         "data_dir": str(tmp / "data"),
         "registry": {"endpoints": endpoints},
