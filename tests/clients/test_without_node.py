@@ -33,6 +33,9 @@ def _run_without_node(tmp_path: Path, **env_extra: str) -> subprocess.CompletedP
             "-rs",
             "-p",
             "no:cacheprovider",
+            # hypothesis' plugin is most of a child pytest's start, and unused here
+            "-p",
+            "no:hypothesispytest",
             "tests/clients/test_chopsticks_quirks.py",
         ],
         cwd=REPO,

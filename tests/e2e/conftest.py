@@ -35,11 +35,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s.stop()
 
 
-@pytest.fixture(scope="module", params=list(DISPATCH_MODES))
+@pytest.fixture(scope="session", params=list(DISPATCH_MODES))
 def mode_stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    """Like ``stack``, once per dispatch mode."""
+    """Like ``stack``, once per dispatch mode, and shared by the modules of the
+    contract tests (test_wire, test_open_proxy, test_websocket_e2e): their
+    tests only call and read (a node's faults are reset after each test,
+    ``_clean_faults``; quotas are per client address, each test's its own), so
+    one stack per mode serves them all, each started once rather than once
+    per module."""
     s = build_stack(
         tmp_path_factory.mktemp(f"stack-{request.param}"),
         ("alpha", "beta", "archive-gamma"),

@@ -96,8 +96,12 @@ def build_stack(
     stack = Stack(tmp, proxy_sets=sets)
     epoch = time.time() - 600
     try:
-        for name in names:
-            stack.start_node(name, epoch=epoch, archive=name.startswith("archive"))
+        stack.wait_nodes(
+            [
+                stack.start_node(name, epoch=epoch, archive=name.startswith("archive"), wait=False)
+                for name in names
+            ]
+        )
         stack.write_config(base_config(tmp, stack.nodes, top=top, **{**PROXY_DEFAULTS, **proxy}))
         stack.start_sidecar()
         stack.start_proxy()

@@ -40,8 +40,7 @@ PROBES = {"probe": {"interval_s": 2, "head_interval_s": 1, "timeout_s": 1}}
 def _stack(tmp: Any, names: tuple[str, ...]) -> Stack:
     s = Stack(tmp)
     epoch = time.time() - 600
-    for name in names:
-        s.start_node(name, epoch=epoch)
+    s.start_nodes(names, epoch=epoch)
     config = base_config(
         tmp,
         s.nodes,

@@ -50,8 +50,12 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
     stack = Stack(tmp_path)
     try:
         epoch = time.time() - 600
-        for name in ("alpha", "archive", "gamma"):
-            stack.start_node(name, epoch=epoch, archive=name == "archive")
+        stack.wait_nodes(
+            [
+                stack.start_node(name, epoch=epoch, archive=name == "archive", wait=False)
+                for name in ("alpha", "archive", "gamma")
+            ]
+        )
         port = free_port()
         stack.write_config(
             {

@@ -90,9 +90,11 @@ def _start(tmp: Path) -> tuple[Stack, dict[str, Node]]:
             genesis=TEST_GENESIS if name == "epsilon" else FINNEY_GENESIS,
             archive=name == "delta",
             host=host,
+            wait=False,
         )
         for name, host in HOSTS.items()
     }
+    stack.wait_nodes(nodes.values())
     port = free_port()
     stack.write_config(
         {

@@ -26,11 +26,10 @@ def draining(tmp_path: Any) -> Iterator[Stack]:
     s = Stack(tmp_path)
     try:
         epoch = time.time() - 600
-        for name in ("alpha", "beta"):
-            s.start_node(name, epoch=epoch, block_time=1.0)
-        config = with_wss(base_config(tmp_path, s.nodes, **PROXY_DEFAULTS, drain_s=8))
-        config["proxy"]["failover"]["attempt_timeout_s"] = 3
-        config["proxy"]["failover"]["deadline_s"] = 5
+        s.start_nodes(("alpha", "beta"), epoch=epoch, block_time=1.0)
+        failover = {**PROXY_DEFAULTS["failover"], "attempt_timeout_s": 3, "deadline_s": 5}
+        proxy = {**PROXY_DEFAULTS, "failover": failover}
+        config = with_wss(base_config(tmp_path, s.nodes, **proxy, drain_s=8))
         s.write_config(config)
         s.start_sidecar()
         s.start_proxy()

@@ -63,8 +63,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s = Stack(tmp)
     try:
         epoch = time.time() - 600
-        for name in NODES:
-            s.start_node(name, epoch=epoch)
+        s.start_nodes(NODES, epoch=epoch)
         config = base_config(tmp, s.nodes, **PROXY_DEFAULTS)
         config["networks"] = {network: {} for network in NETWORKS}
         config["proxy"]["networks"] = list(NETWORKS)

@@ -50,8 +50,7 @@ def disks(tmp_path: Path) -> Iterator[tuple[Stack, Path, Path]]:
         mounts.enter_context(tmpfs(sidecar_dir, MOUNT_SIZE))
         mounts.callback(stack.stop)  # before the unmounts
         epoch = time.time() - 600
-        for name in ("alpha", "beta"):
-            stack.start_node(name, epoch=epoch)
+        stack.start_nodes(("alpha", "beta"), epoch=epoch)
         top = {**FAST, "data_dir": str(proxy_dir)}
         stack.write_config(base_config(tmp_path, stack.nodes, top=top, **PROXY))
         assert stack.config_path is not None

@@ -60,8 +60,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     stack = Stack(tmp)
     try:
         epoch = time.time() - 600
-        for name in ("alpha", "beta"):
-            stack.start_node(name, epoch=epoch)
+        stack.start_nodes(("alpha", "beta"), epoch=epoch)
         stack.write_config(_config(tmp, stack))
         stack.start_sidecar()
         # flows printed (flow_detail=2: request lines and headers): the key must not be there

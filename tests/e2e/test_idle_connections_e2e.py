@@ -8,7 +8,6 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import aiohttp
 import pytest
@@ -21,8 +20,10 @@ pytestmark = pytest.mark.e2e
 TIMEOUT_S = 1.0  # read_timeout_s: idle connections go after 2 s
 
 
-@pytest.fixture
-def idle_stack(tmp_path: Any) -> Iterator[Stack]:
+@pytest.fixture(scope="module")
+def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One stack for the module: each test opens (and closes) connections of its own."""
+    tmp_path = tmp_path_factory.mktemp("idle")
     s = Stack(tmp_path)
     try:
         s.start_node("alpha", epoch=time.time() - 600)

@@ -40,8 +40,7 @@ def pinning(tmp_path: Any) -> Iterator[Stack]:
     s = Stack(tmp_path)
     try:
         epoch = time.time() - 600
-        for name in ("alpha", "beta"):
-            s.start_node(name, epoch=epoch, block_time=BLOCK_S)
+        s.start_nodes(("alpha", "beta"), epoch=epoch, block_time=BLOCK_S)
         s.write_config(base_config(tmp_path, s.nodes, top=STALE_PROBES, **PROXY_DEFAULTS))
         _hold_level(s.nodes)
         s.start_sidecar()

@@ -39,8 +39,7 @@ def _build(tmp: Any) -> Stack:
     s = Stack(tmp)
     try:
         epoch = time.time() - 600
-        for name in ("alpha", "beta"):
-            s.start_node(name, epoch=epoch, block_time=12.0)
+        s.start_nodes(("alpha", "beta"), epoch=epoch, block_time=12.0)
         config = base_config(
             tmp,
             s.nodes,

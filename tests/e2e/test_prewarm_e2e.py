@@ -39,8 +39,7 @@ def prewarm_stack(tmp_path: Any) -> Iterator[Stack]:
     s = Stack(tmp_path)
     try:
         epoch = time.time() - 600
-        for name in ("alpha", "beta"):
-            s.start_node(name, epoch=epoch, block_time=3.0)
+        s.start_nodes(("alpha", "beta"), epoch=epoch, block_time=3.0)
         s.write_config(with_wss(base_config(tmp_path, s.nodes, **PROXY_DEFAULTS)))
         s.start_sidecar()
         s.start_proxy()

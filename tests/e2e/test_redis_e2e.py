@@ -52,8 +52,7 @@ def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoMachines]:
     stack = Stack(tmp)
     try:
         epoch = time.time() - 600
-        for name in ("alpha", "beta"):
-            stack.start_node(name, epoch=epoch)
+        stack.start_nodes(("alpha", "beta"), epoch=epoch)
         config = with_wss(base_config(tmp, stack.nodes, **PROXY_DEFAULTS))
         config["redis"] = {"url": redis.url, "key_prefix": "e2e:"}
         stack.write_config(config)

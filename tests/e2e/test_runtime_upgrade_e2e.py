@@ -37,8 +37,7 @@ def upgrade_stack(tmp_path: Any) -> Iterator[Stack]:
     s = Stack(tmp_path)
     try:
         epoch = time.time() - 600
-        for name in ("alpha", "beta"):
-            s.start_node(name, epoch=epoch, block_time=BLOCK_S)
+        s.start_nodes(("alpha", "beta"), epoch=epoch, block_time=BLOCK_S)
         config = with_wss(base_config(tmp_path, s.nodes, top=FAST_HEADS, **PROXY_DEFAULTS))
         s.write_config(config)
         s.start_sidecar()

@@ -71,8 +71,7 @@ async def test_no_secret_on_any_dashboard_page(tmp_path: Path) -> None:
     stack = Stack(tmp_path)
     try:
         epoch = time.time() - 600
-        a = stack.start_node("alpha", epoch=epoch)
-        b = stack.start_node("beta", epoch=epoch)
+        a, b = stack.start_nodes(("alpha", "beta"), epoch=epoch)
         a_port = a.url.rsplit(":", 1)[1]
         dead = free_port()
         endpoints = [

@@ -21,8 +21,7 @@ async def test_secrets_in_upstream_urls_are_never_shown(tmp_path: Path) -> None:
     stack = Stack(tmp_path)
     try:
         epoch = time.time() - 600
-        a = stack.start_node("alpha", epoch=epoch)
-        b = stack.start_node("beta", epoch=epoch)
+        a, b = stack.start_nodes(("alpha", "beta"), epoch=epoch)
         dead_port = free_port()
         urls = [
             a.url.replace("http://", f"http://user:{SECRETS[0]}@") + f"/?apikey={SECRETS[1]}",

@@ -38,8 +38,7 @@ def build(tmp: Any, names: tuple[str, ...], **proxy: Any) -> Stack:
     stack = Stack(tmp)
     epoch = time.time() - 600
     try:
-        for name in names:
-            stack.start_node(name, epoch=epoch, block_time=BLOCK_S)
+        stack.start_nodes(names, epoch=epoch, block_time=BLOCK_S)
         websocket = {"stall_s": 3, "upstream_linger_s": 1, "max_subscriptions": 4}
         config = base_config(
             tmp,

@@ -45,8 +45,7 @@ def _stack(
 ) -> Stack:
     stack = Stack(tmp)
     epoch = time.time() - 600
-    for name in budgets:
-        stack.start_node(name, epoch=epoch)
+    stack.start_nodes(budgets, epoch=epoch)
     config = base_config(tmp, stack.nodes, top=probes, **{**PROXY_DEFAULTS, **NO_QUOTA})
     for e, node in zip(config["registry"]["endpoints"], stack.nodes, strict=True):
         e.update(budgets[node.name])
@@ -104,11 +103,24 @@ def two_nodes(tmp_path: Any) -> Iterator[Stack]:
         stack.stop()
 
 
+async def _until_served_by(url: str, node_id: str, timeout: float = 30.0) -> None:
+    """Until three calls in a row are served by ``node_id``: the proxy prefers it."""
+    deadline = time.monotonic() + timeout
+    streak = 0
+    while streak < 3:
+        assert time.monotonic() < deadline, f"the proxy does not settle on {node_id}"
+        r = await post(url, _miss())
+        streak = streak + 1 if r.headers.get("X-Chainproxy-Upstream") == node_id else 0
+
+
 async def test_retry_after_keeps_client_calls_off_the_node(two_nodes: Stack) -> None:
     alpha, beta = two_nodes.nodes
     beta.control(latency_ms=40)  # alpha is the faster: it would get most calls
-    alpha.control(limit_rps=1, limit_retry_after_s=5)
     alpha_id = endpoint_id(f"{alpha.url}")
+    # the premise: the proxy sends the calls to alpha now (on a loaded machine one
+    # slow answer of alpha's may have made beta look the faster for a while)
+    await _until_served_by(two_nodes.rpc_url(), alpha_id)
+    alpha.control(limit_rps=1, limit_retry_after_s=5)
     seen: list[tuple[float, Reply]] = []
     ip = next_client_ip()
     start = time.monotonic()

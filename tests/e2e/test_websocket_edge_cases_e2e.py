@@ -8,6 +8,7 @@ behaviour that tests/e2e/test_websocket_e2e.py does not check."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -288,6 +289,11 @@ def _rss_mib(pid: int) -> int:
     return -1
 
 
+# a pump of 1 MiB messages that moved no MiB for this long is stuck: the proxy no
+# longer reads the socket (one that reads takes a few ms a MiB)
+STALL_S = 3.0
+
+
 async def test_past_64_calls_in_flight_the_proxy_stops_reading_the_socket(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -339,11 +345,21 @@ async def test_past_64_calls_in_flight_the_proxy_stops_reading_the_socket(
                     await ws.send_str(chunk)
                     sent += 1
 
-            try:
-                # 48 MiB take well under a second to a socket that is read
-                await asyncio.wait_for(pump(), 8)
-            except TimeoutError:
-                pass  # the expected outcome: the proxy stopped reading
+            # 48 MiB take well under a second to a socket that is read. The expected
+            # outcome: the proxy stopped reading, the kernel's buffers filled and the
+            # pump is stuck: no MiB more for STALL_S (or not done after 8 s, as before)
+            pumping = asyncio.create_task(pump())
+            deadline = time.monotonic() + 8
+            last, moved_at = -1, time.monotonic()
+            while not pumping.done() and time.monotonic() < deadline:
+                if sent != last:
+                    last, moved_at = sent, time.monotonic()
+                elif time.monotonic() - moved_at >= STALL_S:
+                    break
+                await asyncio.sleep(0.05)
+            pumping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pumping
             rss_after = _rss_mib(s.proxy.popen.pid)  # for the message only
             s.nodes[0].reset()  # hung calls fail now; let the socket drain and close
             for _ in range(64 + sent):
