@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mitmproxy.utils.asyncio_utils import create_task
+
 from addon.follow.follow import Follow
 from addon.follow.view import NetworkView
 from addon.rpc.new_spec import LegacyCaller
@@ -55,7 +57,6 @@ class FollowBook:
         self.follows: dict[str, Follow] = {}
         self.per_client: dict[str, int] = {}
         self._lingers: dict[str, asyncio.TimerHandle] = {}
-        self._closing: set[asyncio.Task[None]] = set()
         self.held: frozenset[str] = frozenset()  # networks followed always
 
     # --- follows ------------------------------------------------------------------------
@@ -171,9 +172,7 @@ class FollowBook:
             view = self.views.get(network)
             if view is not None and not view.listeners and network not in self.held:
                 del self.views[network]
-                task = loop.create_task(view.close())
-                self._closing.add(task)  # held until done: the loop keeps weak references
-                task.add_done_callback(self._closing.discard)
+                create_task(view.close(), name="chainproxy: leave a chain view", keep_ref=True)
 
         self._lingers[network] = loop.call_later(self.settings.linger_s, expire)
 

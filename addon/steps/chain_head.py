@@ -13,9 +13,10 @@ the subscription caps count follows like subscriptions
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
+
+from mitmproxy.utils.asyncio_utils import create_task
 
 from addon.follow import operations
 from addon.follow.book import FollowBook
@@ -40,6 +41,7 @@ from addon.rpc.new_spec import (
 )
 
 _METHODS = frozenset(CHAIN_HEAD)
+_BEGIN = "chainproxy: a follow's first events"
 TOO_MANY_FOLLOWS = -32800
 _LIMIT = {"result": "limitReached"}
 _NAMES = {
@@ -147,7 +149,7 @@ def _follow(rpc: RpcContext, book: FollowBook, sock: Socket, args: dict[str, Any
     sock.subscriptions[follow.id] = CHAIN_HEAD_FOLLOW
     sock.changed()
     _after(rpc, follow.greet)
-    _after(rpc, lambda: _spawn(book.begin(follow)))
+    _after(rpc, lambda: create_task(book.begin(follow), name=_BEGIN, keep_ref=True))
     return follow.id
 
 
@@ -296,12 +298,3 @@ def _after(rpc: RpcContext, fn: Callable[[], object]) -> None:
     if rpc.afters is None:
         rpc.afters = []
     rpc.afters.append(run)
-
-
-def _spawn(coro: Coroutine[Any, Any, None]) -> None:
-    task = asyncio.get_running_loop().create_task(coro)
-    _TASKS.add(task)  # held until done: the loop keeps only weak references
-    task.add_done_callback(_TASKS.discard)
-
-
-_TASKS: set[asyncio.Task[None]] = set()
