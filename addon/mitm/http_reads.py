@@ -48,6 +48,7 @@ from mitmproxy.proxy.layers.http._http1 import Http1Connection, Http1Server
 
 from addon.mitm import internals as mitm_internals
 from addon.mitm.http_requests import UNUSUAL, Request, RequestReader
+from addon.mitm.internals import handler_assumptions
 from addon.mitm.limits import Limits, json_error
 
 log = logging.getLogger("chainproxy")
@@ -270,17 +271,8 @@ def at_request_boundary(path: list[Any]) -> bool:
 
 def assumptions() -> list[tuple[str, bool]]:
     """What the direct reads rely on, by name (tests/addon/mitm checks them)."""
-    from mitmproxy.proxy import server
-
     return [
-        (
-            "ConnectionHandler.server_event",
-            callable(getattr(server.ConnectionHandler, "server_event", None)),
-        ),
-        (
-            "ConnectionHandler.timeout_watchdog",
-            "timeout_watchdog" in server.ConnectionHandler.__annotations__,
-        ),
+        *handler_assumptions(),
         ("Http1Server.read_headers", callable(getattr(Http1Server, "read_headers", None))),
         ("Http1Connection.buf", "buf" in Http1Connection.__annotations__),
         ("HttpLayer.streams", "streams" in HttpLayer.__annotations__),

@@ -323,3 +323,21 @@ def close_client(master: Any, conn_id: str) -> bool:
         return False
     writer.close()
     return True
+
+
+def handler_assumptions() -> list[tuple[str, bool]]:
+    """What both direct read paths (``ws_reads``, ``http_reads``) rely on in
+    mitmproxy's ``ConnectionHandler``: its ``server_event`` to swap, its
+    inactivity clock to keep going."""
+    from mitmproxy.proxy import server
+
+    return [
+        (
+            "ConnectionHandler.server_event",
+            callable(getattr(server.ConnectionHandler, "server_event", None)),
+        ),
+        (
+            "ConnectionHandler.timeout_watchdog",
+            "timeout_watchdog" in server.ConnectionHandler.__annotations__,
+        ),
+    ]

@@ -40,6 +40,7 @@ from mitmproxy.proxy.layers import websocket as mitm_ws
 
 from addon.mitm import internals as mitm_internals
 from addon.mitm.frames import PING, PONG, FrameReader, pong_frame
+from addon.mitm.internals import handler_assumptions
 
 log = logging.getLogger("chainproxy")
 
@@ -190,17 +191,8 @@ def at_frame_boundary(path: list[Any]) -> bool:
 
 def assumptions() -> list[tuple[str, bool]]:
     """What the direct reads rely on, by name (tests/addon/mitm checks them)."""
-    from mitmproxy.proxy import server
-
     return [
-        (
-            "ConnectionHandler.server_event",
-            callable(getattr(server.ConnectionHandler, "server_event", None)),
-        ),
-        (
-            "ConnectionHandler.timeout_watchdog",
-            "timeout_watchdog" in server.ConnectionHandler.__annotations__,
-        ),
+        *handler_assumptions(),
         ("WebsocketLayer.client_ws", "client_ws" in mitm_ws.WebsocketLayer.__annotations__),
         (
             "WebsocketConnection.frame_buf",
