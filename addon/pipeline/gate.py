@@ -71,20 +71,7 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
         return None
     request_id = request_id_of(flow.request.headers.get("X-Request-Id"))
     caller = flow_caller(flow, rt)
-    if isinstance(caller, Refusal):
-        rpc = RpcContext(route.network, rt.clock(), flow, request_id=request_id)
-        rpc.reply = Reply.refusal(caller)  # counted in the live metrics; no step runs
-        return rpc
-    rpc = RpcContext(
-        route.network,
-        rt.clock(),
-        flow,
-        client=caller.client,
-        tier=caller.tier,
-        address=caller.address,
-        request_id=request_id,
-    )
-    return _parse(rpc, flow.request.raw_content or b"", rt)
+    return _opened(route.network, caller, flow, request_id, flow.request.raw_content or b"", rt)
 
 
 def open_direct(
@@ -105,12 +92,25 @@ def open_direct(
         request.path,
         rt,
     )
+    return _opened(route.network, caller, origin, request_id, request.body, rt)
+
+
+def _opened(
+    network: str,
+    caller: Caller | Refusal,
+    origin: Origin,
+    request_id: str,
+    body: bytes,
+    rt: GateNeeds,
+) -> RpcContext:
+    """A POST's call once its caller is known: refused at once (counted in the
+    live metrics; no step runs), or parsed."""
     if isinstance(caller, Refusal):
-        rpc = RpcContext(route.network, rt.clock(), origin, request_id=request_id)
+        rpc = RpcContext(network, rt.clock(), origin, request_id=request_id)
         rpc.reply = Reply.refusal(caller)
         return rpc
     rpc = RpcContext(
-        route.network,
+        network,
         rt.clock(),
         origin,
         client=caller.client,
@@ -118,7 +118,7 @@ def open_direct(
         address=caller.address,
         request_id=request_id,
     )
-    return _parse(rpc, request.body, rt)
+    return _parse(rpc, body, rt)
 
 
 def open_message(content: bytes, sock: Socket, origin: Origin, rt: GateNeeds) -> RpcContext:
