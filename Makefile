@@ -11,6 +11,9 @@ PY := $(VENV)/bin/python
 PYTHON312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 STAMP := $(VENV)/.installed
+# pytest worker processes of `make test` (pytest-xdist): the suite waits on its child
+# processes much of the time, so two share this 2-core machine's work; 0 runs it in one
+TEST_WORKERS ?= 2
 
 .PHONY: run test demo inspect lint bench clean help check-config
 
@@ -62,7 +65,7 @@ check-config: $(STAMP)
 test: $(STAMP) js-deps browser-deps asi-deps scale-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -52,8 +53,45 @@ class StartError(RuntimeError):
     """A child exited, or did not get ready in time, while we waited for it."""
 
 
+# ``lo-hi``: free_port picks from this range only. The test suite gives each of its
+# parallel workers a range of its own below the kernel's ephemeral ports, so two
+# workers never hand out the same port, and no outgoing connection's source port
+# (taken from the ephemeral range) can take a port between its pick and its bind.
+PORT_RANGE_ENV = "CHAINPROXY_PORTS"
+_given: dict[int, None] = {}  # the last RECENT ports given out, oldest first
+RECENT = 512
+
+
+def _port_range() -> tuple[int, int] | None:
+    spec = os.environ.get(PORT_RANGE_ENV, "")
+    lo, sep, hi = spec.partition("-")
+    if not sep or not lo.isdigit() or not hi.isdigit() or not 1024 <= int(lo) < int(hi) < 65536:
+        return None
+    return int(lo), int(hi)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now: from
+    ``$CHAINPROXY_PORTS`` when set (never one this process gave out before), else
+    one the kernel picks."""
+    if (bounds := _port_range()) is not None:
+        lo, hi = bounds
+        for _ in range(4 * (hi - lo)):
+            port = random.randint(lo, hi)
+            if port not in _given and _bindable(port):
+                _given[port] = None
+                if len(_given) > RECENT:
+                    del _given[next(iter(_given))]
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -4,10 +4,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from chainproxy.supervisor import PORT_RANGE_ENV
 from tests.redis_server import redis_server  # noqa: F401  (a real redis-server, per test)
+
+# Ports for the processes the tests start, below the kernel's ephemeral range
+# (32768-60999 by default) so no outgoing connection takes one between its pick and
+# its bind; each parallel worker (pytest-xdist, `make test`) gets a slice of its own.
+PORTS_LO, PORTS_HI = 20000, 32000
+
+
+def _worker_ports() -> str:
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    span = (PORTS_HI - PORTS_LO) // max(1, count)
+    lo = PORTS_LO + index * span
+    return f"{lo}-{lo + span - 1}"
+
+
+os.environ.setdefault(PORT_RANGE_ENV, _worker_ports())
 
 # CI must run the whole suite or say it did not: with CI set (CI=true, as CI runs
 # `.ci/run`), a test that would be skipped for a missing tool (redis-server, haproxy,
@@ -46,3 +65,51 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
     report: pytest.CollectReport = outcome.get_result()
     if _STRICT and report.skipped:  # a module-level importorskip / skip
         _fail_skip(report)
+
+
+# How `make test` shares the suite between its worker processes (pytest-xdist):
+# a module's tests stay together in one worker (they share its module-scoped stack),
+# and so do the client tests (one chopsticks chain, a session fixture) and the
+# contract modules (one stack per dispatch mode). The groups that start processes
+# go first, the longest of them first, so the many small unit modules fill in at
+# the end and both workers finish together. (xdist's own ``loadgroup`` marks do not
+# work with pytest 9.2: it renames ``item._nodeid``, which pytest 9 no longer reads.)
+_SHARED_SESSION = {
+    "tests/clients/": "tests/clients",
+    "tests/e2e/test_wire.py": "contract",
+    "tests/e2e/test_websocket_e2e.py": "contract",
+    "tests/e2e/test_open_proxy.py": "contract",
+}
+_FIRST = ("tests/clients", "tests/bench/", "tests/e2e/test_soak_smoke.py", "tests/e2e/", "contract")
+
+
+def group_of(nodeid: str) -> str:
+    """The worker group of a test: its module, or the group it shares a stack with."""
+    path = nodeid.split("::", 1)[0]
+    for prefix, group in _SHARED_SESSION.items():
+        if path.startswith(prefix):
+            return group
+    return path
+
+
+def _rank(nodeid: str) -> int:
+    group = group_of(nodeid)
+    return next((i for i, p in enumerate(_FIRST) if group.startswith(p)), len(_FIRST))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+        def schedule(self) -> None:
+            if self.collection is None and self.collection_is_completed:
+                for node, ids in self.registered_collections.items():
+                    self.registered_collections[node] = sorted(ids, key=_rank)  # stable
+            super().schedule()
+
+    config.option.loadscopereorder = False  # our order, not the count of tests
+    return GroupScheduling(config, log)

@@ -5,8 +5,8 @@ through the gate (route, body limit, parse; ``addon/pipeline/gate.py``) and goes
 ``STEPS``::
 
     allowlist → subscription_limits → rate_limit → subscribe → new_spec_reads → chain_head
-              → pin_to_head → cache_lookup → reserve_bytes → forward_pending → learn → cache_store
-              → charge_bytes → record → respond
+              → head_answer → pin_to_head → cache_lookup → reserve_bytes → forward_pending
+              → learn → cache_store → charge_bytes → record → respond
 
 Each step is a plain function ``step(rpc, runtime)`` around a pure core; it
 works on the call alone (``RpcContext``), never on a mitmproxy flow. The loop
@@ -41,6 +41,7 @@ from addon.steps.cache_store import cache_store
 from addon.steps.chain_head import chain_head
 from addon.steps.charge_bytes import charge_bytes
 from addon.steps.forward_pending import forward_pending
+from addon.steps.head_answer import head_answer
 from addon.steps.learn import learn
 from addon.steps.new_spec_reads import new_spec_reads
 from addon.steps.pin_to_head import pin_to_head
@@ -60,6 +61,7 @@ STEPS: tuple[Step, ...] = (
     subscribe,
     new_spec_reads,
     chain_head,
+    head_answer,
     pin_to_head,
     cache_lookup,
     reserve_bytes,

@@ -25,6 +25,7 @@ class HttpSession:
         # in a task mitmproxy keeps a reference to until it ends.
         rt = self.holder.runtime
         if rt is not None:
+            rt.head_watch.close()  # its timers; its subscriptions end with the hub's
             rt.subs.stop()  # its sockets end with the session: no resubscribing now
             cancel_outraced()  # hedge losers still running: nobody reads their answers
             if rt.access_log is not None:

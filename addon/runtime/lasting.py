@@ -29,6 +29,7 @@ from addon.reporting.usage import Spool, UsageAggregator
 from addon.rpc.new_spec import LegacyCaller
 from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
 from addon.sockets.slots import SocketSlots
+from addon.subs.head_watch import HeadWatch
 from addon.subs.hub import SubscriptionHub
 from addon.upstream.coalesce import Coalescer
 from addon.upstream.forward import AiohttpTransport, Transport
@@ -48,6 +49,7 @@ class Lasting:
     sizes: AnswerSizes = field(default_factory=AnswerSizes)  # how large kinds of calls answer
     subs: SubscriptionHub = field(init=False)  # one hub per process, on each policy's pools
     follows: FollowBook = field(init=False)  # chainHead_v1 follows, on the hub
+    head_watch: HeadWatch = field(init=False)  # chain_getHead from a live head subscription
     finality: FinalityLookups = field(init=False)  # look-ups of hashes' finality in flight
     purges: NodePurges = field(init=False)  # a quarantined node's cache entries, going
     ws_connections: int = 0  # client WebSockets open (a gauge)

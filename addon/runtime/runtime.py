@@ -24,6 +24,7 @@ from addon.follow.book import FollowBook, FollowSettings
 from addon.rpc.new_spec import CHAIN_HEAD_FOLLOW
 from addon.runtime.lasting import Lasting
 from addon.runtime.policy import Policy, build_policy
+from addon.subs.head_watch import HeadWatch
 from addon.subs.hub import HubSettings, SubscriptionHub
 from common.config import Config
 from common.config.model import ProxyConfig
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 # read through to the part that holds them (a reload replaces only ``policy``)
 _LASTING = (
     "clock", "metrics", "coalescer", "chain", "usage", "slots", "sizes", "subs", "follows",
-    "ws_connections", "session", "transport", "lean", "redis", "spool", "cache",
+    "head_watch", "ws_connections", "session", "transport", "lean", "redis", "spool", "cache",
     "on_new_head", "legacy", "finality", "purges",
 )  # fmt: skip
 _POLICY = (
@@ -80,6 +81,7 @@ class Runtime:
         sizes: AnswerSizes
         subs: SubscriptionHub
         follows: FollowBook
+        head_watch: HeadWatch
         ws_connections: int
         session: aiohttp.ClientSession | None
         transport: Transport | None
@@ -131,6 +133,7 @@ class Runtime:
             lasting.metrics.count_extra,
             _follow_settings(config.proxy),
         )
+        lasting.head_watch = HeadWatch(lasting.subs, clock, lasting.subs.settings.linger_s)
         return cls(lasting, policy)
 
     def reload(self, config: Config) -> Runtime:
@@ -143,6 +146,7 @@ class Runtime:
             old.access_log.close()  # the new one (if any) takes over from here
         lasting.subs.reconfigure(policy.ws_pools, _hub_settings(config.proxy), lasting)
         lasting.follows.settings = _follow_settings(config.proxy)  # live follows keep theirs
+        lasting.head_watch.demand.linger_s = lasting.subs.settings.linger_s
         lasting.keep_storage(config, old.config)
         runtime = Runtime(lasting, policy)
         if lasting.session is not None:

@@ -151,6 +151,12 @@ class SubscriptionHub(Watchdog):
         """Subscriptions ``client`` holds across its sockets on this proxy."""
         return self.per_client.get(client, 0)
 
+    def heads_live(self, network: str) -> bool:
+        """Whether ``network``'s shared new-heads subscription holds on a node and
+        has delivered a head (``head_watch.py``: the head book follows the chain)."""
+        sh = self.shared.get(f"{network}|chain_subscribeNewHeads|[]")  # share_key's form
+        return sh is not None and sh.delivered > 0 and sh.live.is_set()
+
     def serves(self, network: str) -> bool:
         """Whether the config gives ``network`` any node-wss endpoint at all."""
         pool = self.pools.get(network)

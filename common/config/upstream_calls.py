@@ -28,6 +28,9 @@ class HeadPinningConfig:
     enabled: bool = True
     exclude: frozenset[str] = frozenset()  # methods never pinned
     max_age_s: float = 30.0  # a head seen longer ago than this is not used (2.5 blocks)
+    # chain_getHead answered with that head while a new-heads subscription is live
+    # (addon/subs/head_watch.py); false: always asked of a node
+    answer_head: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,7 @@ def parse_coalesce(raw: Any) -> CoalesceConfig:
 
 def parse_head_pinning(raw: Any) -> HeadPinningConfig:
     h = mapping(raw, "proxy.head_pinning")
-    check_keys(h, ("enabled", "exclude", "max_age_s"), "proxy.head_pinning")
+    check_keys(h, ("enabled", "exclude", "max_age_s", "answer_head"), "proxy.head_pinning")
     exclude = str_list(h.get("exclude", []), "proxy.head_pinning.exclude")
     for m in exclude:
         if not _METHOD.fullmatch(m):
@@ -108,6 +111,7 @@ def parse_head_pinning(raw: Any) -> HeadPinningConfig:
         enabled=get_bool(h, "enabled", True, "proxy.head_pinning.enabled"),
         exclude=frozenset(exclude),
         max_age_s=get_num(h, "max_age_s", 30.0, "proxy.head_pinning.max_age_s"),
+        answer_head=get_bool(h, "answer_head", True, "proxy.head_pinning.answer_head"),
     )
 
 

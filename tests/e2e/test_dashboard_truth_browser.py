@@ -19,18 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chainproxy.supervisor import free_port
 from tests.sidecar.deploy_files import REPO
 from tests.sidecar.metrics_batch import batch_with_metrics
 
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

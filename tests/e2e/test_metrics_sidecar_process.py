@@ -6,7 +6,6 @@ and every metric name the Grafana dashboard and the alert rules use."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from chainproxy.supervisor import free_port
 from common.config import parse_config
 from simnode.command import simnode_argv
 from tests.sidecar.deploy_files import REPO, deploy_metric_names
@@ -28,12 +28,6 @@ from tests.sidecar.metrics_batch import batch_with_metrics, metrics_section
 pytestmark = pytest.mark.e2e
 
 FINNEY_GENESIS = "0x2f0555cc76fc2840a25a6ea3b9637146806f1f44b090c175ffde2a7e5ab36c03"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http(url: str, body: Any = None) -> tuple[int, Any]:

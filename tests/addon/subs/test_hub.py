@@ -226,3 +226,14 @@ async def test_no_node_taking_it_within_establish_s_is_no_upstream(node_state: s
             await subscribe(hub, Client())
         assert 0.25 <= loop.time() - start < 2.0
         assert hub.shared == {} and hub.by_id == {}  # nobody waits for it any more
+
+
+async def test_heads_are_live_while_a_subscription_holds_and_has_delivered() -> None:
+    node = WsNode("a", NodeChain(height=10))
+    async with asyncio.timeout(BOUND_S), hub_over(node) as (hub, _):
+        assert not hub.heads_live("finney")
+        await subscribe(hub, Client())
+        await until(lambda: hub.heads_live("finney"))  # the current head came
+        assert not hub.heads_live("test")
+        await node.kill()  # no other node to move to: no longer live
+        await until(lambda: not hub.heads_live("finney"))

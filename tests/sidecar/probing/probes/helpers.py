@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from chainproxy.supervisor import free_port as free_port  # the tests' one
 from common.config import Endpoint, parse_config
 
 FIXED_NOW = 1_700_000_000.0
@@ -30,13 +30,6 @@ def secret_url(base: str, path: str = "/") -> str:
     """``base`` (scheme://host:port) with credentials in userinfo and the query."""
     scheme, rest = base.split("://", 1)
     return f"{scheme}://alice-user:hunter2pw@{rest}{path}?apikey=SECRET123"
-
-
-def free_port() -> int:
-    """A port nobody listens on (bound then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def assert_no_secret(detail: str) -> None:

@@ -1,0 +1,126 @@
+"""``chain_getHead`` answered from the head the proxy follows, inside the real
+pipeline (mitmproxy test flows, an in-process fake upstream): only while a
+new-heads subscription is live and the head is fresh, never for a number,
+never when switched off; otherwise a node answers and the watch hears of it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from addon.chain.header_hash import header_hash
+from tests.addon.helpers import A, B, body, call, make, rpc_flow, run
+
+HEADER = {
+    "parentHash": "0x" + "11" * 32,
+    "number": hex(4_000_000),
+    "stateRoot": "0x" + "22" * 32,
+    "extrinsicsRoot": "0x" + "33" * 32,
+    "digest": {"logs": []},
+}
+HEAD = header_hash(HEADER)
+NODE_HEAD = "0x" + "ab" * 32  # what the nodes answer to chain_getHead
+
+
+def _answer(doc: Any) -> dict[str, Any]:
+    result = {"chain_getHeader": HEADER, "chain_getHead": NODE_HEAD}.get(doc["method"], "ok")
+    return {"jsonrpc": "2.0", "id": doc["id"], "result": result}
+
+
+def _upstream(doc: Any) -> tuple[int, bytes]:
+    answer = [_answer(d) for d in doc] if isinstance(doc, list) else _answer(doc)
+    return 200, json.dumps(answer).encode()
+
+
+@dataclass
+class FakeWatch:
+    """The step's view of ``HeadWatch``: whether a subscription is live, and what it heard."""
+
+    is_live: bool = True
+    heard: list[str] = field(default_factory=list)
+
+    def live(self, network: str) -> bool:
+        return self.is_live
+
+    def asked(self, network: str) -> None:
+        self.heard.append(f"asked {network}")
+
+    def answered(self, network: str) -> None:
+        self.heard.append(f"answered {network}")
+
+
+def _setup(live: bool = True, **proxy: Any) -> tuple[list[Any], Any, Any, FakeWatch]:
+    stages, fake, rt = make(**proxy)
+    fake.behaviour = {A: _upstream, B: _upstream}
+    watch = FakeWatch(is_live=live)
+    rt.lasting.head_watch = watch  # type: ignore[assignment]
+    return stages, fake, rt, watch
+
+
+def _head_calls(fake: Any) -> int:
+    docs = [d for _, doc in fake.seen for d in (doc if isinstance(doc, list) else [doc])]
+    return sum(1 for d in docs if d["method"] == "chain_getHead")
+
+
+async def test_a_live_subscription_and_a_fresh_head_answer_without_a_node() -> None:
+    stages, fake, _, watch = _setup()
+    await run(stages, rpc_flow(call("chain_getHeader")))  # the proxy learns the head
+    for params in ([], [None]):
+        f = await run(stages, rpc_flow(call("chain_getHead", params, id_=7)))
+        assert body(f) == {"jsonrpc": "2.0", "id": 7, "result": HEAD}
+        assert f.response.headers["X-Cache"] == "HIT"
+    assert _head_calls(fake) == 0
+    assert watch.heard == ["answered finney", "answered finney"]
+
+
+async def test_without_a_live_subscription_a_node_answers_and_the_watch_hears() -> None:
+    stages, fake, _, watch = _setup(live=False)
+    await run(stages, rpc_flow(call("chain_getHeader")))
+    f = await run(stages, rpc_flow(call("chain_getHead")))
+    assert body(f)["result"] == NODE_HEAD and _head_calls(fake) == 1
+    assert watch.heard == ["asked finney"]
+
+
+async def test_a_head_that_is_not_fresh_is_not_answered() -> None:
+    stages, fake, rt, watch = _setup()
+    f = await run(stages, rpc_flow(call("chain_getHead")))  # no head known yet
+    assert body(f)["result"] == NODE_HEAD
+    await run(stages, rpc_flow(call("chain_getHeader")))
+    rt.chain.tips["finney"] = 4_000_001  # the probes saw a newer block
+    f = await run(stages, rpc_flow(call("chain_getHead")))
+    assert body(f)["result"] == NODE_HEAD
+    del rt.chain.tips["finney"]
+    rt.clock.t += 31  # type: ignore[attr-defined]  # older than head_pinning.max_age_s
+    f = await run(stages, rpc_flow(call("chain_getHead")))
+    assert body(f)["result"] == NODE_HEAD
+    assert _head_calls(fake) == 3 and watch.heard == ["asked finney"] * 3
+
+
+async def test_a_height_is_always_asked_of_a_node() -> None:
+    stages, fake, _, _ = _setup()
+    await run(stages, rpc_flow(call("chain_getHeader")))
+    f = await run(stages, rpc_flow(call("chain_getHead", [4_000_000])))
+    assert body(f)["result"] == NODE_HEAD and _head_calls(fake) == 1
+
+
+async def test_switched_off_it_always_asks_a_node() -> None:
+    for proxy in ({"head_pinning": {"answer_head": False}}, {"head_pinning": {"enabled": False}}):
+        stages, fake, _, watch = _setup(**proxy)
+        await run(stages, rpc_flow(call("chain_getHeader")))
+        f = await run(stages, rpc_flow(call("chain_getHead")))
+        assert body(f)["result"] == NODE_HEAD and _head_calls(fake) == 1
+        assert watch.heard == []
+
+
+async def test_in_a_batch_only_the_head_is_answered_here() -> None:
+    stages, fake, _, _ = _setup()
+    await run(stages, rpc_flow(call("chain_getHeader")))
+    batch = [call("chain_getHead", id_=1), call("state_getStorage", ["0x01"], id_=2)]
+    f = await run(stages, rpc_flow(batch))
+    assert body(f) == [
+        {"jsonrpc": "2.0", "id": 1, "result": HEAD},
+        {"jsonrpc": "2.0", "id": 2, "result": "ok"},
+    ]
+    assert _head_calls(fake) == 0
+    assert f.response.headers["X-Cache"] == "MISS"  # not everything was answered here
