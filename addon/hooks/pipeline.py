@@ -41,10 +41,9 @@ from addon.steps.cache_store import cache_store
 from addon.steps.chain_head import chain_head
 from addon.steps.charge_bytes import charge_bytes
 from addon.steps.forward_pending import forward_pending
-from addon.steps.head_answer import head_answer
 from addon.steps.learn import learn
 from addon.steps.new_spec_reads import new_spec_reads
-from addon.steps.pin_to_head import pin_to_head
+from addon.steps.pin_to_head import head_answer, pin_to_head
 from addon.steps.rate_limit import rate_limit
 from addon.steps.record import record
 from addon.steps.reserve_bytes import reserve_bytes

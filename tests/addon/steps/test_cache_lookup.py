@@ -86,6 +86,7 @@ def test_the_pipeline_looks_up_the_cache_before_forwarding_and_stores_after() ->
         "subscribe",
         "new_spec_reads",
         "chain_head",
+        "head_answer",
         "pin_to_head",
         "cache_lookup",
         "reserve_bytes",
