@@ -29,7 +29,7 @@ from addon.follow.tree import Block, BlockTree, UnknownParent
 from addon.rpc.blocks import is_block_hash, parse_height
 from addon.rpc.new_spec import CallFailed, LegacyCaller
 from addon.rpc.sub_methods import SUBSCRIBE, SubKind
-from addon.subs.hub import NoUpstream, SubscriptionHub
+from addon.subs.hub import OWN_PREFIX, NoUpstream, SubscriptionHub
 from common.jsontext import loads
 
 log = logging.getLogger("chainproxy.follow")
@@ -79,7 +79,7 @@ class NetworkView:
         self.listeners: set[Listener] = set()
         self.ready = asyncio.Event()  # set while a tree is held
         self.rebuilds = 0
-        self._owner = _Owner(client=f"chainproxy:view:{network}")
+        self._owner = _Owner(client=f"{OWN_PREFIX}view:{network}")
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         self._on_stop = on_stop  # a metric: follows stopped, by reason

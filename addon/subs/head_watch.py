@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from mitmproxy.utils.asyncio_utils import create_task
 
 from addon.rpc.sub_methods import SUBSCRIBE
-from addon.subs.hub import NoUpstream, SubscriptionHub
+from addon.subs.hub import OWN_PREFIX, NoUpstream, SubscriptionHub
 
 log = logging.getLogger("chainproxy.subs")
 
@@ -99,7 +99,7 @@ class HeadWatch:
             return
         if not self.hub.serves(network):
             return  # no node-wss endpoint: nothing to subscribe on
-        owner = _Owner(client=f"chainproxy:head-watch:{network}")
+        owner = _Owner(client=f"{OWN_PREFIX}head-watch:{network}")
         self._owners[network] = owner
         create_task(self._start(network, owner), name="head watch", keep_ref=True)
 
@@ -108,7 +108,11 @@ class HeadWatch:
             shared, sub = await self.hub.subscribe(network, NEW_HEADS, [], _drop, owner)
         except NoUpstream as e:
             log.info("%s: no head watch: %s", network, e)
-            self._owners.pop(network, None)
+            self._forget(network, owner)
+            return
+        except Exception:  # never leave the network marked as watched for nothing
+            log.exception("%s: the head watch could not subscribe", network)
+            self._forget(network, owner)
             return
         if self._owners.get(network) is not owner:  # closed while it was being set up
             self.hub.unsubscribe(sub.sub_id, owner)
@@ -116,6 +120,10 @@ class HeadWatch:
         owner.subscriptions[sub.sub_id] = NEW_HEADS.subscribe
         shared.greet(sub)
         self._arm(network)
+
+    def _forget(self, network: str, owner: _Owner) -> None:
+        if self._owners.get(network) is owner:
+            del self._owners[network]  # the next asker may try again
 
     def _arm(self, network: str) -> None:
         loop = asyncio.get_running_loop()

@@ -341,7 +341,9 @@ class SubscriptionHub(Watchdog):
         upstream: dict[str, int] = {}
         for sh in self.shared.values():
             m = sh.kind.subscribe
-            clients[m] = clients.get(m, 0) + len(sh.subscribers)
+            # the proxy's own (a follow view, the head watch) are not clients'
+            ours = sum(1 for sub in sh.subscribers.values() if _ours(sub.owner))
+            clients[m] = clients.get(m, 0) + len(sh.subscribers) - ours
             if sh.live.is_set():
                 upstream[m] = upstream.get(m, 0) + 1
         return {
@@ -353,3 +355,10 @@ class SubscriptionHub(Watchdog):
 
 def _client_of(owner: object) -> str:
     return str(getattr(owner, "client", ""))
+
+
+OWN_PREFIX = "chainproxy:"  # the client name of the proxy's own subscribers
+
+
+def _ours(owner: object) -> bool:
+    return _client_of(owner).startswith(OWN_PREFIX)

@@ -237,3 +237,14 @@ async def test_heads_are_live_while_a_subscription_holds_and_has_delivered() -> 
         assert not hub.heads_live("test")
         await node.kill()  # no other node to move to: no longer live
         await until(lambda: not hub.heads_live("finney"))
+
+
+async def test_the_proxys_own_subscribers_are_not_counted_as_clients() -> None:
+    node = WsNode("a", NodeChain(height=10))
+    async with asyncio.timeout(BOUND_S), hub_over(node) as (hub, _):
+        await subscribe(hub, Client())
+        own = Client()
+        own.client = "chainproxy:head-watch:finney"  # type: ignore[attr-defined]
+        await subscribe(hub, own)
+        assert hub.gauges()["client_subscriptions"] == {"chain_subscribeNewHeads": 1}
+        assert hub.gauges()["upstream_subscriptions"] == {"chain_subscribeNewHeads": 1}
