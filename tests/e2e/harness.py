@@ -8,6 +8,7 @@ and is killed with its group, even when a test fails."""
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,12 @@ from chainproxy.supervisor import wait_http as wait_http
 from simnode.remote import http_json as http_json
 
 Proc = Child  # the name the tests know
+
+# mitmproxy options a check run gives every proxy the e2e tests start, e.g.
+# CHAINPROXY_TEST_SETS="chainproxy_http_direct=false chainproxy_ws_direct=false"
+# runs the whole suite on mitmproxy's own HTTP and WebSocket layers
+# (docs/OPERATIONS.md, "Tests"); a test's own options win over these
+RUN_SETS = tuple(os.environ.get("CHAINPROXY_TEST_SETS", "").split())
 
 
 def spawn(name: str, argv: list[str], logdir: Path) -> Child:
@@ -89,14 +96,17 @@ class Stack(ProcessStack):
 
     def start_proxy(self, port: int | None = None) -> Proc:
         assert self.config_path is not None
+        # a check run's options for every proxy (e.g. direct reads off), before the
+        # test's own: mitmproxy takes the last --set of an option
+        sets = (*RUN_SETS, *self.proxy_sets)
         # -q would override a termlog_verbosity; flow_detail=0 keeps flows unprinted then
-        verbose = any(o.startswith("termlog_verbosity=") for o in self.proxy_sets)
+        verbose = any(o.startswith("termlog_verbosity=") for o in sets)
         self.proxy, self.proxy_url = self.start_chainproxy(
             "mitmdump",
             self.config_path,
             self.config["sidecar"]["url"],
             port=port,
-            sets=(*self.proxy_sets, "flow_detail=0") if verbose else self.proxy_sets,
+            sets=(*sets, "flow_detail=0") if verbose else sets,
             quiet=not verbose,
         )
         return self.proxy
