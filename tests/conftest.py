@@ -92,8 +92,7 @@ def group_of(nodeid: str) -> str:
     return path
 
 
-def _rank(nodeid: str) -> int:
-    group = group_of(nodeid)
+def _rank(group: str) -> int:
     return next((i for i, p in enumerate(_FIRST) if group.startswith(p)), len(_FIRST))
 
 
@@ -102,14 +101,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid)
 
-        def schedule(self) -> None:
-            if self.collection is None and self.collection_is_completed:
-                for node, ids in self.registered_collections.items():
-                    self.registered_collections[node] = sorted(ids, key=_rank)  # stable
-            super().schedule()
+        def _assign_work_unit(self, node: Any) -> None:
+            # the work queue in our order, once it is built (workers run tests by
+            # their index in the collection, so the collection itself stays as is)
+            if not self.ordered:
+                self.ordered = True
+                for scope in sorted(self.workqueue, key=_rank):  # stable
+                    self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
 
     config.option.loadscopereorder = False  # our order, not the count of tests
     return GroupScheduling(config, log)
