@@ -22,7 +22,7 @@ from addon.runtime.lasting import Lasting
 from addon.upstream.admission import BudgetBook
 from addon.upstream.budgets import Budgets
 from addon.upstream.cross_check import CrossChecker
-from addon.upstream.fair_wait import FairWait
+from addon.upstream.fair_wait import FairWait, lines_for
 from addon.upstream.forward import Budget
 from addon.upstream.hedge import Hedger
 from addon.upstream.pool import Upstream, UpstreamPool
@@ -43,7 +43,7 @@ class Policy:
     # The nodes' own limits (proxy.upstream_limits; None: switched off)
     budgets: BudgetBook | None = None  # this process's, or the deployment's in Redis
     local_budgets: Budgets | None = None
-    fair_waits: dict[str, FairWait] = field(default_factory=dict)  # per network
+    fair_waits: dict[str, FairWait] = field(default_factory=dict)  # per network and line
     cross_checker: CrossChecker | None = None  # proxy.cross_check (None: off)
     access_log: AccessLog | None = None  # proxy.access_log (None: off)
     shared_cache: SharedCacheTier | None = None  # with a ``redis:`` section and the cache on
@@ -111,7 +111,7 @@ def build_policy(
         policy.budgets = policy.local_budgets = local
         for pool in pools.values():
             pool.budget_use = local.use
-        policy.fair_waits = {net: FairWait() for net in p.networks}
+        policy.fair_waits = lines_for(p.networks)
     if previous is not None:
         _carry_over(policy, previous)
     if redis is not None:

@@ -20,7 +20,7 @@ from addon.rpc.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.upstream.admission import Admission, BudgetBook
 from addon.upstream.coalesce import Coalescer, coalesce_key
 from addon.upstream.failover import error_limit, no_state
-from addon.upstream.fair_wait import FairWait
+from addon.upstream.fair_wait import HEAVY_LINE, FairWait
 from addon.upstream.forward import TOO_MANY, Budget, ForwardResult, forward
 from addon.upstream.hedge import Hedger
 from addon.upstream.pool import UpstreamPool
@@ -145,13 +145,17 @@ async def _send(
         assert rt.transport is not None
         admission = None
         if rt.budgets is not None:
+            light_line = rt.fair_waits[rpc.network]
+            heavy_line = rt.fair_waits.get(rpc.network + HEAVY_LINE, light_line)
+            own, other = (heavy_line, light_line) if rpc.reserved else (light_line, heavy_line)
             admission = Admission(
                 rt.budgets,
-                rt.fair_waits[rpc.network],
+                own,
                 client=rpc.client,
                 max_wait_s=0.0 if rpc.background else p.upstream_limits.max_wait_s,
                 clock=rt.clock,
                 heavy=bool(rpc.reserved),
+                wake=(other,) if other is not own else (),
             )
             admissions.append(admission)
         return forward(

@@ -58,8 +58,12 @@ class Admission:
         max_wait_s: float,
         clock: Callable[[], float],
         heavy: bool = False,
+        wake: tuple[FairWait, ...] = (),
     ) -> None:
         self.budgets = budgets
+        # the other lines told when this call's place frees up (a heavy read's
+        # end frees budget a light call may be waiting for, and the other way)
+        self.wake = wake
         self.heavy = heavy  # a read priced by its bytes: it takes a heavy-lane place
         self.fair = fair
         self.client = client
@@ -181,6 +185,8 @@ class Admission:
     def release(self, ticket: Ticket) -> None:
         self.budgets.release(ticket)
         self.fair.freed()
+        for other in self.wake:
+            other.freed()
 
     @property
     def retry_after(self) -> int:

@@ -7,6 +7,13 @@ a client that sends ten times more than another therefore gets the same share
 of scarce capacity, not ten times it. While anyone waits, a new call queues
 behind them instead of taking the budget that frees up first.
 
+Reads priced by their bytes (``heavy``) wait in a line of their own per network
+(``lines_for``): a heavy read held back only by the heavy lane
+(``upstream_limits.heavy_per_node``) never makes the small calls behind it
+wait for that lane to free up (head-of-line blocking: a light call waited up
+to a whole heavy answer, ~200 ms in scenario 13); the light line is not
+held up by heavy waiters, and heavy reads wait their turn among themselves.
+
 Exactly one waiter tries at a time, and reports how it went (``report``): on
 success the next one tries at once; on failure the pump sleeps until budget
 may be free, and that waiter keeps its place at the head of the line.
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 
 _MIN_SLEEP_S = 0.002
 _MAX_SLEEP_S = 0.1  # a budget kept elsewhere (Redis) frees up without telling us
@@ -112,3 +120,12 @@ class FairWait:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._freed.wait(), sleep)
         self._report = None
+
+
+HEAVY_LINE = "/heavy"  # the key suffix of a network's line for heavy reads
+
+
+def lines_for(networks: Iterable[str]) -> dict[str, FairWait]:
+    """Each network's two lines: ``net`` (every call not priced by its bytes)
+    and ``net + HEAVY_LINE``."""
+    return {key: FairWait() for net in networks for key in (net, net + HEAVY_LINE)}

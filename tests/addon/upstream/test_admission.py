@@ -260,3 +260,32 @@ def test_spread_takes_the_least_used_node_not_the_cheaper_of_two() -> None:
     assert pool.choose(set(), spread=True).id == "endpoint-srf-0"  # type: ignore[union-attr]
     pool.budget_use = None  # no budgets kept: the cheaper of two, as ever
     assert pool.choose(set(), spread=True) is not None
+
+
+async def test_a_light_call_never_waits_behind_heavy_reads_held_by_the_heavy_lane() -> None:
+    """A heavy read waiting for the heavy lane waits in a line of its own: a light
+    call behind it goes at once (one line for both made it wait a whole heavy
+    answer); the heavy read goes when the lane frees up."""
+    pool, _, _ = _setup()
+    eps = [Endpoint(url="http://endpoint-srf-0", provider="p", kind="rpc-http",
+                    network="finney", id="endpoint-srf-0")]  # fmt: skip
+    budgets = Budgets(eps, clock=time.monotonic, heavy_per_node=1)
+    light_line, heavy_line = FairWait(), FairWait()
+    first = Admission(budgets, heavy_line, client="h1", max_wait_s=2.0, clock=time.monotonic,
+                      heavy=True, wake=(light_line,))  # fmt: skip
+    until = time.monotonic() + 5
+    held = await first.acquire(pool, set(), calls=1, until=until, wait=True)
+    assert held is not None  # the node's one heavy place
+    second = Admission(budgets, heavy_line, client="h2", max_wait_s=2.0, clock=time.monotonic,
+                       heavy=True, wake=(light_line,))  # fmt: skip
+    waiting = asyncio.create_task(second.acquire(pool, set(), calls=1, until=until, wait=True))
+    await asyncio.sleep(0.05)
+    assert heavy_line.busy and not waiting.done()  # the lane is full: it waits
+    light = Admission(budgets, light_line, client="l", max_wait_s=2.0, clock=time.monotonic,
+                      wake=(heavy_line,))  # fmt: skip
+    got = await light.acquire(pool, set(), calls=1, until=until, wait=True)
+    assert got is not None and not light.waited  # not behind the heavy one
+    light.release(got[1])
+    first.release(held[1])  # the lane frees up: the heavy read in line takes it
+    second_got = await asyncio.wait_for(waiting, 2)
+    assert second_got is not None and second.waited
