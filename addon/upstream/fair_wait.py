@@ -10,9 +10,9 @@ behind them instead of taking the budget that frees up first.
 Reads priced by their bytes (``heavy``) wait in a line of their own per network
 (``lines_for``): a heavy read held back only by the heavy lane
 (``upstream_limits.heavy_per_node``) never makes the small calls behind it
-wait for that lane to free up (head-of-line blocking: a light call waited up
-to a whole heavy answer, ~200 ms in scenario 13); the light line is not
-held up by heavy waiters, and heavy reads wait their turn among themselves.
+wait for that lane to free up (in one line, a light call could wait up to a
+whole heavy answer behind one); the light line is not held up by heavy
+waiters, and heavy reads wait their turn among themselves.
 
 Exactly one waiter tries at a time, and reports how it went (``report``): on
 success the next one tries at once; on failure the pump sleeps until budget
