@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mitmproxy import http
+from mitmproxy import ctx, http
 
 from addon.hooks.drain import Drain
 from addon.hooks.holder import RuntimeHolder
@@ -46,6 +46,7 @@ class Guard:
 
 
 def build_addons() -> list[Any]:
+    refuse_repeated_options()
     holder = RuntimeHolder()
     limits = ReadLimits()
     rpc = RpcPipeline(holder)
@@ -69,3 +70,26 @@ def build_addons() -> list[Any]:
         HttpDirect(holder, rpc.runner, limits, idle, drain),
         Guard(),
     ]
+
+
+def refuse_repeated_options() -> None:
+    """An option of chainproxy's given twice (``--set chainproxy_http_direct=false``
+    twice) stops the start with one line naming it. mitmproxy keeps options of a
+    script not loaded yet aside, and when one of them has two values it applies
+    none of them and says nothing: the proxy would start with no config and pass
+    every call to the sidecar. The error raised here is logged as the script's
+    (an error log at start-up makes mitmdump exit 1)."""
+    try:
+        deferred = ctx.options.deferred
+    except AttributeError:  # no running mitmproxy (the addons built in a test)
+        return
+    repeated = {
+        name: values
+        for name, value in deferred.items()
+        if name.startswith("chainproxy_")
+        and isinstance(values := getattr(value, "val", None), list)
+        and len(values) > 1
+    }
+    if repeated:
+        given = "; ".join(f"{k} = {', '.join(map(str, v))}" for k, v in sorted(repeated.items()))
+        raise ValueError(f"chainproxy: an option given more than once ({given}): give each once")

@@ -96,9 +96,10 @@ class Stack(ProcessStack):
 
     def start_proxy(self, port: int | None = None) -> Proc:
         assert self.config_path is not None
-        # a check run's options for every proxy (e.g. direct reads off), before the
-        # test's own: mitmproxy takes the last --set of an option
-        sets = (*RUN_SETS, *self.proxy_sets)
+        # a check run's options for every proxy (e.g. direct reads off), except those
+        # the test sets itself (an option given twice stops mitmdump)
+        own = {o.partition("=")[0] for o in self.proxy_sets}
+        sets = (*(o for o in RUN_SETS if o.partition("=")[0] not in own), *self.proxy_sets)
         # -q would override a termlog_verbosity; flow_detail=0 keeps flows unprinted then
         verbose = any(o.startswith("termlog_verbosity=") for o in sets)
         self.proxy, self.proxy_url = self.start_chainproxy(

@@ -84,6 +84,11 @@ PROXY_DEFAULTS = {
 }
 
 
+# the proxy under test reads kept-alive HTTP requests itself (the default, said
+# explicitly: a check run's CHAINPROXY_TEST_SETS may turn it off for the rest)
+DIRECT_ON = ("chainproxy_http_direct=true",)
+
+
 def build_stack(
     tmp: Any,
     names: tuple[str, ...],

@@ -52,7 +52,10 @@ def start_direct_off(stack: Stack) -> str:
         "mitmdump-off",
         path,
         config["sidecar"]["url"],
-        sets=(*stack.proxy_sets, "chainproxy_http_direct=false"),
+        sets=(
+            *(o for o in stack.proxy_sets if not o.startswith("chainproxy_http_direct=")),
+            "chainproxy_http_direct=false",
+        ),
     )
     return url
 

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from tests.e2e.harness import Stack
-from tests.e2e.helpers import build_stack, call
+from tests.e2e.helpers import DIRECT_ON, build_stack, call
 from tests.e2e.http_raw import CLOSED, Raw, masked, port_of, post, start_direct_off
 
 pytestmark = pytest.mark.e2e
@@ -37,6 +37,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     s = build_stack(
         tmp_path_factory.mktemp("http-direct"),
         ("alpha", "beta"),
+        sets=DIRECT_ON,  # on, whatever a check run gives every proxy (CHAINPROXY_TEST_SETS)
         rate_limit={"requests": 10_000_000, "window_s": 60},
         max_body_bytes=MAX_BODY,
         max_batch=5,

@@ -23,7 +23,9 @@ GOOD = {
 }
 
 
-def _mitmdump(config: str | None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def _mitmdump(
+    config: str | None, timeout: float = 30, sets: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     argv = [
         str(BIN / "mitmdump"),
         "-s",
@@ -37,6 +39,8 @@ def _mitmdump(config: str | None, timeout: float = 30) -> subprocess.CompletedPr
     ]
     if config is not None:
         argv += ["--set", f"chainproxy_config={config}"]
+    for option in sets:
+        argv += ["--set", option]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
@@ -97,6 +101,17 @@ def test_missing_config_option_stops_mitmdump(tmp_path: Path) -> None:
     r = _mitmdump(None)
     assert r.returncode != 0
     assert "chainproxy_config: not set" in r.stdout + r.stderr
+
+
+def test_an_option_given_twice_stops_mitmdump_naming_it(tmp_path: Path) -> None:
+    """mitmproxy would apply none of chainproxy's options and say nothing: the
+    proxy would start unconfigured and pass every call to the sidecar."""
+    twice = ("chainproxy_http_direct=false", "chainproxy_http_direct=true")
+    r = _mitmdump(_write(tmp_path, GOOD), sets=twice)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    said = "chainproxy: an option given more than once (chainproxy_http_direct = false, true)"
+    assert said in out
 
 
 def test_unreadable_config_file_stops_mitmdump(tmp_path: Path) -> None:
