@@ -94,12 +94,16 @@ class Stack(ProcessStack):
         self.sidecar_url = url
         return self.sidecar
 
+    def sets_in_force(self) -> tuple[str, ...]:
+        """The proxy's ``--set`` options: a check run's for every proxy (e.g. direct
+        reads off), except those the test sets itself (an option given twice
+        stops mitmdump), then the test's own."""
+        own = {o.partition("=")[0] for o in self.proxy_sets}
+        return (*(o for o in RUN_SETS if o.partition("=")[0] not in own), *self.proxy_sets)
+
     def start_proxy(self, port: int | None = None) -> Proc:
         assert self.config_path is not None
-        # a check run's options for every proxy (e.g. direct reads off), except those
-        # the test sets itself (an option given twice stops mitmdump)
-        own = {o.partition("=")[0] for o in self.proxy_sets}
-        sets = (*(o for o in RUN_SETS if o.partition("=")[0] not in own), *self.proxy_sets)
+        sets = self.sets_in_force()
         # -q would override a termlog_verbosity; flow_detail=0 keeps flows unprinted then
         verbose = any(o.startswith("termlog_verbosity=") for o in sets)
         self.proxy, self.proxy_url = self.start_chainproxy(

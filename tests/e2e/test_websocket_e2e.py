@@ -169,7 +169,7 @@ async def test_messages_are_read_by_chainproxy_unless_ws_direct_is_off(stack: St
     frame). With ``chainproxy_ws_direct`` off every message goes through
     mitmproxy's WebSocket layer. The sidecar's ``chainproxy_ws_messages_total``
     says which path read them."""
-    path = "mitmproxy" if "chainproxy_ws_direct=false" in stack.proxy_sets else "direct"
+    path = "mitmproxy" if "chainproxy_ws_direct=false" in stack.sets_in_force() else "direct"
     sample = f'chainproxy_ws_messages_total{{network="finney",path="{path}"}}'
     before = await _metric(stack, sample)
     async with connect(stack) as ws:
