@@ -25,8 +25,8 @@ from addon.subs.head_watch import HeadWatch
 from common.config import Config
 
 
-class PinToHeadNeeds(Protocol):
-    """What the pin_to_head step reads of the runtime."""
+class HeadNeeds(Protocol):
+    """What both steps of the best head read of the runtime."""
 
     @property
     def chain(self) -> ChainState: ...
@@ -36,6 +36,10 @@ class PinToHeadNeeds(Protocol):
 
     @property
     def config(self) -> Config: ...
+
+
+class PinToHeadNeeds(HeadNeeds, Protocol):
+    """What the pin_to_head step reads of the runtime."""
 
     @property
     def demand(self) -> Demand: ...
@@ -84,17 +88,8 @@ def pin_to_head(rpc: RpcContext, rt: PinToHeadNeeds) -> None:
 GET_HEAD = "chain_getHead"
 
 
-class HeadAnswerNeeds(Protocol):
+class HeadAnswerNeeds(HeadNeeds, Protocol):
     """What the head_answer step reads of the runtime."""
-
-    @property
-    def chain(self) -> ChainState: ...
-
-    @property
-    def clock(self) -> Callable[[], float]: ...
-
-    @property
-    def config(self) -> Config: ...
 
     @property
     def head_watch(self) -> HeadWatch: ...

@@ -95,19 +95,27 @@ def build_stack(
     *,
     top: dict[str, Any] | None = None,
     sets: tuple[str, ...] = (),
+    wss: bool = False,
+    block_time: float | None = None,
     **proxy: Any,
 ) -> Stack:
-    """Nodes ``names``, the sidecar and the proxy; ``sets``: mitmdump options."""
+    """Nodes ``names``, the sidecar and the proxy; ``sets``: mitmdump options;
+    ``wss``: each node also a node-wss endpoint (subscriptions); ``block_time``:
+    the nodes' (their default otherwise)."""
     stack = Stack(tmp, proxy_sets=sets)
     epoch = time.time() - 600
+    node_kw = {} if block_time is None else {"block_time": block_time}
     try:
         stack.wait_nodes(
             [
-                stack.start_node(name, epoch=epoch, archive=name.startswith("archive"), wait=False)
+                stack.start_node(
+                    name, epoch=epoch, archive=name.startswith("archive"), wait=False, **node_kw
+                )
                 for name in names
             ]
         )
-        stack.write_config(base_config(tmp, stack.nodes, top=top, **{**PROXY_DEFAULTS, **proxy}))
+        config = base_config(tmp, stack.nodes, top=top, **{**PROXY_DEFAULTS, **proxy})
+        stack.write_config(with_wss(config) if wss else config)
         stack.start_sidecar()
         stack.start_proxy()
     except BaseException:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Stack, base_config, http_json
-from tests.e2e.helpers import PROXY_DEFAULTS, call, post, wait_until, with_wss
+from tests.e2e.harness import Stack, http_json
+from tests.e2e.helpers import build_stack, call, post, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -25,23 +25,14 @@ LINGER_S = 1.0
 
 
 def build(tmp: Path) -> Stack:
-    s = Stack(tmp)
-    try:
-        s.start_nodes(("alpha", "beta"), epoch=time.time() - 600, block_time=BLOCK_S)
-        websocket = {"stall_s": 3, "upstream_linger_s": LINGER_S}
-        config = base_config(
-            tmp,
-            s.nodes,
-            top={"probe": {"interval_s": 2, "head_interval_s": 1, "timeout_s": 2}},
-            **{**PROXY_DEFAULTS, "websocket": websocket},
-        )
-        s.write_config(with_wss(config))
-        s.start_sidecar()
-        s.start_proxy()
-    except BaseException:
-        s.stop()
-        raise
-    return s
+    return build_stack(
+        tmp,
+        ("alpha", "beta"),
+        top={"probe": {"interval_s": 2, "head_interval_s": 1, "timeout_s": 2}},
+        wss=True,
+        block_time=BLOCK_S,
+        websocket={"stall_s": 3, "upstream_linger_s": LINGER_S},
+    )
 
 
 @pytest.fixture(scope="module")
