@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from addon.chain.header_hash import header_hash
@@ -29,7 +28,7 @@ from addon.follow.tree import Block, BlockTree, UnknownParent
 from addon.rpc.blocks import is_block_hash, parse_height
 from addon.rpc.new_spec import CallFailed, LegacyCaller
 from addon.rpc.sub_methods import SUBSCRIBE, SubKind
-from addon.subs.hub import OWN_PREFIX, NoUpstream, SubscriptionHub
+from addon.subs.hub import OWN_PREFIX, NoUpstream, OwnSubscriber, SubscriptionHub
 from common.jsontext import loads
 
 log = logging.getLogger("chainproxy.follow")
@@ -55,14 +54,6 @@ class Listener(Protocol):
     def stop(self, reason: str) -> None: ...
 
 
-@dataclass(slots=True)
-class _Owner:
-    """The view, as the hub sees a subscriber's socket."""
-
-    client: str
-    subscriptions: dict[str, str] = field(default_factory=dict)
-
-
 class NetworkView:
     def __init__(
         self,
@@ -79,7 +70,7 @@ class NetworkView:
         self.listeners: set[Listener] = set()
         self.ready = asyncio.Event()  # set while a tree is held
         self.rebuilds = 0
-        self._owner = _Owner(client=f"{OWN_PREFIX}view:{network}")
+        self._owner = OwnSubscriber(client=f"{OWN_PREFIX}view:{network}")
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         self._on_stop = on_stop  # a metric: follows stopped, by reason

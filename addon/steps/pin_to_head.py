@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from addon.chain.demand import Demand
+from addon.chain.head_book import Head
 from addon.chain.head_pinning import HASH_POSITION, pin
 from addon.chain.state import ChainState
 from addon.pipeline.context import RpcContext
@@ -61,12 +62,7 @@ def pin_to_head(rpc: RpcContext, rt: PinToHeadNeeds) -> None:
         if not isinstance(call, Call) or call.method not in HASH_POSITION:
             continue  # most calls: no head lookup, no copy
         if head is None:
-            head = rt.chain.best.fresh(
-                rpc.network,
-                rt.clock(),
-                max_age_s=cfg.max_age_s,
-                probe_tip=rt.chain.tips.get(rpc.network),
-            )
+            head = _fresh_head(rt, rpc.network, cfg.max_age_s)
             if head is None:
                 return  # no fresh head known: everything goes as sent
         pinned = pin(call, head.hash, cfg.exclude)
@@ -110,12 +106,7 @@ def head_answer(rpc: RpcContext, rt: HeadAnswerNeeds) -> None:
     watch = rt.head_watch
     head = None
     if watch.live(rpc.network):
-        head = rt.chain.best.fresh(
-            rpc.network,
-            rt.clock(),
-            max_age_s=cfg.max_age_s,
-            probe_tip=rt.chain.tips.get(rpc.network),
-        )
+        head = _fresh_head(rt, rpc.network, cfg.max_age_s)
     if head is None:
         watch.asked(rpc.network)
         return
@@ -132,3 +123,10 @@ def head_answer(rpc: RpcContext, rt: HeadAnswerNeeds) -> None:
 def _best_asked(params: object) -> bool:
     """``[]``, ``[null]`` or no params: the best block (a number asks for another)."""
     return params is None or params == [] or params == [None]
+
+
+def _fresh_head(rt: HeadNeeds, network: str, max_age_s: float) -> Head | None:
+    """The best head while it may be used: both steps' one rule (``HeadBook.fresh``)."""
+    return rt.chain.best.fresh(
+        network, rt.clock(), max_age_s=max_age_s, probe_tip=rt.chain.tips.get(network)
+    )

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from mitmproxy.utils.asyncio_utils import create_task
 
 from addon.rpc.sub_methods import SUBSCRIBE
-from addon.subs.hub import OWN_PREFIX, NoUpstream, SubscriptionHub
+from addon.subs.hub import OWN_PREFIX, NoUpstream, OwnSubscriber, SubscriptionHub
 
 log = logging.getLogger("chainproxy.subs")
 
@@ -64,14 +64,6 @@ class WatchDemand:
         return last is None or now - last > self.linger_s
 
 
-@dataclass(slots=True)
-class _Owner:
-    """The watch, as the hub sees a subscriber's socket."""
-
-    client: str
-    subscriptions: dict[str, str] = field(default_factory=dict)
-
-
 class HeadWatch:
     def __init__(
         self,
@@ -82,7 +74,7 @@ class HeadWatch:
         self.hub = hub
         self.clock = clock
         self.demand = WatchDemand(linger_s)
-        self._owners: dict[str, _Owner] = {}
+        self._owners: dict[str, OwnSubscriber] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def live(self, network: str) -> bool:
@@ -99,11 +91,11 @@ class HeadWatch:
             return
         if not self.hub.serves(network):
             return  # no node-wss endpoint: nothing to subscribe on
-        owner = _Owner(client=f"{OWN_PREFIX}head-watch:{network}")
+        owner = OwnSubscriber(client=f"{OWN_PREFIX}head-watch:{network}")
         self._owners[network] = owner
         create_task(self._start(network, owner), name="head watch", keep_ref=True)
 
-    async def _start(self, network: str, owner: _Owner) -> None:
+    async def _start(self, network: str, owner: OwnSubscriber) -> None:
         try:
             shared, sub = await self.hub.subscribe(network, NEW_HEADS, [], _drop, owner)
         except NoUpstream as e:
@@ -121,7 +113,7 @@ class HeadWatch:
         shared.greet(sub)
         self._arm(network)
 
-    def _forget(self, network: str, owner: _Owner) -> None:
+    def _forget(self, network: str, owner: OwnSubscriber) -> None:
         if self._owners.get(network) is owner:
             del self._owners[network]  # the next asker may try again
 

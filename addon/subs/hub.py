@@ -22,7 +22,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
@@ -358,6 +358,16 @@ def _client_of(owner: object) -> str:
 
 
 OWN_PREFIX = "chainproxy:"  # the client name of the proxy's own subscribers
+
+
+@dataclass(slots=True)
+class OwnSubscriber:
+    """A part of the proxy (a follow view, the head watch) as the hub sees a
+    subscriber's socket: its client name (``OWN_PREFIX`` + what it is) and the
+    subscriptions it holds."""
+
+    client: str
+    subscriptions: dict[str, str] = field(default_factory=dict)
 
 
 def _ours(owner: object) -> bool:
