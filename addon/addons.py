@@ -32,7 +32,16 @@ log = logging.getLogger("chainproxy")
 
 class Guard:
     """Last in the chain: a flow nobody answered (a bug raised in a hook) gets a
-    JSON 500 here, so mitmproxy never falls back to forwarding it itself."""
+    JSON 500 here, so mitmproxy never falls back to forwarding it itself (to
+    its reverse target, the sidecar: raw, path unchecked).
+
+    Two of them run. One is last of the script's own addons. mitmproxy walks a
+    script's addons as one unit, and an exception in one of them ends the walk
+    for that event, so the second one (``install_outer_guard``) is an addon of
+    mitmproxy's own chain, after the script: it still runs then."""
+
+    def __init__(self, name: str = "chainproxy_guard") -> None:
+        self.name = name  # mitmproxy's addon name: unique in its lookup
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or not flow.live or WS_KEY in flow.metadata:
@@ -45,8 +54,23 @@ class Guard:
         flow.response = json_response(500, error_obj(None, INTERNAL_ERROR, "internal proxy error"))
 
 
+OUTER_GUARD = "chainproxy_outer_guard"
+
+
+def install_outer_guard() -> None:
+    """The second ``Guard``, added once to mitmproxy's chain (a hot reload of the
+    script finds it there already)."""
+    try:
+        addons = ctx.master.addons
+    except AttributeError:  # no running mitmproxy (the addons built in a test)
+        return
+    if addons.get(OUTER_GUARD) is None:
+        addons.add(Guard(OUTER_GUARD))
+
+
 def build_addons() -> list[Any]:
     refuse_repeated_options()
+    install_outer_guard()
     holder = RuntimeHolder()
     limits = ReadLimits()
     rpc = RpcPipeline(holder)

@@ -5,6 +5,11 @@ Only ``POST /rpc/v1/<network>`` is an RPC call. Everything else under
 through the proxy, and every other path is passed to the sidecar under its
 normalised form (so ``/api/v1/%69nternal`` or ``/x/../api/v1/internal`` cannot
 sneak past the check).
+
+A path's bytes need not be UTF-8: mitmproxy hands over what is not as lone
+surrogates (``\udcff`` for ``0xff``). Those are percent-encoded back to their
+bytes wherever the path is shown or passed on, so any byte sequence gets a
+defined answer (a 404 under ``/rpc/``, the sidecar's answer elsewhere).
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ def classify(method: str, raw_path: str, networks: tuple[str, ...]) -> Route:
         if len(parts) != 2 or parts[0] != RPC_VERSION or parts[1] not in networks:
             known = ", ".join(f"/rpc/{RPC_VERSION}/{n}" for n in networks)
             return Refusal(
-                404, METHOD_NOT_FOUND, f"unknown network or version: {path} (try {known})"
+                404, METHOD_NOT_FOUND, f"unknown network or version: {_encoded(path)} (try {known})"
             )
         if method == "OPTIONS":
             return Preflight()
@@ -74,4 +79,18 @@ def classify(method: str, raw_path: str, networks: tuple[str, ...]) -> Route:
     if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
         return Refusal(404, METHOD_NOT_FOUND, "not found")
     # Re-encoded exactly once: the sidecar's single decode sees the checked path.
-    return SidecarRoute(quote(path, safe=_PATH_SAFE) + (f"?{query}" if query else ""))
+    return SidecarRoute(_encoded(path) + (f"?{_ascii(query)}" if query else ""))
+
+
+def _encoded(path: str) -> str:
+    """The path percent-encoded, bytes that were not UTF-8 as they came."""
+    return quote(path, safe=_PATH_SAFE, errors="surrogateescape")
+
+
+def _ascii(query: str) -> str:
+    """The query as sent, with only what is not printable ASCII percent-encoded
+    (its own escapes stay as the client wrote them)."""
+    if query.isascii() and query.isprintable():
+        return query
+    raw = query.encode("utf-8", "surrogateescape")
+    return "".join(chr(b) if 0x20 < b < 0x7F else f"%{b:02X}" for b in raw)

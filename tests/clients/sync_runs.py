@@ -22,16 +22,20 @@ is waited for until it answers or exits: ``HANG_S`` only says it hung.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import json
 import os
 import subprocess
+import threading
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from addon.chain.head_pinning import pin
 from addon.rpc.jsonrpc import Call
@@ -143,6 +147,82 @@ class SyncClient:
             self.proc.wait(5)
 
 
+class HeadObserver:
+    """A new-heads subscription on the run's URL, read by a thread of its own,
+    so a run can wait until the URL has announced a block before its clients
+    sync at it.
+
+    Through chainproxy this is what makes "the block the sync ran on" exact:
+    chainproxy answers ``chain_getHead`` with the head its shared new-heads
+    subscription last delivered, and a notification reaches the head book
+    before any subscriber (``SharedSubscription._deliver``). Without the wait a
+    client could ask in the milliseconds between ``dev_newBlock`` and the
+    notification, and get the block before, as a client of a node that has not
+    imported the block yet would. The subscription is opened before the run's
+    counts start, so it adds no upstream call to them; through chainproxy it is
+    one more subscriber of the shared subscription (as any dashboard or SDK
+    block waiter is), so the proxy's head watch need not open its own."""
+
+    def __init__(self, url: str, timeout: float = 60.0) -> None:
+        self.url = url
+        self.highest = -1
+        self.error: BaseException | None = None
+        self._changed = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="head observer")
+        self._thread.start()
+        if not self.wait_for(0, timeout):
+            self.close()
+            raise RuntimeError(f"head observer: no head from {url} in {timeout:g}s: {self.error}")
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as e:  # reported to the waiting test
+            self.error = e
+        with self._changed:
+            self._changed.notify_all()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        sub = {"jsonrpc": "2.0", "id": 1, "method": "chain_subscribeNewHeads", "params": []}
+        async with aiohttp.ClientSession() as s, s.ws_connect(self.url) as ws:
+            await ws.send_str(json.dumps(sub))
+            reader = asyncio.ensure_future(self._read(ws))
+            stop = asyncio.ensure_future(self._stop.wait())
+            await asyncio.wait({reader, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            reader.cancel()
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        async for msg in ws:
+            doc = json.loads(msg.data)
+            header = doc.get("params", {}).get("result") if isinstance(doc, dict) else None
+            if isinstance(header, dict) and "number" in header:
+                with self._changed:
+                    self.highest = max(self.highest, int(header["number"], 16))
+                    self._changed.notify_all()
+        raise RuntimeError(f"head observer: {self.url} closed the socket")
+
+    def wait_for(self, number: int, timeout: float = HANG_S) -> bool:
+        """True once a head numbered ``number`` or higher was announced."""
+        with self._changed:
+            return (
+                self._changed.wait_for(
+                    lambda: self.highest >= number or not self._thread.is_alive(), timeout
+                )
+                and self.highest >= number
+            )
+
+    def close(self) -> None:
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and self._thread.is_alive():
+            loop.call_soon_threadsafe(stop.set)
+        self._thread.join(10)
+
+
 def stop_all(procs: list[SyncClient]) -> None:
     """Every client told to quit first, then waited for: they exit together."""
     for p in procs:
@@ -165,13 +245,17 @@ def run_syncs(
     """One run against ``url`` (a WebSocket URL)."""
     run = Run(name, clients, blocks)
     procs = [SyncClient(url, workdir / f"{name.replace(' ', '-')}-{i}") for i in range(clients)]
+    heads = None
     try:
+        heads = HeadObserver(url)
         for p in procs:  # they connect in parallel; each waits here in turn
             p.step("ready")
         before = upstream_counts(chain)
         for b in range(blocks):
             number = chain.node.new_blocks(1)
             block = (number, chain.node.rpc("chain_getBlockHash", [number]))
+            if not heads.wait_for(number):  # the URL has announced it (HeadObserver)
+                raise RuntimeError(f"{name}: #{number} never announced: {heads.error}")
             for p in procs:  # all at once: the line is all they wait for
                 p.send(f"sync {b}")
             for i, p in enumerate(procs):
@@ -183,6 +267,8 @@ def run_syncs(
         run.upstream_calls = upstream_counts(chain) - before
     finally:
         stop_all(procs)
+        if heads is not None:
+            heads.close()
     return run
 
 

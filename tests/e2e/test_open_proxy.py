@@ -144,6 +144,21 @@ def test_sidecar_internal_paths_are_refused(stack: Stack, path: str) -> None:
     assert b'"jsonrpc":"2.0"' in reply
 
 
+@pytest.mark.parametrize(
+    ("path", "answer"),
+    [(b"/dash\xffboard", b"HTTP/1.1 404"), (b"/rpc/v1/\xffinney", b"HTTP/1.1 404")],
+)
+def test_a_path_whose_bytes_are_not_utf8_is_answered_by_chainproxy(
+    stack: Stack, path: bytes, answer: bytes
+) -> None:
+    """Checked and passed on percent-encoded (the sidecar's 404, a JSON-RPC 404):
+    never mitmproxy forwarding the raw request line to its reverse target after
+    a hook failed on it (found by the direct-read fuzz)."""
+    reply = raw_request(_port(stack), b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert reply.startswith(answer), reply[:300]
+    assert b"aiohttp" not in reply and b"Invalid char" not in reply, reply[:300]
+
+
 def _upgrade(target: str, host: str) -> bytes:
     return (
         f"GET {target} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"

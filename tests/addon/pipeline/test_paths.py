@@ -159,3 +159,36 @@ def test_property_no_path_reaches_internal_via_the_sidecar_route(
         assert not path.startswith("//")
         assert path != "/api/v1/internal" and not path.startswith("/api/v1/internal/")
         assert "/../" not in path + "/" and "/./" not in path + "/"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # mitmproxy hands bytes that are not UTF-8 over as lone surrogates
+        ("/r\udcffc/v1/\udcffinney", "/r%FFc/v1/%FFinney"),
+        ("/api/v1/usage?network=fin\udcffney&x=%2F", "/api/v1/usage?network=fin%FFney&x=%2F"),
+        ("/dashboard?q=a b\u00e9", "/dashboard?q=a%20b%C3%A9"),
+    ],
+)
+def test_bytes_that_are_not_utf8_go_to_the_sidecar_percent_encoded(raw: str, expected: str) -> None:
+    r = classify("POST", raw, NETS)
+    assert isinstance(r, SidecarRoute) and r.path == expected
+    r.path.encode("ascii")  # what the sidecar client sends as it is
+
+
+def test_an_rpc_path_with_bytes_that_are_not_utf8_is_a_404_naming_them() -> None:
+    r = classify("POST", "/rpc/v1/\udcffinney", NETS)
+    assert isinstance(r, Refusal) and r.status == 404
+    assert "/rpc/v1/%FFinney" in r.message
+    r.message.encode("utf-8")  # the JSON body can carry it
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40), st.sampled_from(["GET", "POST", "OPTIONS"]))
+def test_property_any_path_bytes_get_a_route(raw: bytes, method: str) -> None:
+    path = "/" + raw.decode("utf-8", "surrogateescape")  # as mitmproxy decodes a path
+    r = classify(method, path, NETS)
+    if isinstance(r, SidecarRoute):
+        r.path.encode("ascii")
+    elif isinstance(r, Refusal):
+        r.message.encode("utf-8")
