@@ -25,6 +25,12 @@ proxies' core is theirs alone. Upstream bytes are the nodes' own
 alternate, order rotated each repetition; p50/p99 are over the light calls of
 every repetition together. Plus the unit costs' own CPU on the hit path
 (``bench/bench_addon.py --costs``).
+
+Each share of the light tail is measured apart: every proxy of the scenario
+keeps an access log, and the light calls' lines split each call's time into
+the node's (``upstream_ms``) and the proxy's own (``bench/access_shares.py``);
+what the clients saw beyond the proxy's ``latency_ms`` is the client process,
+the kernel and mitmproxy before chainproxy's hook.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ from typing import Any
 
 import yaml
 
+from bench.access_shares import Shares, read_shares
 from bench.context import Context
-from bench.neighbour_clients import HEAVY, LIGHT, Tally, merge
+from bench.neighbour_clients import HEAVY, LIGHT, Tally, client_ips, merge
 from bench.report import f0, f2
 from bench.results import json_results
 from bench.scripts import run_script, size_args
@@ -65,10 +72,21 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
-def summarise(tallies: list[Tally], upstream_bytes: int, seconds: float) -> dict[str, Any]:
-    """One run's figures over its repetitions."""
+def summarise(
+    tallies: list[Tally], upstream_bytes: int, seconds: float, shares: Shares | None = None
+) -> dict[str, Any]:
+    """One run's figures over its repetitions (``shares``: the light calls' lines
+    of the proxy's access log, when it kept one)."""
     light = [x for t in tallies for x in t.light]
+    split = {}
+    if shares is not None and shares.proxy_ms:
+        split = {
+            "proxy_p99_ms": pct(shares.proxy_ms, 0.99),
+            "node_p99_ms": pct(shares.upstream_ms, 0.99),
+            "own_p99_ms": pct(shares.own_ms, 0.99),
+        }
     return {
+        **split,
         "light_calls": len(light),
         "light_p50_ms": pct(light, 0.5) * 1000,
         "light_p99_ms": pct(light, 0.99) * 1000,
@@ -126,6 +144,7 @@ class HeavyNeighbours:
         self.before = before  # another checkout: its units proxy measured beside
         self.nodes: list[Node] = []
         self.targets: dict[str, str] = {}
+        self.logs: dict[str, Path] = {}  # a target's access log, by run name
 
     def start(self) -> None:
         st, ctx = self.ctx.stack, self.ctx
@@ -138,7 +157,7 @@ class HeavyNeighbours:
             "hn-units",
             [n.url for n in self.nodes],
             data_dir=ctx.tmp / "hn-units",
-            proxy={"rate_limit": dict(QUOTA)},
+            proxy={"rate_limit": dict(QUOTA), **self._log("hn-units")},
         )
         counting_cfg = self._variant(
             units_cfg, "hn-counting", rate_limit={**QUOTA, "costs": {"enabled": False}}
@@ -150,8 +169,9 @@ class HeavyNeighbours:
             [(f"hn-{k.split()[0]}{'-lane' if k == LANE else ''}", cfg) for k, cfg in variants],
             cpus=ctx.proxy_cpus,
         )
-        for (name, _), (_, url) in zip(variants, started, strict=True):
+        for (name, cfg), (_, url) in zip(variants, started, strict=True):
             self.targets[name] = url
+            self.logs[name] = Path(yaml.safe_load(cfg.read_text())["proxy"]["access_log"])
         if self.before is not None:
             cfg = self._variant(units_cfg, "hn-before")
             _, url = st.start_chainproxy(
@@ -160,9 +180,17 @@ class HeavyNeighbours:
             self.targets[BEFORE] = self.targets[FAST_BEFORE] = url
         ctx.wait_routes(sidecar, 3)
 
+    def _log(self, name: str) -> dict[str, str]:
+        """The access log options of one proxy (addresses in full: the light
+        clients' lines are picked by address)."""
+        return {
+            "access_log": str(self.ctx.tmp / f"{name}-access.jsonl"),
+            "access_log_client": "full",
+        }
+
     def _variant(self, base: Path, name: str, **proxy: Any) -> Path:
         doc = yaml.safe_load(base.read_text())
-        doc["proxy"].update(proxy)
+        doc["proxy"].update({**proxy, **self._log(name)})
         doc["data_dir"] = str(self.ctx.tmp / name)
         path = base.with_name(f"{name}.yaml")
         path.write_text(yaml.safe_dump(doc))
@@ -183,6 +211,7 @@ class HeavyNeighbours:
         fast = (FAST, FAST_BEFORE) if self.before else (FAST,)
         names = (*turns, *fast)
         tallies: dict[str, list[Tally]] = {k: [] for k in names}
+        shares = {k: Shares() for k in names}
         upstream = dict.fromkeys(names, 0)
         tag = 0
         for r in range(reps):
@@ -197,20 +226,41 @@ class HeavyNeighbours:
                 upstream[name] += self._bytes() - before
                 tallies[name].append(t)
                 self._slow(PER_MIB_MS)
-                self.ctx.pause(2, 0.2)  # the nodes' queues drain
-        runs = {k: summarise(tallies[k], upstream[k], seconds * len(tallies[k])) for k in names}
+                self.ctx.pause(2, 0.2)  # the nodes' queues drain (and the logs' writers)
+                self._split(name, tag, shares[name])
+        runs = {
+            k: summarise(tallies[k], upstream[k], seconds * len(tallies[k]), shares[k])
+            for k in names
+        }
         for k in names:
             print(f"  13. {k}: {runs[k]}", flush=True)
         cpu = json_results(run_script("bench_addon.py", "--costs", "--json", *size_args(self.ctx)))
         self._report(runs, verdict(runs), cpu)
         self.ctx.report.data["heavy_neighbours"] = {"runs": runs, "cpu": cpu}
 
+    def _split(self, name: str, tag: int, into: Shares) -> None:
+        """The light clients' lines of run ``tag`` in its proxy's access log."""
+        # "light only" and the diagnostic run on the units proxy
+        log = self.logs.get("units" if name in ("light only", FAST) else name)
+        if log is None:  # the other checkout's proxy: its log has no upstream_ms
+            return
+        got = read_shares(log, set(client_ips(tag)[0]))
+        into.proxy_ms += got.proxy_ms
+        into.upstream_ms += got.upstream_ms
+        into.own_ms += got.own_ms
+
     def _report(self, runs: dict[str, Any], v: dict[str, Any], cpu: dict[str, Any] | None) -> None:
         r = self.ctx.report
 
         def light(x: dict[str, Any]) -> str:
+            split = (
+                f" (in the proxy p99 {f0(x['proxy_p99_ms'])} ms: node {f0(x['node_p99_ms'])},"
+                f" own {f0(x['own_p99_ms'])})"
+                if "proxy_p99_ms" in x
+                else ""
+            )
             return (
-                f"light p50 {f0(x['light_p50_ms'])} ms, p99 {f0(x['light_p99_ms'])} ms,"
+                f"light p50 {f0(x['light_p50_ms'])} ms, p99 {f0(x['light_p99_ms'])} ms{split},"
                 f" {x['light_errors']} errors of {x['light_calls']:,}"
             )
 

@@ -3,7 +3,10 @@ know it from nginx, proxyd and dshackle, written off the event loop.
 
 A line per call item (a batch's items and WebSocket calls each get one):
 ``time, request_id, network, method, outcome, status, cache, upstream,
-attempts, latency_ms, units, tier, client``. The client's address is logged
+attempts, latency_ms, upstream_ms, units, tier, client``. ``upstream_ms`` is
+how long the attempt whose answer was used took (nginx's
+``$upstream_response_time``; null when no node was asked): ``latency_ms``
+less it is the proxy's own share, waits for a node's budget included. The client's address is logged
 as configured (``proxy.access_log_client``): ``full``, ``truncated`` (IPv4 to
 its /24, IPv6 to its /48: enough to spot a subnet, not a person) or
 ``hashed`` (a salted hash, stable within one proxy process); an API key or
@@ -88,6 +91,7 @@ class AccessLog:
             "upstream": rpc.upstream,
             "attempts": len(rpc.attempts),
             "latency_ms": round(latency_s * 1000, 1),
+            "upstream_ms": rpc.attempts[-1].latency_ms if rpc.attempts else None,
             "units": rpc.units,
             "tier": rpc.tier or "default",
             "client": self._client(rpc.address),

@@ -71,7 +71,10 @@ async def test_one_line_per_call_item_with_the_id_the_client_saw(tmp_path: Path)
     assert first["network"] == "finney" and first["status"] == 200 and first["outcome"] == "ok"
     assert first["units"] == 2 and first["tier"] == "default" and first["transport"] == "http"
     assert first["attempts"] >= 1 and first["cache"] in ("HIT", "MISS")
+    assert isinstance(first["upstream_ms"], int) and 0 <= first["upstream_ms"]
+    assert first["upstream_ms"] <= first["latency_ms"] + 1  # whole ms, rounded
     assert lines[2]["status"] == 403 and lines[2]["outcome"] == "refused"
+    assert lines[2]["upstream_ms"] is None and lines[2]["attempts"] == 0  # no node asked
     assert body(f)[0]["id"] == 1
 
 
