@@ -19,6 +19,7 @@ from addon.hooks.read_limits import ReadLimitsAddon
 from addon.hooks.session import HttpSession
 from addon.hooks.settings import Settings
 from addon.hooks.shipping import ShipperAddon
+from addon.hooks.sizes_keeper import SizesKeeper
 from addon.hooks.snapshot import SnapshotRefresher
 from addon.hooks.websocket import WebSocketRpc
 from addon.mitm.limits import ReadLimits
@@ -85,6 +86,7 @@ def build_addons() -> list[Any]:
         HttpSession(holder),  # the pooled HTTP session (upstreams and sidecar)
         SnapshotRefresher(holder),  # background: routing snapshot from the sidecar
         ShipperAddon(holder),  # background: usage batches to the sidecar
+        SizesKeeper(holder),  # background: the learned answer sizes to data_dir
         # before the pipeline: takes WebSocket handshakes, runs each message through it
         sockets,
         drain,  # SIGTERM: answer what is in flight, then exit

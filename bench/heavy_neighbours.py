@@ -35,6 +35,8 @@ the kernel and mitmproxy before chainproxy's hook.
 
 from __future__ import annotations
 
+import http.client
+import json
 import subprocess
 import sys
 import time
@@ -45,7 +47,7 @@ import yaml
 
 from bench.access_shares import Shares, read_shares
 from bench.context import Context
-from bench.neighbour_clients import HEAVY, LIGHT, Tally, client_ips, merge
+from bench.neighbour_clients import HEAVY, LIGHT, Tally, client_ips, heavy_call, merge
 from bench.report import f0, f2
 from bench.results import json_results
 from bench.scripts import run_script, size_args
@@ -64,7 +66,8 @@ RUNS = ("light only", "units", "counting", LANE)
 FAST = "units, nodes not slowed per MiB"
 # with --before: the units run and the diagnostic on the other checkout's proxy
 BEFORE, FAST_BEFORE = "units, before", "units, nodes not slowed per MiB, before"
-GOAL_P99 = 1.5  # light p99 with units at most this times the light-only p99
+GOAL_P99 = 1.5  # light p99 with units at most this times the light-only p99 (issue 23)
+LANE_GOAL_P99 = 2.0  # the same with the heavy lane (issue 37)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -111,7 +114,7 @@ def verdict(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "counting_p99_ratio": counting,
         "lane_p99_ratio": lane,
         "goal_met": units <= GOAL_P99 and runs["units"]["light_errors"] == 0,
-        "lane_goal_met": lane <= GOAL_P99 and runs[LANE]["light_errors"] == 0,
+        "lane_goal_met": lane <= LANE_GOAL_P99 and runs[LANE]["light_errors"] == 0,
     }
 
 
@@ -136,6 +139,29 @@ def _clients(url: str, run: int, tag: int, seconds: float, heavy: bool) -> Tally
             raise RuntimeError(f"neighbour_clients.py exited {p.returncode}")
         tallies.append(Tally(**got))
     return merge(tallies)
+
+
+def warm(url: str) -> None:
+    """Each heavy kind answered twice by a proxy before it is measured: a proxy
+    learns a kind's answer size from its answers (``addon/quota/sizes.py``), and
+    until then its calls are light (no lane, no reservation). Measured cold, a
+    run's first second is the first heavy calls piling onto the nodes, not the
+    steady state the scenario is about. (A deployment's restart keeps the table:
+    ``data_dir/answer_sizes.json``; these proxies start with empty data_dirs.)"""
+    host, _, port = url.removeprefix("http://").partition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30, source_address=("127.0.59.2", 0))
+    try:
+        for i in range(4):  # heavy_call alternates the two heavy kinds
+            doc = {"jsonrpc": "2.0", "id": i, **heavy_call(0, i, 0xFF)}
+            conn.request(
+                "POST", "/rpc/v1/finney", json.dumps(doc), {"Content-Type": "application/json"}
+            )
+            resp = conn.getresponse()
+            body = resp.read()
+            if resp.status != 200 or b'"result"' not in body[:200]:
+                raise RuntimeError(f"warming {url}: {resp.status} {body[:200]!r}")
+    finally:
+        conn.close()
 
 
 class HeavyNeighbours:
@@ -179,6 +205,8 @@ class HeavyNeighbours:
             )
             self.targets[BEFORE] = self.targets[FAST_BEFORE] = url
         ctx.wait_routes(sidecar, 3)
+        for url in set(self.targets.values()):
+            warm(url)
 
     def _log(self, name: str) -> dict[str, str]:
         """The access log options of one proxy (addresses in full: the light
@@ -314,7 +342,8 @@ class HeavyNeighbours:
             f" run (goal <= {GOAL_P99}x) with {runs['units']['light_errors']} light errors"
             f" (goal 0): {'met' if v['goal_met'] else 'NOT met'}; with plain call counting"
             f" {f2(v['counting_p99_ratio'])}x; with units and a heavy lane of 1 per node"
-            f" {f2(v['lane_p99_ratio'])}x ({'met' if v['lane_goal_met'] else 'NOT met'})."
+            f" {f2(v['lane_p99_ratio'])}x (goal <= {LANE_GOAL_P99}x:"
+            f" {'met' if v['lane_goal_met'] else 'NOT met'})."
             " Unit costs add "
             + ("n/a" if added is None else f"{added:+.1%}")
             + " to a hit's addon CPU (goal <= 5 %): "

@@ -7,6 +7,11 @@ A kind is the method, and for ``state_call`` its runtime API. Sizes are a
 moving average of what nodes answered, kept only for kinds that answered more
 than ``free_bytes`` at least once (the rest cost nothing extra anyway), in a
 bounded table (least recently updated kinds go first).
+
+The table outlives the process (``addon/quota/sizes_file.py``): a proxy that
+restarts knows at once which kinds are heavy, so the first burst of 1 MiB
+reads after a restart is priced, laned and kept from hedges like every later
+one, instead of landing on the nodes all at once as light calls.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class AnswerSizes:
     def __init__(self, max_kinds: int = MAX_KINDS) -> None:
         self._sizes: OrderedDict[str, float] = OrderedDict()
         self._max = max_kinds
+        self.changes = 0  # learned answers that changed the table (a saver compares it)
 
     def __len__(self) -> int:
         return len(self._sizes)
@@ -55,8 +61,24 @@ class AnswerSizes:
             new = old + ALPHA * (nbytes - old)
             if new <= free_bytes:
                 del self._sizes[k]
+                self.changes += 1
                 return
+        self.changes += 1
         self._sizes[k] = new
         self._sizes.move_to_end(k)
+        while len(self._sizes) > self._max:
+            self._sizes.popitem(last=False)
+
+    def snapshot(self) -> dict[str, float]:
+        """The table, oldest entry first (what ``restore`` takes back)."""
+        return dict(self._sizes)
+
+    def restore(self, sizes: dict[str, float]) -> None:
+        """Kinds learned before (a saved table); what this process learned since
+        it started wins over them."""
+        # the saved entries in their order, older than anything learned here
+        table = OrderedDict((k, v) for k, v in sizes.items() if k not in self._sizes)
+        table.update(self._sizes)
+        self._sizes = table
         while len(self._sizes) > self._max:
             self._sizes.popitem(last=False)

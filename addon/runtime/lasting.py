@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -23,6 +24,8 @@ from addon.chain.finality import FinalityLookups
 from addon.chain.state import ChainState
 from addon.follow.book import FollowBook
 from addon.quota.sizes import AnswerSizes
+from addon.quota.sizes_file import FILE_NAME as SIZES_FILE
+from addon.quota.sizes_file import load_sizes
 from addon.redislink.link import RedisLink
 from addon.reporting.live_metrics import CACHE_PURGED, FINALITY_LOOKUPS, LiveMetrics
 from addon.reporting.usage import Spool, UsageAggregator
@@ -47,6 +50,7 @@ class Lasting:
     usage: UsageAggregator = field(default_factory=UsageAggregator)  # records not yet shipped
     slots: SocketSlots = field(default_factory=SocketSlots)  # client WebSockets held
     sizes: AnswerSizes = field(default_factory=AnswerSizes)  # how large kinds of calls answer
+    sizes_path: Path | None = None  # where the sizes are kept (``data_dir``), once opened
     subs: SubscriptionHub = field(init=False)  # one hub per process, on each policy's pools
     follows: FollowBook = field(init=False)  # chainHead_v1 follows, on the hub
     head_watch: HeadWatch = field(init=False)  # chain_getHead from a live head subscription
@@ -109,7 +113,7 @@ class Lasting:
             self.cache = None
 
     def open_storage(self, config: Config) -> None:
-        """The on-disk parts (cache, usage spool) under ``data_dir``; separate from
+        """The on-disk parts (cache, usage spool, answer sizes) under ``data_dir``; separate from
         building so unit tests can run without touching the disk."""
         p = config.proxy
         if self.cache is None and p.cache.enabled:
@@ -118,6 +122,10 @@ class Lasting:
             )
         if self.spool is None:
             self.spool = Spool(config.data_dir / "spool", max_batches=p.usage.spool_max_batches)
+        sizes = config.data_dir / SIZES_FILE
+        if self.sizes_path != sizes:  # what a previous process learned (a new data_dir's too)
+            self.sizes.restore(load_sizes(sizes))
+            self.sizes_path = sizes
 
     # --- the HTTP session and the upstream client ------------------------------------
 

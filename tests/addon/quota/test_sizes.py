@@ -39,3 +39,19 @@ def test_the_table_is_bounded() -> None:
         sizes.learn(Call(i, "state_call", [f"Api{i}_x", "0x"]), 100_000 + i, FREE)
     assert len(sizes) == 3
     assert sizes.expected(Call(0, "state_call", ["Api9_x", "0x"])) == 100_009
+
+
+def test_a_restored_table_gives_way_to_what_was_learned_since() -> None:
+    s = AnswerSizes(max_kinds=3)
+    big = Call(1, "state_getKeys", ["0x"])
+    s.learn(big, 500_000, FREE)
+    assert s.changes == 1
+    saved = {"old_a": 200_000.0, "state_getKeys": 100_000.0, "old_b": 300_000.0, "old_c": 1e6}
+    s.restore(saved)
+    assert s.expected(big) == 500_000  # learned here: kept
+    # bounded: the oldest saved entry went first; what was learned here is newest
+    assert list(s.snapshot()) == ["old_b", "old_c", "state_getKeys"]
+    assert s.changes == 1  # restoring is not learning
+    fresh = AnswerSizes()
+    fresh.restore(s.snapshot())
+    assert fresh.snapshot() == s.snapshot() and fresh.changes == 0

@@ -1,0 +1,62 @@
+"""The answer-size table kept on disk (``addon/quota/sizes_file.py``): written
+by a thread every ``SAVE_EVERY_S`` when it changed, and once more at a stop
+or reload (synchronously: mitmproxy's ``done`` is). A failed write is logged
+and tried again at the next turn; it never touches a call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from addon.hooks.holder import RuntimeHolder
+from addon.quota.sizes_file import SAVE_EVERY_S, save_sizes
+
+log = logging.getLogger("chainproxy")
+
+
+class SizesKeeper:
+    def __init__(self, holder: RuntimeHolder, every_s: float = SAVE_EVERY_S) -> None:
+        self.holder = holder
+        self.every_s = every_s
+        self._saved: tuple[Path, int] | None = None  # (file, the table's changes) last written
+        self._task: asyncio.Task[None] | None = None
+
+    def running(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.every_s)
+            due = self._due()
+            if due is not None:
+                await asyncio.to_thread(self._save, *due)
+
+    def _due(self) -> tuple[Path, dict[str, float], int] | None:
+        """What to write now: None when nothing changed since the last write."""
+        rt = self.holder.runtime
+        if rt is None or rt.lasting.sizes_path is None:
+            return None
+        path, sizes = rt.lasting.sizes_path, rt.sizes
+        if self._saved == (path, sizes.changes):
+            return None
+        if self._saved is None and not sizes.changes:
+            return None  # nothing learned yet: the file (if any) holds the table
+        return path, sizes.snapshot(), sizes.changes
+
+    def _save(self, path: Path, sizes: dict[str, float], changes: int) -> None:
+        try:
+            save_sizes(path, sizes)
+        except OSError as e:
+            log.warning("answer sizes: cannot write %s: %s (tried again later)", path, e)
+            return
+        self._saved = (path, changes)
+
+    def done(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        due = self._due()
+        if due is not None:
+            self._save(*due)
