@@ -13,6 +13,12 @@ judged, cached and answered each time) a second. Both on the runner's core
 with the nodes. Each proxy runs light alone, then light beside heavy,
 alternating, order rotated each repetition; p99 over the light calls of every
 repetition together; the figure is light p99 beside heavy ÷ light alone.
+
+A third run measures the shares apart: the same heavy clients pull straight
+from a node, not through the proxy, so the runner's core is as busy as
+beside heavy (the nodes making, the heavy clients reading 20 MiB/s) while
+the proxy handles the light calls alone. Light p99 there ÷ light alone is the
+machine's share; beside heavy ÷ that run is the proxy's own.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from bench.context import Context
 from bench.load import run_load
+from bench.loop_holds import summarise as holds_of
 from bench.report import f0, f2
 from bench.results import json_results
 from bench.stack import Node, post_raw
@@ -34,7 +41,7 @@ from chainproxy.supervisor import wait_http
 LIGHT_RATE, LIGHT_CONNECTIONS = 200, 8
 HEAVY_CLIENTS, HEAVY_RATE = 4, 5
 GOAL = 2.0  # light p99 beside heavy at most this times light alone
-RUNS = ("light alone", "beside heavy")
+RUNS = ("light alone", "beside heavy", "heavy to the nodes")
 WALL_S = (120.0, 300.0)  # quick, full: seconds the run's wall limit grows by (x1.5 with --before)
 
 
@@ -55,6 +62,7 @@ class BigAnswers:
         self.nodes: list[Node] = []
         self.targets: dict[str, str] = {}
         self.light_body = b""
+        self.holds: dict[str, Path] = {}  # each proxy's loop holds (bench/loop_holds.py)
 
     def start(self) -> None:
         st, ctx = self.ctx.stack, self.ctx
@@ -75,11 +83,20 @@ class BigAnswers:
             if tree is not None:  # a data directory of its own: its own cache
                 cfg = config.with_name("ba-before.yaml")
                 cfg.write_text(config.read_text().replace("ba-after", "ba-before"))
+            self.holds[name] = ctx.tmp / f"ba-{name}-holds.txt"
+            probe = Path(__file__).resolve().parent / "loop_holds.py"
             started.append(
                 (
                     name,
                     st.start_chainproxy(
-                        f"ba-{name}", cfg, sidecar, cpus=ctx.proxy_cpus, tree=tree, wait=False
+                        f"ba-{name}",
+                        cfg,
+                        sidecar,
+                        cpus=ctx.proxy_cpus,
+                        tree=tree,
+                        wait=False,
+                        scripts=(probe,),
+                        env={"CHAINPROXY_HOLDS_FILE": str(self.holds[name])},
                     ),
                 )
             )
@@ -121,7 +138,10 @@ class BigAnswers:
                 url = self.targets[name] + "/rpc/v1/finney"
                 for run in RUNS:
                     tag += 1
-                    pull = self._heavy(url, seconds + 1.5, tag) if run == RUNS[1] else None
+                    pull = None
+                    if run != RUNS[0]:  # through the proxy, or straight from a node
+                        to = url if run == RUNS[1] else self.nodes[tag % len(self.nodes)].url
+                        pull = self._heavy(to, seconds + 1.5, tag)
                     if pull is not None:
                         time.sleep(0.75)  # the heavy clients under way
                     res = run_load(
@@ -140,8 +160,9 @@ class BigAnswers:
                         got = json_results(out)
                         if pull.returncode != 0 or got is None:
                             raise RuntimeError(f"big_pull.py exited {pull.returncode}")
-                        for k in heavy[name]:
-                            heavy[name][k] += got[k]
+                        if run == RUNS[1]:  # the figures are those through the proxy
+                            for k in heavy[name]:
+                                heavy[name][k] += got[k]
                     self.ctx.pause(1, 0.1)
         figures = {
             n: {
@@ -150,6 +171,7 @@ class BigAnswers:
                 "heavy_p50_ms": p50(samples[(n, RUNS[1])]),
                 "heavy_p99_ms": p99(samples[(n, RUNS[1])]),
                 "light_calls": len(samples[(n, RUNS[1])]),
+                "control_p99_ms": p99(samples[(n, RUNS[2])]),
                 **heavy[n],
                 "heavy_mib_per_s": heavy[n]["mib"] / (reps * (seconds + 1.5)),
             }
@@ -157,6 +179,9 @@ class BigAnswers:
         }
         for n, f in figures.items():
             f["ratio"] = f["heavy_p99_ms"] / f["alone_p99_ms"]
+            f["machine_ratio"] = f["control_p99_ms"] / f["alone_p99_ms"]
+            f["proxy_ratio"] = f["heavy_p99_ms"] / f["control_p99_ms"]
+            f.update(holds_of(self.holds[n]))
             print(f"  21. {n}: {f}", flush=True)
         self._report(figures)
         self.ctx.report.data["big_answers"] = figures
@@ -169,15 +194,28 @@ class BigAnswers:
                 f"alone p50 {f2(f['alone_p50_ms'])} / p99 {f2(f['alone_p99_ms'])} ms",
                 f"beside heavy p50 {f2(f['heavy_p50_ms'])} / p99 {f2(f['heavy_p99_ms'])} ms;"
                 f" heavy {f0(f['ok'])} answered, {f0(f['errors'])} errors,"
-                f" {f2(f['heavy_mib_per_s'])} MiB/s",
+                f" {f2(f['heavy_mib_per_s'])} MiB/s; heavy straight to the nodes p99"
+                f" {f2(f['control_p99_ms'])} ms (the machine's share {f2(f['machine_ratio'])}x,"
+                f" the proxy's {f2(f['proxy_ratio'])}x); loop held > 2 ms"
+                f" {f0(f['holds_over_2ms'])} times, > 1 ms {f0(f['holds_over_1ms'])},"
+                f" longest {f2(f['longest_hold_ms'])} ms CPU",
                 f2(f["ratio"]),
             )
         after = figures["after"]["ratio"]
         line = (
             f"Big answers: small cached reads' p99 beside {HEAVY_CLIENTS} clients pulling"
             f" {HEAVY_RATE} x 1 MiB/s each is {f2(after)}x their p99 alone (goal <= {GOAL}x):"
-            f" {'met' if after <= GOAL else 'NOT met'}"
+            f" {'met' if after <= GOAL else 'NOT met'}; of it, the machine's share (heavy"
+            f" clients pulling straight from the nodes) {f2(figures['after']['machine_ratio'])}x"
+            f" and the proxy's own {f2(figures['after']['proxy_ratio'])}x. The proxy's loop held"
+            f" over 2 ms of CPU {f0(figures['after']['holds_over_2ms'])} times for"
+            f" {f0(figures['after']['ok'])} big answers (longest"
+            f" {f2(figures['after']['longest_hold_ms'])} ms)"
         )
         if "before" in figures:
-            line += f"; before: {f2(figures['before']['ratio'])}x"
+            b = figures["before"]
+            line += (
+                f"; before: {f2(b['ratio'])}x, loop held over 2 ms {f0(b['holds_over_2ms'])}"
+                f" times (longest {f2(b['longest_hold_ms'])} ms)"
+            )
         r.goal(line)

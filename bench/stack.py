@@ -171,11 +171,15 @@ class ProcessStack:
         cpus: set[int] | None = None,
         wait: bool = True,
         tree: Path | None = None,
+        scripts: tuple[Path, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> tuple[Child, str]:
         """mitmdump with the addon on ``port`` (a free one by default);
         ``wait=False``: return at once, call ``wait_http(url + "/rpc/", proc)``
         before using it (``/rpc/`` answers even without the sidecar). ``tree``:
-        another checkout of the project (e.g. an older commit) whose addon to run."""
+        another checkout of the project (e.g. an older commit) whose addon to run;
+        ``scripts``: more mitmproxy scripts beside it (``bench/loop_holds.py``);
+        ``env``: more of the process's environment."""
         port = port or free_port()
         argv = proxy_argv(
             BIN / "mitmdump",
@@ -186,9 +190,11 @@ class ProcessStack:
             quiet=quiet,
             tree=tree or REPO,
         )
+        for script in scripts:
+            argv += ["-s", str(script)]
         # the tree's packages before the installed (editable) ones
-        env = {"PYTHONPATH": str(tree)} if tree else None
-        proc = self.spawn(name, argv, cpus, env)
+        extra = {**({"PYTHONPATH": str(tree)} if tree else {}), **(env or {})}
+        proc = self.spawn(name, argv, cpus, extra or None)
         url = f"http://127.0.0.1:{port}"
         if wait:
             wait_http(f"{url}/rpc/", proc)

@@ -13,6 +13,7 @@ the cache or refused costs no coroutine. A step that waits on Redis returns a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from addon.pipeline.context import Reply, RpcContext
 from addon.rpc.jsonrpc import INTERNAL_ERROR, error_obj
 from addon.rpc.later import Later
+from addon.rpc.splice import BREATHE_BYTES
 
 log = logging.getLogger("chainproxy")
 
@@ -88,6 +90,8 @@ class Runner:
     async def _resume(self, pending: Awaitable[None], rpc: RpcContext, deps: Any, nxt: int) -> None:
         try:
             await pending
+            if rpc.result is not None and rpc.result.body_bytes >= BREATHE_BYTES:
+                await asyncio.sleep(0)  # a big answer: stored and answered in a turn of its own
             more = self.run(rpc, deps, nxt)
             if more is not None:
                 await more

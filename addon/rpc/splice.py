@@ -25,6 +25,10 @@ from common.jsontext import RawJson
 
 # an answer at least this large is scanned; smaller ones are parsed (cheap)
 RAW_MIN_BYTES = 64 * 1024
+# An answer this large gives the event loop back between its stages (read,
+# judged, stored and answered in separate loop turns), so small calls that
+# arrive meanwhile wait for one stage of it, never its whole handling.
+BREATHE_BYTES = RAW_MIN_BYTES
 _KEYS = frozenset({b"jsonrpc", b"result", b"id"})
 _TRAILING = b" \t\r\n"
 _CONTROL = tuple(bytes([c]) for c in range(0x20))  # JSON wants them escaped in a string

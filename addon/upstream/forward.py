@@ -35,6 +35,7 @@ from typing import Any, Literal
 from addon.chain.horizons import correct
 from addon.rpc.attempt import Attempt
 from addon.rpc.jsonrpc import Call, dumps
+from addon.rpc.splice import BREATHE_BYTES
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
 from addon.upstream.failover import CAPACITY, assess, error_limit
@@ -246,7 +247,12 @@ class Forward:
         """What an attempt came to: its answer or its transport error. Anything
         else (a closed session, a cancelled flow) leaves it without a verdict."""
         try:
-            return await post
+            got = await post
+            if len(got[1]) >= BREATHE_BYTES:
+                # a big answer is judged in the next loop turn: the calls that
+                # arrived while it was read go first (one hold, not two in a row)
+                await asyncio.sleep(0)
+            return got
         except TransportError as e:
             return e
         except BaseException:

@@ -437,3 +437,27 @@ async def test_the_same_body_goes_to_every_attempt() -> None:
     p, t, clock = setup(a, b, script={"a": [(0.01, http(500))], "b": [(0.01, ok(1))]})
     await run(p, t, clock)
     assert len(t.calls) == 2 and t.calls[0][1] == t.calls[1][1]
+
+
+# --- big answers give the loop back -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("size", "judged_first"), [(40_000, False), (100, True)])
+async def test_a_big_answer_is_judged_after_the_calls_waiting_behind_it(
+    size: int, judged_first: bool
+) -> None:
+    """A callback made ready as a big answer arrives (a small call read
+    meanwhile) runs before the answer is judged, not after its whole handling;
+    a small answer is judged in the same turn."""
+    a = up("a")
+    seen: list[int] = []
+
+    def respond(doc: Any) -> tuple[int, bytes]:
+        asyncio.get_running_loop().call_soon(lambda: seen.append(a.inflight))
+        return ok("0x" + "ab" * size)(doc)
+
+    p, t, clock = setup(a, script={"a": [(0.01, respond)]})
+    r = await run(p, t, clock)
+    await asyncio.sleep(0)  # whatever is ready by now has run
+    assert r.kind == "ok" and r.body_bytes > 2 * size
+    assert seen == [0 if judged_first else 1]  # 1: still in flight, not judged yet
