@@ -29,9 +29,12 @@ class SizesKeeper:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.every_s)
-            due = self._due()
-            if due is not None:
-                await asyncio.to_thread(self._save, *due)
+            try:
+                due = self._due()
+                if due is not None:
+                    await asyncio.to_thread(self._save, *due)
+            except Exception:  # a bug here must not end the keeping for good
+                log.exception("answer sizes: the periodic write failed")
 
     def _due(self) -> tuple[Path, dict[str, float], int] | None:
         """What to write now: None when nothing changed since the last write."""
