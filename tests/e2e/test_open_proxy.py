@@ -157,6 +157,10 @@ def test_a_path_whose_bytes_are_not_utf8_is_answered_by_chainproxy(
     reply = raw_request(_port(stack), b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
     assert reply.startswith(answer), reply[:300]
     assert b"aiohttp" not in reply and b"Invalid char" not in reply, reply[:300]
+    # the same path as a WebSocket handshake: refused the same way, never upgraded
+    upgrade = _upgrade("/x", "x").replace(b"GET /x ", b"GET " + path + b" ", 1)
+    reply = _head(_port(stack), upgrade)
+    assert reply.startswith(answer), reply[:300]
 
 
 def _upgrade(target: str, host: str) -> bytes:
