@@ -1,7 +1,8 @@
 """The answer-size table kept on disk (``addon/quota/sizes_file.py``): written
 by a thread every ``SAVE_EVERY_S`` when it changed, and once more at a stop
-or reload (synchronously: mitmproxy's ``done`` is). A failed write is logged
-and tried again at the next turn; it never touches a call."""
+or reload (synchronously: mitmproxy's ``done`` is). A failed write (a full
+disk) is logged when the writes start failing and when they work again, and
+tried again at the next turn; it never touches a call."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from addon.hooks.holder import RuntimeHolder
 from addon.quota.sizes_file import SAVE_EVERY_S, save_sizes
+from common.outage import Outage
 
 log = logging.getLogger("chainproxy")
 
@@ -21,6 +23,7 @@ class SizesKeeper:
         self.every_s = every_s
         self._saved: tuple[Path, int] | None = None  # (file, the table's changes) last written
         self._task: asyncio.Task[None] | None = None
+        self._outage = Outage()
 
     def running(self) -> None:
         if self._task is None:
@@ -52,8 +55,11 @@ class SizesKeeper:
         try:
             save_sizes(path, sizes)
         except OSError as e:
-            log.warning("answer sizes: cannot write %s: %s (tried again later)", path, e)
+            if self._outage.failed():
+                log.warning("answer sizes: cannot write %s: %s (tried again later)", path, e)
             return
+        if (failures := self._outage.ok()) is not None:
+            log.warning("answer sizes: written again to %s after %d failed writes", path, failures)
         self._saved = (path, changes)
 
     def done(self) -> None:
