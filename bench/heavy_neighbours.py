@@ -35,7 +35,6 @@ the kernel and mitmproxy before chainproxy's hook.
 
 from __future__ import annotations
 
-import http.client
 import json
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from bench.neighbour_clients import HEAVY, LIGHT, Tally, client_ips, heavy_call,
 from bench.report import f0, f2
 from bench.results import json_results
 from bench.scripts import run_script, size_args
-from bench.stack import Node
+from bench.stack import Node, post_raw
 from chainproxy.supervisor import wait_http
 
 PER_MIB_MS, BYTE_SLOTS = 200.0, 2
@@ -148,20 +147,11 @@ def warm(url: str) -> None:
     run's first second is the first heavy calls piling onto the nodes, not the
     steady state the scenario is about. (A deployment's restart keeps the table:
     ``data_dir/answer_sizes.json``; these proxies start with empty data_dirs.)"""
-    host, _, port = url.removeprefix("http://").partition(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30, source_address=("127.0.59.2", 0))
-    try:
-        for i in range(4):  # heavy_call alternates the two heavy kinds
-            doc = {"jsonrpc": "2.0", "id": i, **heavy_call(0, i, 0xFF)}
-            conn.request(
-                "POST", "/rpc/v1/finney", json.dumps(doc), {"Content-Type": "application/json"}
-            )
-            resp = conn.getresponse()
-            body = resp.read()
-            if resp.status != 200 or b'"result"' not in body[:200]:
-                raise RuntimeError(f"warming {url}: {resp.status} {body[:200]!r}")
-    finally:
-        conn.close()
+    for i in range(4):  # heavy_call alternates the two heavy kinds
+        doc = {"jsonrpc": "2.0", "id": i, **heavy_call(0, i, 0xFF)}
+        status, _, body = post_raw(url + "/rpc/v1/finney", json.dumps(doc).encode(), timeout=30)
+        if status != 200 or b'"result"' not in body[:200]:
+            raise RuntimeError(f"warming {url}: {status} {body[:200]!r}")
 
 
 class HeavyNeighbours:
