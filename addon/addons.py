@@ -8,6 +8,7 @@ from typing import Any
 
 from mitmproxy import ctx, http
 
+from addon.hooks.cache_keeper import CacheKeeper
 from addon.hooks.drain import Drain
 from addon.hooks.holder import RuntimeHolder
 from addon.hooks.http_direct import HttpDirect
@@ -87,6 +88,7 @@ def build_addons() -> list[Any]:
         SnapshotRefresher(holder),  # background: routing snapshot from the sidecar
         ShipperAddon(holder),  # background: usage batches to the sidecar
         SizesKeeper(holder),  # background: the learned answer sizes to data_dir
+        CacheKeeper(holder),  # at a stop: the edge cache's pending writes to disk
         # before the pipeline: takes WebSocket handshakes, runs each message through it
         sockets,
         drain,  # SIGTERM: answer what is in flight, then exit

@@ -20,16 +20,14 @@ be purged (``purge``), not only the answer that was checked. A purge bumps a
 counter on disk: the other proxy processes of the machine drop their memory
 front when they see it change (they look at most once a second, on a read).
 
-Writes leave the request's path: ``set`` keeps the text in memory (the front,
-or ``_pending`` for a value too large for it) and the disk write happens
-after the current loop turn, every write of that turn in one SQLite
-transaction (one commit: ~30 instead of ~55 µs of CPU a write, and the
-commit's I/O no longer between the node's answer and the client's). A read of
-a key still pending is answered from memory; without a running loop (a tool,
-a test) a write goes to disk at once.
-
-Large entries are written by a thread and read back unparsed
-(``addon/cache/large.py``).
+Disk work leaves the request's path (``addon/cache/disk_io.py``): ``set``
+keeps the text in memory (the front, or ``_pending`` for a value too large
+for it), and the writes of the next ``WRITE_EVERY_S`` (or ``WRITE_BATCH``
+of them, whichever comes first) go to disk together, in one transaction, by
+the writer thread. A read of a key not yet on disk is answered from memory;
+without a running loop (a tool, a test) a write goes to disk at once. A read
+that misses the memory asks the disk's index first, so a key never stored
+costs one indexed query.
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ from typing import Any, Protocol
 
 import diskcache
 
-from addon.cache.large import BIG_WRITE_BYTES, Entry, LargeWrites, value_of, write
+from addon.cache.disk_io import DiskWrites, Entry, on_disk, value_of, write
 from common.jsontext import dumps_text
 from common.outage import Outage
 
@@ -60,6 +58,10 @@ MEMO_MAX_VALUE_BYTES = 256 * 1024
 REOPEN_AFTER_S = 30.0  # a cache that could not be opened (a full disk) is tried again
 PURGES_KEY = "chainproxy|purges"  # purges so far, on disk (not an entry's key: "v1|…")
 PURGES_EVERY_S = 1.0  # a process looks whether another one purged at most this often
+# Writes wait at most this long for the ones after them, to share a transaction
+# (another process sees an entry that much later: it asks its node meanwhile)...
+WRITE_EVERY_S = 0.05
+WRITE_BATCH = 512  # ...or until this many wait
 
 
 class CacheStore(Protocol):
@@ -72,6 +74,9 @@ class CacheStore(Protocol):
 
     async def purge(self, filler: str) -> int:
         """Forget every entry ``filler`` answered; how many there were."""
+
+    def close(self) -> None:
+        """What waits to be written is written (a stop, a reload): synchronous."""
 
 
 def _is_corrupt(e: BaseException) -> bool:
@@ -96,8 +101,8 @@ class DiskCacheStore:
         self._purges: Any = None  # the disk's purge counter as last seen
         self._purges_due = 0.0
         self._pending: dict[str, tuple[str, str | None]] = {}  # written after this loop turn
-        self._flush_armed = False
-        self._large = LargeWrites()  # large entries, written by a thread
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._writes = DiskWrites()  # the writer thread
         try:
             self._cache = self._open()
         except Exception as e:
@@ -140,6 +145,7 @@ class DiskCacheStore:
             eviction_policy="least-recently-used",
             # Values are small JSON texts; keep them in SQLite rather than files.
             disk_min_file_size=1 << 20,
+            cull_limit=0,  # eviction once per batch written (disk_io.write), not per set
             timeout=0.5,  # a locked database is a miss, not a stall
             tag_index=True,  # a node's entries found at once (``purge``)
         )
@@ -211,10 +217,12 @@ class DiskCacheStore:
         if memo is not None:
             self._memo.move_to_end(key)
             return value_of(memo[0])  # a fresh object per caller, like a disk read
-        pending = self._pending.get(key) or self._large.writing.get(key)
+        pending = self._pending.get(key) or self._writes.writing.get(key)
         if pending is not None:  # larger than the front keeps, not on disk yet
             return value_of(pending[0])
         try:
+            if not on_disk(cache, key):
+                return None
             raw, filler = cache.get(key, default=_MISSING, tag=True)
         except Exception as e:  # corrupt db, disk error, lock timeout
             self._failed("read", e)
@@ -239,28 +247,29 @@ class DiskCacheStore:
         text = dumps_text(value)
         self._remember(key, text, filler)
         self._pending[key] = (text, filler)
-        if self._flush_armed:
+        if len(self._pending) >= WRITE_BATCH:
+            self.flush()
+            return
+        if self._flush_timer is not None:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop: written now
             self.flush()
             return
-        self._flush_armed = True
-        loop.call_soon(self.flush)
+        self._flush_timer = loop.call_later(WRITE_EVERY_S, self.flush)
 
     def flush(self) -> None:
-        """The writes made since the last flush, in one transaction; the large
-        ones by the writer thread when a loop runs."""
-        self._flush_armed = False
+        """The writes made since the last flush, in one transaction, by the
+        writer thread when a loop runs (else now)."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
         pending, self._pending = self._pending, {}
         cache = self._cache
         if not pending or cache is None:
             return
-        big = {k: v for k, v in pending.items() if len(v[0]) >= BIG_WRITE_BYTES}
-        if big and self._large.start(cache, big, self._written):
-            pending = {k: v for k, v in pending.items() if k not in big}
-        if not pending:
+        if self._writes.start(cache, pending, self._written):
             return
         try:
             write(cache, pending.items())
@@ -270,8 +279,9 @@ class DiskCacheStore:
         self._wrote(pending, None)
 
     async def settled(self) -> None:
-        """Until the large writes in flight in the writer thread are on disk."""
-        await self._large.settled()
+        """Until the writes handed to the writer thread are on disk (not those
+        still pending: ``flush`` first)."""
+        await self._writes.settled()
 
     def _wrote(self, items: dict[str, Entry], error: BaseException | None) -> None:
         if error is not None:
@@ -282,10 +292,10 @@ class DiskCacheStore:
             self._worked()
 
     def _written(
-        self, big: dict[str, Entry], error: BaseException | None, dropped: Collection[str]
+        self, batch: dict[str, Entry], error: BaseException | None, dropped: Collection[str]
     ) -> None:
         """(On the loop.) The thread's writes ended; those deleted meanwhile go again."""
-        self._wrote(big, error)
+        self._wrote(batch, error)
         for key in dropped:
             self.delete(key)
 
@@ -298,7 +308,7 @@ class DiskCacheStore:
         """Forget an entry (an answer a cross-check found wrong)."""
         self._forget_key(key)
         self._pending.pop(key, None)
-        self._large.drop(key)  # the thread may write it after the delete below
+        self._writes.drop(key)  # the thread may write it after the delete below
         cache = self._cache
         if cache is None:
             return
@@ -331,7 +341,7 @@ class DiskCacheStore:
         if self._cache is None:
             return
         self.flush()
-        self._large.close()  # the large writes in flight end first
+        self._writes.close()  # the large writes in flight end first
         try:
             self._cache.close()
         except Exception as e:
@@ -365,6 +375,9 @@ class MemoryStore:
     def delete(self, key: str) -> None:
         self.data.pop(key, None)
         self.fillers.pop(key, None)
+
+    def close(self) -> None:
+        pass  # nothing waits
 
     async def purge(self, filler: str) -> int:
         keys = [k for k, f in self.fillers.items() if f == filler]

@@ -106,11 +106,12 @@ class Lasting:
     def keep_storage(self, config: Config, previous: Config) -> None:
         """The spool and the cache stay while ``data_dir`` (and the cache's
         settings) hold; otherwise ``open_storage`` opens new ones."""
+        if previous.data_dir != config.data_dir or previous.proxy.cache != config.proxy.cache:
+            if self.cache is not None:
+                self.cache.close()  # its pending writes go to the old directory first
+            self.cache = None
         if previous.data_dir != config.data_dir:
             self.spool = None
-            self.cache = None
-        elif previous.proxy.cache != config.proxy.cache:
-            self.cache = None
 
     def open_storage(self, config: Config) -> None:
         """The on-disk parts (cache, usage spool, answer sizes) under ``data_dir``; separate from

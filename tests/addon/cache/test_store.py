@@ -74,7 +74,8 @@ async def test_a_purge_forgets_every_entry_its_node_filled(tmp_path: Path) -> No
     assert await a.purge("liar") == 0
     fresh = DiskCacheStore(tmp_path / "c", size_limit_mb=1)  # the tag is on the disk
     a.set("liar9", 9, filler="liar")
-    a.flush()  # (written after the loop turn: another process sees it from then)
+    a.flush()  # (written by the writer thread: another process sees it from then)
+    await a.settled()
     assert fresh.get("liar9") == 9
     assert await fresh.purge("liar") == 1 and fresh.get("liar9") is None
 
@@ -84,7 +85,8 @@ async def test_another_process_drops_its_memory_front_after_a_purge(tmp_path: Pa
     b = DiskCacheStore(tmp_path / "c", size_limit_mb=1)  # another proxy process
     a.set("liar", "0xbad", filler="liar")
     a.set("honest", "0x2a", filler="honest")
-    a.flush()  # (written after the loop turn: another process sees it from then)
+    a.flush()  # (written by the writer thread: another process sees it from then)
+    await a.settled()
     assert b.get("liar") == "0xbad" and b.get("honest") == "0x2a"  # now in b's memory
     await a.purge("liar")
     b._purges_due = 0.0  # (b looks at the disk's counter at most once a second)

@@ -1,6 +1,8 @@
-"""Large entries (``addon/cache/large.py``): written by the writer thread, answered
-from memory until then, read back unparsed as ``RawJson`` when a plain string;
-a delete or a purge while the thread writes is not undone by the write."""
+"""The disk's side of the edge cache (``addon/cache/disk_io.py``): every entry
+written by the writer thread, answered from memory until then; large ones
+read back unparsed as ``RawJson`` when a plain string; a delete or a purge
+while the thread writes is not undone by the write; a key never stored found
+so by the index probe, which relies on how diskcache keeps ``str`` keys."""
 
 from __future__ import annotations
 
@@ -8,11 +10,14 @@ import asyncio
 import threading
 from pathlib import Path
 
-from addon.cache.large import BIG_WRITE_BYTES
+import diskcache
+
+from addon.cache.disk_io import on_disk
 from addon.cache.store import DiskCacheStore
+from addon.rpc.splice import RAW_MIN_BYTES
 from common.jsontext import RawJson, dumps
 
-BLOB = "0x" + "cd" * BIG_WRITE_BYTES  # a large hex string, as a runtime API answers
+BLOB = "0x" + "cd" * RAW_MIN_BYTES  # a large hex string, as a runtime API answers
 
 
 def test_a_large_entry_is_written_by_a_thread_and_read_back_unparsed(tmp_path: Path) -> None:
@@ -33,7 +38,7 @@ def test_a_large_entry_is_written_by_a_thread_and_read_back_unparsed(tmp_path: P
         a.set("big", BLOB, "node-1")
         a.set("small", "0x01", "node-1")
         assert a.get("big") == BLOB  # from memory at once
-        await asyncio.sleep(0)
+        a.flush()
         await a.settled()
         got = b.get("big")
         assert isinstance(got, RawJson) and got == BLOB
@@ -41,8 +46,8 @@ def test_a_large_entry_is_written_by_a_thread_and_read_back_unparsed(tmp_path: P
         assert b.get("small") == "0x01"
 
     asyncio.run(scenario())
-    # the small one on the loop, the large one by the writer thread
-    assert sorted(w.split("_")[0] for w in writers) == ["MainThread", "chainproxy-cache"]
+    # both by the writer thread, never on the loop
+    assert [w.split("_")[0] for w in writers] == ["chainproxy-cache"] * 2
 
 
 def test_a_large_entry_that_is_not_a_string_is_parsed(tmp_path: Path) -> None:
@@ -51,7 +56,7 @@ def test_a_large_entry_that_is_not_a_string_is_parsed(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         a.set("k", value)
-        await asyncio.sleep(0)
+        a.flush()
         await a.settled()
 
     asyncio.run(scenario())
@@ -72,7 +77,7 @@ def test_a_delete_while_the_thread_writes_stays_deleted(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         a.set("big", BLOB)
-        await asyncio.sleep(0)  # handed to the thread
+        a.flush()  # handed to the thread
         a.delete("big")  # a cross-check found it wrong
         assert a.get("big") is None
         await a.settled()
@@ -88,7 +93,7 @@ def test_a_purge_waits_for_the_writes_in_flight(tmp_path: Path) -> None:
     async def scenario() -> None:
         a.set("big", BLOB, "liar")
         a.set("other", BLOB + "00", "honest")
-        await asyncio.sleep(0)
+        a.flush()
         assert await a.purge("liar") == 1
         assert a.get("big") is None and a.get("other") == BLOB + "00"
 
@@ -100,8 +105,59 @@ def test_close_waits_for_the_thread(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         a.set("big", BLOB)
-        await asyncio.sleep(0)
+        a.flush()
         a.close()
 
     asyncio.run(scenario())
     assert DiskCacheStore(tmp_path / "c", size_limit_mb=16).get("big") == BLOB
+
+
+def test_the_index_probe_finds_what_diskcache_stored_and_nothing_else(tmp_path: Path) -> None:
+    cache = diskcache.Cache(str(tmp_path / "c"))
+    cache.set("v1|finney|k", '"0x01"', tag="node-1")
+    cache.set(b"bytes-key", "x")  # not a str key: never ours
+    assert on_disk(cache, "v1|finney|k")
+    assert not on_disk(cache, "v1|finney|other")
+    assert not on_disk(cache, "bytes-key")
+    cache.close()
+
+
+def test_a_missing_key_costs_the_probe_not_a_get(tmp_path: Path) -> None:
+    a = DiskCacheStore(tmp_path / "c", size_limit_mb=16)
+    a.set("k", "0x01")  # no loop: on disk at once
+    b = DiskCacheStore(tmp_path / "c", size_limit_mb=16)
+    cache = b._cache
+    assert cache is not None
+    gets: list[object] = []
+    real = cache.get
+
+    def counting_get(*args: object, **kwargs: object) -> object:
+        gets.append(args[0])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    cache.get = counting_get  # type: ignore[method-assign]
+    assert b.get("nothing") is None
+    assert b.get("k") == "0x01"
+    assert "nothing" not in gets and "k" in gets
+
+
+def test_eviction_keeps_the_disk_near_its_size_limit(tmp_path: Path) -> None:
+    # culling runs once per batch written, not on every set (cull_limit=0)
+    a = DiskCacheStore(tmp_path / "c", size_limit_mb=1)
+    value = "0x" + "ab" * 2000  # 4 KB each: 1,000 of them are 4 MB
+
+    async def scenario() -> None:
+        for i in range(1_000):
+            a.set(f"k{i}", value)
+            if i % 100 == 99:
+                a.flush()
+        a.flush()
+        await a.settled()
+
+    asyncio.run(scenario())
+    cache = a._cache
+    assert cache is not None
+    assert cache.volume() <= 1_048_576 + 64 * 1024  # the limit, give or take a page batch
+    assert len(cache) < 300  # most went; the newest stay
+    assert on_disk(cache, "k999") and not on_disk(cache, "k0")
+    a.close()

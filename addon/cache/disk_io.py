@@ -1,11 +1,17 @@
-"""Large cache entries off the event loop: written by a thread of their own,
-read back as ``RawJson`` when they are a plain string.
+"""The edge cache's disk work off the event loop: every write goes to disk by
+a thread of its own, many entries in one transaction; a key that is not on
+disk is found so by one indexed query; large values are read back unparsed.
 
-diskcache writes an entry of a megabyte to a file of its own and SQLite: tens
-of milliseconds of wall time on a busy disk that the loop, and every call
-behind it, spent waiting. File and SQLite I/O release the GIL, so one writer
-thread takes that wait off the loop. Until an entry is on disk it is answered
-from ``writing``; deleted meanwhile, it is deleted again once written.
+Why a thread, and why in batches (measured, docs/BENCHMARKS.md): a block-pinned
+miss stored its answer on the loop, one or two entries a transaction, ~45 µs
+of diskcache's CPU each (a transaction, then the size check of its eviction
+on every ``set``), plus the commit's I/O between the node's answer and the
+next client's. Written together, with eviction run once per batch
+(``cull_limit=0`` on open, ``cull()`` after each batch), an entry costs ~17 µs;
+SQLite's work releases the GIL, so the thread's share leaves the loop free.
+A megabyte entry (a file of its own, 2-20 ms of wall time on a busy disk)
+goes the same way. Until an entry is on disk it is answered from ``writing``;
+deleted meanwhile, it is deleted again once written.
 """
 
 from __future__ import annotations
@@ -20,22 +26,35 @@ import diskcache
 from addon.rpc.splice import RAW_MIN_BYTES, plain_string
 from common.jsontext import RawJson, loads
 
-BIG_WRITE_BYTES = RAW_MIN_BYTES  # entries at least this large are written by the thread
-
 Entry = tuple[str, str | None]  # JSON text, filler
+
+# diskcache keeps a ``str`` key as itself with ``raw = 1`` (``Disk.put``); the
+# pair is its unique index, so a miss is one index probe instead of ``get``'s
+# ~10 µs of Python (tests/addon/cache/test_disk_io.py holds diskcache to it).
+_ON_DISK = "SELECT 1 FROM Cache WHERE key = ? AND raw = 1"
+
+
+def on_disk(cache: diskcache.Cache, key: str) -> bool:
+    """Whether ``key`` has a row (expired or not: ``get`` then decides)."""
+    return cache._sql(_ON_DISK, (key,)).fetchone() is not None
 
 
 def write(cache: diskcache.Cache, items: Iterable[tuple[str, Entry]]) -> None:
-    """Entries to disk, several in one transaction (diskcache's Cache is
-    thread-safe: on the loop, or in the writer thread)."""
+    """Entries to disk in one transaction, then the eviction of what exceeds
+    the size limit (diskcache's Cache is thread-safe: in the writer thread,
+    or at once where no loop runs)."""
     items = list(items)
     if len(items) == 1:
         ((key, (text, filler)),) = items
         cache.set(key, text, tag=filler)
-        return
-    with cache.transact():
-        for key, (text, filler) in items:
-            cache.set(key, text, tag=filler)
+    else:
+        with cache.transact():
+            for key, (text, filler) in items:
+                cache.set(key, text, tag=filler)
+    try:
+        cache.cull()  # automatic culling is off (``cull_limit=0``): once per batch
+    except diskcache.Timeout:
+        pass  # another process holds the lock: the entries are written, the next batch culls
 
 
 def value_of(text: str) -> Any:
@@ -49,7 +68,7 @@ def value_of(text: str) -> Any:
     return loads(text)
 
 
-class LargeWrites:
+class DiskWrites:
     """The writer thread and what it is writing."""
 
     def __init__(self) -> None:
@@ -61,29 +80,29 @@ class LargeWrites:
     def start(
         self,
         cache: diskcache.Cache,
-        big: dict[str, Entry],
+        batch: dict[str, Entry],
         ended: Callable[[dict[str, Entry], BaseException | None, set[str]], None],
     ) -> bool:
-        """``big`` handed to the thread (False: no loop runs, write them now);
-        ``ended(big, error, deleted meanwhile)`` on the loop once written."""
+        """``batch`` handed to the thread (False: no loop runs, write it now);
+        ``ended(batch, error, deleted meanwhile)`` on the loop once written."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="chainproxy-cache")
-        self.writing.update(big)
-        done = loop.run_in_executor(self._executor, write, cache, list(big.items()))
+        self.writing.update(batch)
+        done = loop.run_in_executor(self._executor, write, cache, list(batch.items()))
         self._futures.add(done)
 
         def written(f: asyncio.Future[None]) -> None:
             self._futures.discard(f)
-            for key, item in big.items():
+            for key, item in batch.items():
                 if self.writing.get(key) is item:
                     del self.writing[key]
-            dropped = self._dropped & big.keys()
+            dropped = self._dropped & batch.keys()
             self._dropped -= dropped
-            ended(big, None if f.cancelled() else f.exception(), dropped)
+            ended(batch, None if f.cancelled() else f.exception(), dropped)
 
         done.add_done_callback(written)
         return True
