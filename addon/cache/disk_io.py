@@ -11,7 +11,10 @@ next client's. Written together, with eviction run once per batch
 SQLite's work releases the GIL, so the thread's share leaves the loop free.
 A megabyte entry (a file of its own, 2-20 ms of wall time on a busy disk)
 goes the same way. Until an entry is on disk it is answered from ``writing``;
-deleted meanwhile, it is deleted again once written.
+deleted meanwhile, it is deleted again once written. A disk slower than the
+answers arrive cannot grow ``writing`` without bound: past
+``MAX_WRITING_BYTES`` handed to the thread and not yet written, a batch is
+not written at all (``start`` says so; the store counts and logs it).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from addon.rpc.splice import RAW_MIN_BYTES, plain_string
 from common.jsontext import RawJson, loads
 
 Entry = tuple[str, str | None]  # JSON text, filler
+MAX_WRITING_BYTES = 64 * 1_048_576  # of text handed to the thread, not yet on disk
 
 # diskcache keeps a ``str`` key as itself with ``raw = 1`` (``Disk.put``); the
 # pair is its unique index, so a miss is one index probe instead of ``get``'s
@@ -76,6 +80,11 @@ class DiskWrites:
         self._dropped: set[str] = set()
         self._futures: set[asyncio.Future[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
+        self.bytes = 0  # the text in ``writing``
+
+    def full(self) -> bool:
+        """The thread is that far behind: the next batch is not written."""
+        return self.bytes > MAX_WRITING_BYTES
 
     def start(
         self,
@@ -92,11 +101,14 @@ class DiskWrites:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="chainproxy-cache")
         self.writing.update(batch)
+        size = sum(len(text) for text, _ in batch.values())
+        self.bytes += size
         done = loop.run_in_executor(self._executor, write, cache, list(batch.items()))
         self._futures.add(done)
 
         def written(f: asyncio.Future[None]) -> None:
             self._futures.discard(f)
+            self.bytes -= size
             for key, item in batch.items():
                 if self.writing.get(key) is item:
                     del self.writing[key]

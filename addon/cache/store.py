@@ -269,6 +269,14 @@ class DiskCacheStore:
         cache = self._cache
         if not pending or cache is None:
             return
+        if self._writes.full():  # the disk is slower than the answers: these are not kept
+            self._failed(
+                "write",
+                BlockingIOError(f"the disk is behind; {len(pending)} new entry(ies) not written"),
+            )
+            for key in pending:  # as a failed write: not answered from memory either
+                self._forget_key(key)
+            return
         if self._writes.start(cache, pending, self._written):
             return
         try:

@@ -7,10 +7,12 @@ so by the index probe, which relies on how diskcache keeps ``str`` keys."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from pathlib import Path
 
 import diskcache
+import pytest
 
 from addon.cache.disk_io import on_disk
 from addon.cache.store import DiskCacheStore
@@ -161,3 +163,54 @@ def test_eviction_keeps_the_disk_near_its_size_limit(tmp_path: Path) -> None:
     assert len(cache) < 300  # most went; the newest stay
     assert on_disk(cache, "k999") and not on_disk(cache, "k0")
     a.close()
+
+
+def test_a_disk_behind_the_answers_holds_a_bounded_backlog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from addon.cache import disk_io
+
+    monkeypatch.setattr(disk_io, "MAX_WRITING_BYTES", 10_000)
+    caplog.set_level(logging.INFO, logger="chainproxy.cache")
+    a = DiskCacheStore(tmp_path / "c", size_limit_mb=16)
+    cache = a._cache
+    assert cache is not None
+    release = threading.Event()
+    real = cache.set
+
+    def stalled_set(*args: object, **kwargs: object) -> object:
+        release.wait(10)  # a disk that stopped answering
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    cache.set = stalled_set  # type: ignore[method-assign]
+    value = "0x" + "ab" * 3000  # 6 KB
+
+    async def scenario() -> None:
+        a.set("first", value)
+        a.flush()  # handed to the thread, which stalls on it
+        a.set("second", value)
+        a.flush()  # 6 KB behind: still handed on
+        assert a._writes.bytes == 2 * len(dumps(value))
+        a.set("third", value)
+        a.flush()  # 12 KB behind, past the bound: not written, not kept
+        assert a.get("third") is None and a.errors == 1
+        assert a.get("first") == value  # still waiting in the thread: from memory
+        release.set()
+        await a.settled()
+        assert a._writes.bytes == 0
+        a.set("fourth", value)
+        a.flush()
+        await a.settled()
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    fresh = DiskCacheStore(tmp_path / "c", size_limit_mb=16)
+    assert [fresh.get(k) for k in ("first", "second", "third", "fourth")] == [
+        value,
+        value,
+        None,
+        value,
+    ]
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("the disk is behind" in m for m in messages) == 1
+    assert sum("cache works again" in m for m in messages) == 1
