@@ -8,11 +8,11 @@ from typing import Any
 
 from mitmproxy import ctx, http
 
-from addon.hooks.cache_keeper import CacheKeeper
 from addon.hooks.drain import Drain
 from addon.hooks.holder import RuntimeHolder
 from addon.hooks.http_direct import HttpDirect
 from addon.hooks.idle import IdleConnections
+from addon.hooks.keepers import CacheKeeper, SizesKeeper
 from addon.hooks.passthrough import SidecarPassthrough
 from addon.hooks.pipeline import RpcPipeline
 from addon.hooks.prewarm import Prewarmer
@@ -20,7 +20,6 @@ from addon.hooks.read_limits import ReadLimitsAddon
 from addon.hooks.session import HttpSession
 from addon.hooks.settings import Settings
 from addon.hooks.shipping import ShipperAddon
-from addon.hooks.sizes_keeper import SizesKeeper
 from addon.hooks.snapshot import SnapshotRefresher
 from addon.hooks.websocket import WebSocketRpc
 from addon.mitm.limits import ReadLimits

@@ -1,6 +1,6 @@
 """The answer-size table on disk (``data_dir/answer_sizes.json``): read when a
 process opens its storage, written when it changed (every ``SAVE_EVERY_S``
-and at a stop; ``addon/hooks/sizes_keeper.py``). A missing, unreadable or
+and at a stop; ``addon/hooks/keepers.py``). A missing, unreadable or
 malformed file is an empty table, logged: sizes are a hint that a few answers
 teach again, never a reason to refuse to start. Writes replace the file
 atomically, so a crash mid-write leaves the previous table."""

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from addon.cache.store import DiskCacheStore
-from addon.hooks.cache_keeper import CacheKeeper
 from addon.hooks.holder import RuntimeHolder
+from addon.hooks.keepers import CacheKeeper
 
 
 def _keeper(cache: Any) -> CacheKeeper:

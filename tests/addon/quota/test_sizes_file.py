@@ -1,5 +1,5 @@
 """The answer-size table on disk (addon/quota/sizes_file.py) and its keeper
-(addon/hooks/sizes_keeper.py): what a restart finds, whatever the file holds."""
+(addon/hooks/keepers.py): what a restart finds, whatever the file holds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from addon.hooks.sizes_keeper import SizesKeeper
+from addon.hooks.keepers import SizesKeeper
 from addon.quota.sizes import AnswerSizes
 from addon.quota.sizes_file import load_sizes, save_sizes
 from addon.rpc.jsonrpc import Call

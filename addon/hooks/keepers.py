@@ -1,8 +1,16 @@
-"""The answer-size table kept on disk (``addon/quota/sizes_file.py``): written
+"""What the process keeps on disk beyond a call, made to outlast a stop.
+
+``SizesKeeper``: the answer-size table (``addon/quota/sizes_file.py``), written
 by a thread every ``SAVE_EVERY_S`` when it changed, and once more at a stop
 or reload (synchronously: mitmproxy's ``done`` is). A failed write (a full
 disk) is logged when the writes start failing and when they work again, and
-tried again at the next turn; it never touches a call."""
+tried again at the next turn; it never touches a call.
+
+``CacheKeeper``: the edge cache's writes still waiting for their batch
+(``addon/cache/store.py`` gathers them for ``WRITE_EVERY_S``) go to disk at a
+stop or a script reload: a SIGTERM right after an answer must not lose its
+entry. It runs after the drain has answered what was in flight, so the last
+answers' entries are among them."""
 
 from __future__ import annotations
 
@@ -69,3 +77,17 @@ class SizesKeeper:
         due = self._due()
         if due is not None:
             self._save(*due)
+
+
+class CacheKeeper:
+    def __init__(self, holder: RuntimeHolder) -> None:
+        self.holder = holder
+
+    def done(self) -> None:
+        rt = self.holder.runtime
+        if rt is None or rt.cache is None:
+            return
+        try:
+            rt.cache.close()  # a later use opens it again (a hot reload keeps the store)
+        except Exception:  # the stop goes on; the entries are a cache
+            log.exception("edge cache: writing the pending entries at the stop failed")
