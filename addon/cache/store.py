@@ -100,7 +100,7 @@ class DiskCacheStore:
         self._memo_bytes = 0
         self._purges: Any = None  # the disk's purge counter as last seen
         self._purges_due = 0.0
-        self._pending: dict[str, tuple[str, str | None]] = {}  # written after this loop turn
+        self._pending: dict[str, tuple[str, str | None]] = {}  # handed to the thread at the flush
         self._flush_timer: asyncio.TimerHandle | None = None
         self._writes = DiskWrites()  # the writer thread
         try:
