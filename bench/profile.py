@@ -1,14 +1,18 @@
 """``make profile``: where chainproxy's CPU goes under load, sampled by py-spy.
 
     python bench/profile.py [--path miss|hit|distinct|blockhash|ws-hit|ws-miss]
-                            [--seconds 10] [--lean] [--bare] [--set NAME=VALUE] [--out DIR]
+                            [--seconds 10] [--unpinned] [--lean] [--bare]
+                            [--set NAME=VALUE] [--out DIR]
 
 Starts the trivial upstream, the sidecar and chainproxy (or, with ``--bare``,
 bare ``mitmdump --mode reverse``) on 127.0.0.1, drives the proxy with wrk at 32
 connections and samples it with ``py-spy record`` meanwhile (``distinct``:
 ``state_getStorage`` of a new key every call, ``blockhash``: ``chain_getBlockHash``
 of a new height, both over HTTP; ``ws-hit``/``ws-miss``: the hit or distinct
-calls over 32 WebSockets; these four through ``bench/wsload.py``). Writes the
+calls over 32 WebSockets; these four through ``bench/wsload.py``; the storage
+reads at the head's hash, as scenario 15 sends them and head pinning would, so
+their answers are cached and the profile shows the cache's share; with
+``--unpinned`` without a hash, not cached). Writes the
 collapsed stacks (``bench/out/<name>.txt``; a flame graph beside it when
 ``inferno-flamegraph`` is installed) and prints the
 functions with the most time of their own and the share of each part of the
@@ -34,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.load import LoadResult, run_load
 from bench.stack import BIN, REPO, Stack, http_json
 from bench.trivial_upstream import START_HEIGHT
+from bench.websocket import head_hash
 from chainproxy.commands import add_set_option
 
 # Buckets for "where did the time go", first match wins, tested against each
@@ -102,7 +107,9 @@ WSLOAD_PATHS = {  # path -> (WebSocket?, share of distinct calls, kind of distin
 }
 
 
-def drive(path: str, target: str, body: bytes, seconds: float, sockets: int = 32) -> LoadResult:
+def drive(
+    path: str, target: str, body: bytes, seconds: float, sockets: int = 32, at: str | None = None
+) -> LoadResult:
     """Load at 32 connections for ``seconds``: wrk/pyload for the fixed bodies,
     ``bench/wsload.py`` for distinct calls and WebSockets."""
     if path not in WSLOAD_PATHS:
@@ -130,6 +137,7 @@ def drive(path: str, target: str, body: bytes, seconds: float, sockets: int = 32
         kind,
         "--nonce",
         str(int(time.time() * 1000) & 0x7FFFFFFF),
+        *(["--at", at] if at and kind == "storage" else []),
         *([] if ws else ["--http"]),
     ]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
@@ -141,6 +149,12 @@ def main() -> int:
     ap.add_argument("--path", choices=("miss", "hit", *WSLOAD_PATHS), default="miss")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--sockets", type=int, default=32, help="ws-*: the 32 calls over N sockets")
+    ap.add_argument(
+        "--unpinned",
+        action="store_true",
+        help="distinct/ws-miss: storage reads without a block hash (not cached), instead of at "
+        "the head's hash as scenario 15 and head pinning send them (cached: the disk's share)",
+    )
     ap.add_argument("--lean", action="store_true", help="chainproxy in lean mode")
     ap.add_argument("--bare", action="store_true", help="bare mitmdump instead of chainproxy")
     add_set_option(ap, "chainproxy_fast_dispatch=false")
@@ -189,7 +203,8 @@ def main() -> int:
                     {"jsonrpc": "2.0", "id": 0, "method": "chain_getHeader", "params": [h]}
                 ).encode()
             target = url + "/rpc/v1/finney"
-            drive(args.path, target, body, 2, args.sockets)  # warm up
+            at = None if args.unpinned else head_hash(trivial)
+            drive(args.path, target, body, 2, args.sockets, at)  # warm up
             name = "-".join(
                 [
                     "bare" if args.bare else "lean" if args.lean else "chainproxy",
@@ -204,7 +219,7 @@ def main() -> int:
             load = threading.Thread(
                 target=lambda: result.setdefault(
                     "load",
-                    drive(args.path, target, body, args.seconds + 1, args.sockets),
+                    drive(args.path, target, body, args.seconds + 1, args.sockets, at),
                 )
             )
             load.start()
