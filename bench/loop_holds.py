@@ -19,13 +19,31 @@ HOLD_MS = 0.5
 _run = asyncio.events.Handle._run
 
 
+def _resumes(callback: Any) -> str:
+    """A task step's coroutine chain, innermost last, where it resumes: which
+    call's stage held the loop (a bare callback: its repr)."""
+    task = getattr(callback, "__self__", None)
+    coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+    if coro is None:
+        return repr(callback)
+    names: list[str] = []
+    while coro is not None and len(names) < 12:
+        frame = getattr(coro, "cr_frame", None)
+        if frame is None:
+            break
+        names.append(f"{frame.f_code.co_qualname}:{frame.f_lineno}")
+        coro = getattr(coro, "cr_await", None)
+    return " > ".join(names) or repr(callback)
+
+
 def _timed(self: asyncio.events.Handle) -> None:
+    where = _resumes(getattr(self, "_callback", None))  # before it runs: where it was
     t, c = time.perf_counter(), time.thread_time()
     _run(self)
     ms = (time.perf_counter() - t) * 1000
     if ms > HOLD_MS:
         cpu = (time.thread_time() - c) * 1000
-        what = repr(getattr(self, "_callback", None))[:160].replace("\n", " ")
+        what = where[:400].replace("\n", " ")
         with open(os.environ["CHAINPROXY_HOLDS_FILE"], "a") as f:
             f.write(f"{ms:.3f} {cpu:.3f} {what}\n")
 
