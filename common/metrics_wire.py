@@ -132,6 +132,7 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_cross_checks_total",
     "chainproxy_finality_lookups_total",
     "chainproxy_cache_purged_total",
+    "chainproxy_cache_errors_total",
     "chainproxy_access_log_dropped_total",
     "chainproxy_ws_messages_total",
     "chainproxy_http_direct_requests_total",

@@ -1,33 +1,28 @@
 """The edge cache's storage: diskcache in ``data_dir/cache``, size-bounded with
-LRU eviction, shared by every proxy process on the machine (diskcache is
-process-safe through SQLite). A corrupt, unreadable or full cache is a miss
-and a counter, never an error for the client; a failing store is logged once
-when it starts failing and once when it works again (a full disk fails every
-write, many times a second). A corrupt database is set aside at start; one
-that cannot be opened for another reason (a full disk) is left alone and
-opened again later.
+LRU eviction, shared by every proxy process on the machine (SQLite). A corrupt,
+unreadable or full cache is a miss and a counter (``on_error``), never an
+error for the client; a failing store is logged when it starts failing and
+when it works again. A corrupt database is set aside at start; one that cannot
+be opened for another reason (a full disk) is left alone and opened later.
 
 In front of the disk, each process keeps the most recently used entries in
 memory (bounded by count and bytes): every cached answer is pinned to a block,
-so it never changes and a copy can never be stale. A memory hit costs a dict
-lookup and a JSON decode instead of a SQLite read plus the LRU's write of the
-access time (about 100 µs). The disk's LRU order then reflects reads that missed
-the memory, which is what matters for what is worth keeping on disk.
+so a copy can never be stale. A memory hit costs a dict lookup and a JSON
+decode instead of a SQLite read plus the LRU's write of the access time
+(~100 µs); the disk's LRU order reflects the reads that missed the memory.
 
 Each entry is tagged with the node that answered it (its *filler*: diskcache's
 ``tag``, indexed), so that every entry of a node a cross-check quarantined can
-be purged (``purge``), not only the answer that was checked. A purge bumps a
-counter on disk: the other proxy processes of the machine drop their memory
-front when they see it change (they look at most once a second, on a read).
+be purged (``purge``). A purge bumps a counter on disk: the machine's other
+processes drop their memory front when they see it change (at most once a
+second, on a read).
 
 Disk work leaves the request's path (``addon/cache/disk_io.py``): ``set``
 keeps the text in memory (the front, or ``_pending`` for a value too large
 for it), and the writes of the next ``WRITE_EVERY_S`` (or ``WRITE_BATCH``
-of them, whichever comes first) go to disk together, in one transaction, by
-the writer thread. A read of a key not yet on disk is answered from memory;
-without a running loop (a tool, a test) a write goes to disk at once. A read
-that misses the memory asks the disk's index first, so a key never stored
-costs one indexed query.
+of them) go to disk in one transaction, by the writer thread; without a
+running loop (a tool, a test) a write goes to disk at once. A read that misses
+the memory asks the disk's index first: a key never stored costs one query.
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ import logging
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -87,10 +82,16 @@ def _is_corrupt(e: BaseException) -> bool:
 
 class DiskCacheStore:
     def __init__(
-        self, directory: Path, *, size_limit_mb: int, reopen_after_s: float = REOPEN_AFTER_S
+        self,
+        directory: Path,
+        *,
+        size_limit_mb: int,
+        reopen_after_s: float = REOPEN_AFTER_S,
+        on_error: Callable[[str], None] | None = None,  # each failure, by operation (metrics)
     ) -> None:
         self.directory = directory
         self.errors = 0
+        self._on_error = on_error
         self.reopen_after_s = reopen_after_s
         self._outage = Outage()
         self._size_limit = size_limit_mb * 1_048_576
@@ -152,6 +153,8 @@ class DiskCacheStore:
 
     def _failed(self, op: str, e: BaseException) -> None:
         self.errors += 1
+        if self._on_error is not None:
+            self._on_error(op)
         if self._outage.failed():
             log.warning(
                 "cache %s failed (%s: %s); treated as a miss until it works again",

@@ -26,6 +26,7 @@ REFUSALS = "chainproxy_refusals_total"
 CROSS_CHECKS = "chainproxy_cross_checks_total"  # {network, outcome}: upstream/cross_check.py
 FINALITY_LOOKUPS = "chainproxy_finality_lookups_total"  # {network, outcome}: chain/finality.py
 CACHE_PURGED = "chainproxy_cache_purged_total"  # {network, tier}: entries of a quarantined node
+CACHE_ERRORS = "chainproxy_cache_errors_total"  # {op}: the edge cache's disk failing (a miss)
 PREWARM = "chainproxy_prewarm_total"  # {network, outcome}: see addon/hooks/prewarm.py
 ACCESS_LOG_DROPPED = "chainproxy_access_log_dropped_total"  # lines dropped (queue full, disk)
 

@@ -27,7 +27,7 @@ from addon.quota.sizes import AnswerSizes
 from addon.quota.sizes_file import FILE_NAME as SIZES_FILE
 from addon.quota.sizes_file import load_sizes
 from addon.redislink.link import RedisLink
-from addon.reporting.live_metrics import CACHE_PURGED, FINALITY_LOOKUPS, LiveMetrics
+from addon.reporting.live_metrics import CACHE_ERRORS, CACHE_PURGED, FINALITY_LOOKUPS, LiveMetrics
 from addon.reporting.usage import Spool, UsageAggregator
 from addon.rpc.new_spec import LegacyCaller
 from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE
@@ -118,8 +118,11 @@ class Lasting:
         building so unit tests can run without touching the disk."""
         p = config.proxy
         if self.cache is None and p.cache.enabled:
+            metrics = self.metrics
             self.cache = DiskCacheStore(
-                config.data_dir / "cache", size_limit_mb=p.cache.size_limit_mb
+                config.data_dir / "cache",
+                size_limit_mb=p.cache.size_limit_mb,
+                on_error=lambda op: metrics.count_extra(CACHE_ERRORS, op=op),
             )
         if self.spool is None:
             self.spool = Spool(config.data_dir / "spool", max_batches=p.usage.spool_max_batches)

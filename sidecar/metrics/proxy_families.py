@@ -44,6 +44,9 @@ _EXTRA_HELP = {
     " skipped: too many in flight)",
     "chainproxy_cache_purged_total": "Cache entries removed because the node that answered"
     " them was quarantined by a cross-check, by network and tier (local, shared)",
+    "chainproxy_cache_errors_total": "Edge cache operations on disk that failed (a full or"
+    " slow disk, a lock, a corrupt entry), by op (open, read, write, decode, delete, purge,"
+    " close); each is a miss for the call, never an error",
     "chainproxy_prewarm_total": "Reads fetched ahead at a new block by the pre-warm, by network"
     " and outcome (fetched, used by a client, wasted: no client came, skipped)",
     "chainproxy_ws_messages_total": "WebSocket client messages, by who read them (direct: "

@@ -24,7 +24,15 @@ import pytest
 
 from chainproxy.commands import sidecar_argv
 from tests.e2e.harness import Stack, base_config, http_json, wait_http
-from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip, usage_delivered, wait_until
+from tests.e2e.helpers import (
+    PROXY_DEFAULTS,
+    call,
+    metric_value,
+    metrics_text,
+    next_client_ip,
+    usage_delivered,
+    wait_until,
+)
 from tests.tmpfs import fill, tmpfs
 
 pytestmark = pytest.mark.e2e
@@ -229,6 +237,11 @@ async def test_a_full_disk_loses_no_call_and_counts_none_twice(
 
         log = proxy.output()
         assert log.count(SPOOL_FAILED) == 1 and log.count(SPOOL_RECOVERED) == 1, log[-3000:]
+        # The cache's failed writes are in the sidecar's /metrics (the batches carry them).
+        errors = metric_value(
+            metrics_text(stack.sidecar_url), "chainproxy_cache_errors_total", op="write"
+        )
+        assert errors >= 1, errors
         # The cache stores again.
         xs = [(await one(stack.rpc_url(), call("chain_getBlock", [probe_hash])))[2] for _ in "ab"]
         assert xs == ["MISS", "HIT"]

@@ -94,7 +94,8 @@ def test_a_full_batch_goes_before_the_window_ends(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_in_the_thread_is_a_miss_counted_once_logged(tmp_path: Path) -> None:
-    a = DiskCacheStore(tmp_path / "c", size_limit_mb=8)
+    counted: list[str] = []
+    a = DiskCacheStore(tmp_path / "c", size_limit_mb=8, on_error=counted.append)
     cache = a._cache
     assert cache is not None
 
@@ -110,6 +111,6 @@ def test_a_failed_write_in_the_thread_is_a_miss_counted_once_logged(tmp_path: Pa
         await a.settled()
         await asyncio.sleep(0)  # the thread's outcome reaches the loop
         assert a.get("k") is None  # not on disk: not answered from memory either
-        assert a.errors == 1
+        assert a.errors == 1 and counted == ["write"]  # the metric's op label
 
     asyncio.run(scenario())

@@ -72,3 +72,27 @@ def test_a_config_that_moves_the_cache_writes_the_old_one_first(tmp_path: Path) 
         assert DiskCacheStore(tmp_path / "one" / "cache", size_limit_mb=8).get("k") == "0x01"
 
     asyncio.run(scenario())
+
+
+def test_the_storage_counts_the_caches_failures_in_the_metrics(tmp_path: Path) -> None:
+    from addon.reporting.live_metrics import CACHE_ERRORS
+    from addon.runtime.lasting import Lasting
+    from tests.configs import endpoint, make_config
+
+    config = make_config(endpoint("a"), data_dir=tmp_path / "d")
+    lasting = Lasting.first(config)
+    lasting.open_storage(config)
+    store = lasting.cache
+    assert isinstance(store, DiskCacheStore) and store._cache is not None
+    store.set("k", "0x01")  # no loop: on disk at once
+    other = DiskCacheStore(tmp_path / "d" / "cache", size_limit_mb=8)
+    assert other.get("k") == "0x01"
+
+    def broken_get(*args: object, **kwargs: object) -> object:
+        raise OSError(5, "Input/output error")
+
+    store._forget_memo()  # the memory front would answer it
+    store._cache.get = broken_get  # type: ignore[method-assign]
+    assert store.get("k") is None  # a miss, not an error
+    extra = lasting.metrics.drain({})["extra"]
+    assert [CACHE_ERRORS, {"op": "read"}, 1] in [list(e) for e in extra]
