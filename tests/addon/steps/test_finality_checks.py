@@ -166,3 +166,21 @@ async def test_the_check_of_a_looked_up_hash_asks_no_node_without_its_state() ->
     assert rt.chain.blocks.get(h) == 90 and _count(rt, FINALITY_LOOKUPS, FINAL) == 1
     assert [u for u in _asked(fake, "state_getStorage") if u == B] == asked_b
     assert _count(rt, CROSS_CHECKS, "skipped") == 1
+
+
+async def test_with_one_node_a_sampled_read_costs_no_look_up() -> None:
+    # nothing to check the node against: the check is skipped before the
+    # finality look-up, whose chain_getHeader would be one more upstream call
+    stages, fake, rt, chain = _stack()
+    pool = rt.pools["finney"]
+    for eid in list(pool.upstreams)[1:]:
+        del pool.upstreams[eid]
+    assert len(pool.upstreams) == 1
+    h = chain.add(90)
+    f = await run(stages, rpc_flow(call("state_getStorage", ["0x26", h])))
+    assert json.loads(f.response.content)["result"] == "0x2a"
+    await _settled(rt)
+    assert _asked(fake, "chain_getHeader") == [] and _asked(fake, "chain_getBlockHash") == []
+    assert len(_asked(fake, "state_getStorage")) == 1
+    assert _count(rt, CROSS_CHECKS, "skipped") == 1
+    assert _count(rt, FINALITY_LOOKUPS, FINAL) == 0
