@@ -10,16 +10,22 @@ next client's. Written together, with eviction run once per batch
 (``cull_limit=0`` on open, ``cull()`` after each batch), an entry costs ~17 µs;
 SQLite's work releases the GIL, so the thread's share leaves the loop free.
 A megabyte entry (a file of its own, 2-20 ms of wall time on a busy disk)
-goes the same way. Until an entry is on disk it is answered from ``writing``;
-deleted meanwhile, it is deleted again once written. A disk slower than the
-answers arrive cannot grow ``writing`` without bound: past
-``MAX_WRITING_BYTES`` handed to the thread and not yet written, a batch is
-not written at all (``start`` says so; the store counts and logs it).
+goes the same way. A batch commits in chunks (``CHUNK_ENTRIES``, ``CHUNK_BYTES``):
+the loop's own disk work (an LRU hit writes its access time) waits for one
+chunk at most, never for a whole batch.
+
+Deletes go by the same thread, in order: a write handed on before a delete
+lands before it, and a write after it lands after it, so no bookkeeping of
+deleted keys is needed. Until an entry is on disk it is answered from
+``writing``. A disk slower than the answers cannot grow ``writing`` without
+bound: past ``MAX_WRITING_BYTES`` waiting, the store keeps no new batch
+(``full``) until the thread catches up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,6 +37,9 @@ from common.jsontext import RawJson, loads
 
 Entry = tuple[str, str | None]  # JSON text, filler
 MAX_WRITING_BYTES = 64 * 1_048_576  # of text handed to the thread, not yet on disk
+CHUNK_ENTRIES = 64  # entries per transaction...
+CHUNK_BYTES = 1_048_576  # ...and text per transaction (a larger entry: one of its own)
+DELETE_TRIES = 10  # a delete that meets a lock (0.5 s each) is tried again this often
 
 # diskcache keeps a ``str`` key as itself with ``raw = 1`` (``Disk.put``); the
 # pair is its unique index, so a miss is one index probe instead of ``get``'s
@@ -43,22 +52,47 @@ def on_disk(cache: diskcache.Cache, key: str) -> bool:
     return cache._sql(_ON_DISK, (key,)).fetchone() is not None
 
 
+def chunks(items: list[tuple[str, Entry]]) -> list[list[tuple[str, Entry]]]:
+    """``items`` in transactions of at most ``CHUNK_ENTRIES`` and about ``CHUNK_BYTES``."""
+    out: list[list[tuple[str, Entry]]] = []
+    size = 0
+    for item in items:
+        if not out or len(out[-1]) >= CHUNK_ENTRIES or size >= CHUNK_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += len(item[1][0])
+    return out
+
+
 def write(cache: diskcache.Cache, items: Iterable[tuple[str, Entry]]) -> None:
-    """Entries to disk in one transaction, then the eviction of what exceeds
-    the size limit (diskcache's Cache is thread-safe: in the writer thread,
-    or at once where no loop runs)."""
-    items = list(items)
-    if len(items) == 1:
-        ((key, (text, filler)),) = items
-        cache.set(key, text, tag=filler)
-    else:
+    """Entries to disk, a chunk a transaction, then the eviction of what
+    exceeds the size limit (diskcache's Cache is thread-safe: in the writer
+    thread, or at once where no loop runs)."""
+    for chunk in chunks(list(items)):
+        if len(chunk) == 1:
+            ((key, (text, filler)),) = chunk
+            cache.set(key, text, tag=filler)
+            continue
         with cache.transact():
-            for key, (text, filler) in items:
+            for key, (text, filler) in chunk:
                 cache.set(key, text, tag=filler)
     try:
-        cache.cull()  # automatic culling is off (``cull_limit=0``): once per batch
+        cache.cull()  # automatic culling is off for this process: once per batch
     except diskcache.Timeout:
         pass  # another process holds the lock: the entries are written, the next batch culls
+
+
+def delete(cache: diskcache.Cache, key: str) -> None:
+    """``key`` off the disk; a lock another process holds is waited out a few
+    times (a wrong answer left on disk would be served again)."""
+    for attempt in range(DELETE_TRIES):
+        try:
+            cache.delete(key)
+            return
+        except diskcache.Timeout:
+            if attempt == DELETE_TRIES - 1:
+                raise
 
 
 def value_of(text: str) -> Any:
@@ -72,65 +106,86 @@ def value_of(text: str) -> Any:
     return loads(text)
 
 
+Ended = Callable[[BaseException | None], None]
+
+
 class DiskWrites:
-    """The writer thread and what it is writing."""
+    """The writer thread, what it is writing, and the deletes queued behind."""
 
     def __init__(self) -> None:
         self.writing: dict[str, Entry] = {}
-        self._dropped: set[str] = set()
+        self.bytes = 0  # the text in ``writing``
         self._futures: set[asyncio.Future[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
-        self.bytes = 0  # the text in ``writing``
 
     def full(self) -> bool:
-        """The thread is that far behind: the next batch is not written."""
+        """The thread is that far behind: the next batch is not kept..."""
         return self.bytes > MAX_WRITING_BYTES
+
+    def caught_up(self) -> bool:
+        """...until it is back under half of it (no flapping at the limit)."""
+        return self.bytes <= MAX_WRITING_BYTES // 2
 
     def start(
         self,
         cache: diskcache.Cache,
         batch: dict[str, Entry],
-        ended: Callable[[dict[str, Entry], BaseException | None, set[str]], None],
+        ended: Callable[[dict[str, Entry], BaseException | None], None],
     ) -> bool:
         """``batch`` handed to the thread (False: no loop runs, write it now);
-        ``ended(batch, error, deleted meanwhile)`` on the loop once written."""
+        ``ended(batch, error)`` on the loop once written."""
+        size = sum(len(text) for text, _ in batch.values())
+
+        def written(error: BaseException | None) -> None:
+            self.bytes -= size
+            for key, item in batch.items():
+                if self.writing.get(key) is item:
+                    del self.writing[key]
+            ended(batch, error)
+
+        if not self._submit(functools.partial(write, cache, list(batch.items())), written):
+            return False
+        self.writing.update(batch)
+        self.bytes += size
+        return True
+
+    def delete(self, cache: diskcache.Cache, key: str, ended: Ended) -> bool:
+        """``key`` deleted by the thread, after every write handed on before
+        (False: no loop runs, delete it now); ``ended(error)`` on the loop."""
+        return self._submit(functools.partial(delete, cache, key), ended)
+
+    def drop(self, key: str) -> None:
+        """A delete: the entry being written is not answered from memory."""
+        self.writing.pop(key, None)
+
+    def _submit(self, job: Callable[[], None], ended: Ended) -> bool:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="chainproxy-cache")
-        self.writing.update(batch)
-        size = sum(len(text) for text, _ in batch.values())
-        self.bytes += size
-        done = loop.run_in_executor(self._executor, write, cache, list(batch.items()))
+        done = loop.run_in_executor(self._executor, job)
         self._futures.add(done)
 
-        def written(f: asyncio.Future[None]) -> None:
+        def finished(f: asyncio.Future[None]) -> None:
             self._futures.discard(f)
-            self.bytes -= size
-            for key, item in batch.items():
-                if self.writing.get(key) is item:
-                    del self.writing[key]
-            dropped = self._dropped & batch.keys()
-            self._dropped -= dropped
-            ended(batch, None if f.cancelled() else f.exception(), dropped)
+            # cancelled (the loop closing): not known to be on disk
+            ended(asyncio.CancelledError() if f.cancelled() else f.exception())
 
-        done.add_done_callback(written)
+        done.add_done_callback(finished)
         return True
 
-    def drop(self, key: str) -> None:
-        """A delete: not answered from memory, and deleted again once written."""
-        if self.writing.pop(key, None) is not None:
-            self._dropped.add(key)
-
     async def settled(self) -> None:
-        """Until the writes in flight are on disk."""
+        """Until the jobs handed to the thread are done and reported. Never
+        cancels them (``wait``, not ``gather``); each round yields, so the
+        done callbacks run (3.12's ``gather`` of done futures does not)."""
         while self._futures:
-            await asyncio.gather(*self._futures, return_exceptions=True)
+            await asyncio.wait(set(self._futures))
+            await asyncio.sleep(0)
 
     def close(self) -> None:
-        """The writes in flight end first."""
+        """The jobs in flight end first."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None

@@ -32,13 +32,13 @@ import logging
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import diskcache
 
-from addon.cache.disk_io import DiskWrites, Entry, on_disk, value_of, write
+from addon.cache.disk_io import DiskWrites, Entry, delete, on_disk, value_of, write
 from common.jsontext import dumps_text
 from common.outage import Outage
 
@@ -103,6 +103,8 @@ class DiskCacheStore:
         self._purges_due = 0.0
         self._pending: dict[str, tuple[str, str | None]] = {}  # handed to the thread at the flush
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._flush_loop: asyncio.AbstractEventLoop | None = None
+        self._behind = Outage()  # batches not kept while the writer thread is behind
         self._writes = DiskWrites()  # the writer thread
         try:
             self._cache = self._open()
@@ -140,16 +142,19 @@ class DiskCacheStore:
         return self._cache
 
     def _open(self) -> diskcache.Cache:
-        return diskcache.Cache(
+        cache = diskcache.Cache(
             str(self.directory),
             size_limit=self._size_limit,
             eviction_policy="least-recently-used",
             # Values are small JSON texts; keep them in SQLite rather than files.
             disk_min_file_size=1 << 20,
-            cull_limit=0,  # eviction once per batch written (disk_io.write), not per set
             timeout=0.5,  # a locked database is a miss, not a stall
             tag_index=True,  # a node's entries found at once (``purge``)
         )
+        # eviction once per batch written (disk_io.write), not on every set; for
+        # this instance only: the database's own setting stays for other versions
+        cache.reset("cull_limit", 0, update=False)
+        return cache
 
     def _failed(self, op: str, e: BaseException) -> None:
         self.errors += 1
@@ -250,17 +255,14 @@ class DiskCacheStore:
         text = dumps_text(value)
         self._remember(key, text, filler)
         self._pending[key] = (text, filler)
-        if len(self._pending) >= WRITE_BATCH:
-            self.flush()
-            return
-        if self._flush_timer is not None:
-            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop: written now
+            loop = None
+        if loop is None or len(self._pending) >= WRITE_BATCH:
             self.flush()
-            return
-        self._flush_timer = loop.call_later(WRITE_EVERY_S, self.flush)
+        elif self._flush_timer is None or self._flush_loop is not loop:  # (a tool's next loop)
+            self._flush_timer, self._flush_loop = loop.call_later(WRITE_EVERY_S, self.flush), loop
 
     def flush(self) -> None:
         """The writes made since the last flush, in one transaction, by the
@@ -272,15 +274,13 @@ class DiskCacheStore:
         cache = self._cache
         if not pending or cache is None:
             return
-        if self._writes.full():  # the disk is slower than the answers: these are not kept
-            self._failed(
-                "write",
-                BlockingIOError(f"the disk is behind; {len(pending)} new entry(ies) not written"),
-            )
-            for key in pending:  # as a failed write: not answered from memory either
-                self._forget_key(key)
+        writes = self._writes
+        if writes.full() or (self._behind.failing and not writes.caught_up()):
+            self._not_kept(pending)  # the disk is slower than the answers
             return
-        if self._writes.start(cache, pending, self._written):
+        if (n := self._behind.ok()) is not None:
+            log.info("cache disk caught up; %d batch(es) were not kept meanwhile", n)
+        if self._writes.start(cache, pending, self._wrote):
             return
         try:
             write(cache, pending.items())
@@ -302,13 +302,20 @@ class DiskCacheStore:
         elif self._outage.failing:
             self._worked()
 
-    def _written(
-        self, batch: dict[str, Entry], error: BaseException | None, dropped: Collection[str]
-    ) -> None:
-        """(On the loop.) The thread's writes ended; those deleted meanwhile go again."""
-        self._wrote(batch, error)
-        for key in dropped:
-            self.delete(key)
+    def _not_kept(self, pending: dict[str, Entry]) -> None:
+        """A batch while the writer thread is far behind: counted as a failed
+        write, logged once until it catches up, not answered from memory."""
+        self.errors += 1
+        if self._on_error is not None:
+            self._on_error("write")
+        if self._behind.failed():
+            log.warning(
+                "cache disk behind (%d MiB wait for it): new entries are not kept until"
+                " it catches up",
+                self._writes.bytes >> 20,
+            )
+        for key in pending:
+            self._forget_key(key)
 
     def _forget_key(self, key: str) -> None:
         old = self._memo.pop(key, None)
@@ -316,17 +323,22 @@ class DiskCacheStore:
             self._memo_bytes -= len(old[0])
 
     def delete(self, key: str) -> None:
-        """Forget an entry (an answer a cross-check found wrong)."""
+        """Forget an entry (an answer a cross-check found wrong): in memory at
+        once; on disk by the writer thread, after any write of it before."""
         self._forget_key(key)
         self._pending.pop(key, None)
-        self._writes.drop(key)  # the thread may write it after the delete below
+        self._writes.drop(key)
         cache = self._cache
-        if cache is None:
+        if cache is None or self._writes.delete(cache, key, self._deleted):
             return
         try:
-            cache.delete(key)
+            delete(cache, key)
         except Exception as e:
-            self._failed("delete", e)
+            self._deleted(e)
+
+    def _deleted(self, error: BaseException | None) -> None:
+        if error is not None:
+            self._failed("delete", error)
 
     async def purge(self, filler: str) -> int:
         """Every entry ``filler`` answered, gone from memory and disk (in a
@@ -352,7 +364,7 @@ class DiskCacheStore:
         if self._cache is None:
             return
         self.flush()
-        self._writes.close()  # the large writes in flight end first
+        self._writes.close()  # the writes in flight end first
         try:
             self._cache.close()
         except Exception as e:
@@ -364,34 +376,3 @@ def _evict(cache: diskcache.Cache, filler: str) -> tuple[int, Any]:
     counter moved: (how many, the counter now)."""
     gone = cache.evict(filler, retry=True)
     return gone, cache.incr(PURGES_KEY, default=0, retry=True)
-
-
-class MemoryStore:
-    """For tests and ``proxy.cache.enabled: false`` style fakes."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, Any] = {}
-        self.fillers: dict[str, str] = {}
-
-    def get(self, key: str) -> Any | None:
-        return self.data.get(key)
-
-    def set(self, key: str, value: Any, filler: str | None = None) -> None:
-        self.data[key] = value
-        if filler is None:
-            self.fillers.pop(key, None)
-        else:
-            self.fillers[key] = filler
-
-    def delete(self, key: str) -> None:
-        self.data.pop(key, None)
-        self.fillers.pop(key, None)
-
-    def close(self) -> None:
-        pass  # nothing waits
-
-    async def purge(self, filler: str) -> int:
-        keys = [k for k, f in self.fillers.items() if f == filler]
-        for k in keys:
-            self.delete(k)
-        return len(keys)

@@ -14,7 +14,7 @@ from aiohttp import WSMsgType, web
 from mitmproxy.test import tflow
 
 from addon.addons import Guard
-from addon.cache.store import MemoryStore
+from addon.cache.memory_store import MemoryStore
 from addon.hooks.holder import RuntimeHolder
 from addon.hooks.pipeline import RpcPipeline
 from addon.pipeline.context import RpcContext

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from addon.cache.memory_store import MemoryStore
 from addon.cache.purge import NodePurges
-from addon.cache.store import MemoryStore
 
 
 class Shared:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from addon.cache.memory_store import MemoryStore
 from addon.cache.redis_tier import TRIM_MARGIN_S, SharedCacheTier
-from addon.cache.store import MemoryStore
 from tests.addon.helpers import (
     redis_link,
 )

@@ -8,7 +8,7 @@ import asyncio
 import json
 from typing import Any
 
-from addon.cache.store import MemoryStore
+from addon.cache.memory_store import MemoryStore
 from addon.chain.header_hash import header_hash
 from addon.pipeline.context import META_KEY
 from tests.addon.helpers import (

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from addon.addons import Guard
-from addon.cache.store import MemoryStore
+from addon.cache.memory_store import MemoryStore
 from addon.hooks.holder import RuntimeHolder
 from addon.hooks.pipeline import RpcPipeline
 from addon.reporting.live_metrics import CACHE_PURGED

@@ -60,7 +60,7 @@ async def test_a_heavy_read_is_never_hedged() -> None:
 
 
 async def test_a_cache_hit_pays_no_bytes() -> None:
-    from addon.cache.store import MemoryStore
+    from addon.cache.memory_store import MemoryStore
 
     stages, fake, rt = make()
     rt.cache = MemoryStore()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from addon.cache.store import MemoryStore
+from addon.cache.memory_store import MemoryStore
 from addon.rpc.jsonrpc import Call
 from addon.upstream.failover import assess
 from addon.upstream.pool import TIER_UNHEALTHY
