@@ -77,17 +77,24 @@ async def test_askers_get_the_head_from_a_subscription_and_it_follows_the_chain(
     assert subscriptions(stack) == 1  # one new-heads subscription, on one node
     before = node_heads(stack)
     seen: set[str] = set()
+    asked = misses = 0
     deadline = time.monotonic() + 3.5 * BLOCK_S
     while time.monotonic() < deadline:
         best = stack.nodes[0].state()["best"]  # the node's best block, just before asking
         head, cache = await get_head(stack, id_=len(seen))
-        assert cache == "HIT"
+        asked += 1
+        # A MISS is by design when the probes saw a block before its notification
+        # reached the proxy (``HeadBook.fresh``: a newer tip than the head): a node
+        # answers that one. It lasts until the notification, a few ms on a quiet
+        # machine, so one block's race catches one ask at most.
+        misses += cache != "HIT"
         # never older than the block before the node's best (a notification may be
         # a few ms behind the block it announces)
         assert height_of(stack, head) >= best - 1, (head, best)
         seen.add(head)
         await asyncio.sleep(0.1)
-    assert node_heads(stack) == before  # the nodes were not asked once
+    assert misses <= 3 and misses < asked, (asked, misses)
+    assert node_heads(stack) == before + misses  # the nodes were asked for those alone
     assert len(seen) >= 3  # and the answers moved with the chain
 
 

@@ -44,6 +44,7 @@ def metrics_section(
         + [
             ["chainproxy_redis_fallbacks_total", {"store": "ratelimit"}, 2],
             ["chainproxy_subscription_moves_total", {"network": network}, 1],
+            ["chainproxy_cache_errors_total", {"op": "write"}, 1],  # an alert's input
         ],
         "gauges": {
             "ws_connections": 2,
