@@ -20,7 +20,7 @@ second, on a read).
 Disk work leaves the request's path (``addon/cache/disk_io.py``): ``set``
 keeps the text in memory (the front, or ``_pending`` for a value too large
 for it), and the writes of the next ``WRITE_EVERY_S`` (or ``WRITE_BATCH``
-of them) go to disk in one transaction, by the writer thread; without a
+of them) go to disk together, by the writer thread; without a
 running loop (a tool, a test) a write goes to disk at once. A read that misses
 the memory asks the disk's index first: a key never stored costs one query.
 """
@@ -156,10 +156,13 @@ class DiskCacheStore:
         cache.reset("cull_limit", 0, update=False)
         return cache
 
-    def _failed(self, op: str, e: BaseException) -> None:
+    def _count(self, op: str) -> None:
         self.errors += 1
         if self._on_error is not None:
             self._on_error(op)
+
+    def _failed(self, op: str, e: BaseException) -> None:
+        self._count(op)
         if self._outage.failed():
             log.warning(
                 "cache %s failed (%s: %s); treated as a miss until it works again",
@@ -265,8 +268,8 @@ class DiskCacheStore:
             self._flush_timer, self._flush_loop = loop.call_later(WRITE_EVERY_S, self.flush), loop
 
     def flush(self) -> None:
-        """The writes made since the last flush, in one transaction, by the
-        writer thread when a loop runs (else now)."""
+        """The writes made since the last flush, together (``disk_io.write``),
+        by the writer thread when a loop runs (else now)."""
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
@@ -280,7 +283,7 @@ class DiskCacheStore:
             return
         if (n := self._behind.ok()) is not None:
             log.info("cache disk caught up; %d batch(es) were not kept meanwhile", n)
-        if self._writes.start(cache, pending, self._wrote):
+        if writes.start(cache, pending, self._wrote):
             return
         try:
             write(cache, pending.items())
@@ -305,9 +308,7 @@ class DiskCacheStore:
     def _not_kept(self, pending: dict[str, Entry]) -> None:
         """A batch while the writer thread is far behind: counted as a failed
         write, logged once until it catches up, not answered from memory."""
-        self.errors += 1
-        if self._on_error is not None:
-            self._on_error("write")
+        self._count("write")
         if self._behind.failed():
             log.warning(
                 "cache disk behind (%d MiB wait for it): new entries are not kept until"
