@@ -38,6 +38,7 @@ from typing import Any
 
 from chainproxy.rolling import RollError, WorkerPool
 from chainproxy.supervisor import Child
+from common.atomic_file import write_atomic
 from common.config import Config, ConfigError, load_config
 
 PID_FILE = "chainproxy.pid"
@@ -98,9 +99,7 @@ class StatusFile:
             "message": message,
             "at": time.time(),
         }
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, self.path)  # a reader never sees half a file
+        write_atomic(self.path, json.dumps(doc))  # a reader never sees half a file
 
 
 def read_status(path: Path) -> dict[str, Any] | None:

@@ -38,7 +38,8 @@ from typing import Any, Protocol
 
 import diskcache
 
-from addon.cache.disk_io import DiskWrites, Entry, delete, on_disk, value_of, write
+from addon.cache.disk_io import DiskWrites, Entry, on_disk, value_of, write
+from addon.cache.disk_io import delete as delete_now
 from common.jsontext import dumps_text
 from common.outage import Outage
 
@@ -333,7 +334,7 @@ class DiskCacheStore:
         if cache is None or self._writes.delete(cache, key, self._deleted):
             return
         try:
-            delete(cache, key)
+            delete_now(cache, key)
         except Exception as e:
             self._deleted(e)
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from pathlib import Path
+
+from common.atomic_file import write_atomic
 
 log = logging.getLogger("chainproxy")
 
@@ -45,9 +46,4 @@ def load_sizes(path: Path) -> dict[str, float]:
 
 def save_sizes(path: Path, sizes: dict[str, float]) -> None:
     """Raises OSError (the caller logs it: a full disk loses only a hint)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps({"version": VERSION, "sizes": sizes}))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, json.dumps({"version": VERSION, "sizes": sizes}))
