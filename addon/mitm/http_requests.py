@@ -19,6 +19,7 @@ whole yet: more bytes needed) or ``UNUSUAL``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,6 +29,7 @@ HEAD_LIMIT = 65536  # as addon/mitm/limits.py: a longer head is mitmproxy's 431
 _PREFIX = b"POST /"
 _REFUSED_HEADERS = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"te", b"trailer"))
 _MAX_LENGTH_DIGITS = 12
+_LENIENT_END = re.compile(rb"\n\r?\n")  # h11's blank line (``ReceiveBuffer``)
 
 
 class _Unusual:
@@ -142,6 +144,10 @@ class RequestReader:
             return UNUSUAL
         end = buf.find(b"\r\n\r\n", 0, HEAD_LIMIT + 4)
         if end < 0:
+            if _LENIENT_END.search(buf, 0, HEAD_LIMIT + 4):
+                # h11 ends a head at a bare LF's blank line too: mitmproxy
+                # answers it now (its 100 Continue, its 400), not once more bytes come
+                return UNUSUAL
             # a head past the limit gets mitmproxy's 431
             return UNUSUAL if n > HEAD_LIMIT else None
         head_size = end + 4

@@ -145,6 +145,17 @@ def run(port: int, requests: list[bytes], cuts: list[int]) -> tuple[list, bool]:
     ],
     [241, 8978],
 )
+# a head ended by a bare LF's blank line ("ab\n\r\n"), cut there: mitmproxy sent its
+# 100 Continue at once, the direct reader waited for a "\r\n\r\n" that never ended it
+@example(
+    [
+        b"POST /rpc/v1/finney HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"Expect: 100-continue\r\nX-Request-Id: ab\n\r\n\r\n44\r\n"
+        + json.dumps(call("system_health", id_=1)).encode()
+        + b"\r\n0\r\n\r\n"
+    ],
+    [108],
+)
 def test_direct_reads_answer_as_mitmproxy_answers(
     ports: tuple[int, int], requests: list[bytes], cuts: list[int]
 ) -> None:

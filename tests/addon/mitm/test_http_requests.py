@@ -173,6 +173,19 @@ def test_a_head_past_the_limit_is_handed_back_and_a_shorter_one_waits() -> None:
     assert reader.peek() is UNUSUAL
 
 
+def test_a_head_ended_by_a_bare_lf_is_handed_back_at_once() -> None:
+    # h11 takes "\n\r\n" (or "\n\n") as the blank line: mitmproxy answers the
+    # head as soon as it has it (a 100 Continue first), so the reader must not
+    # wait for a "\r\n\r\n" that would only come with the body
+    for end in (b"ab\n\r\n", b"ab\n\n"):
+        reader = RequestReader(100)
+        reader.feed(b"POST /rpc/v1/finney HTTP/1.1\r\nHost: x\r\nX-Request-Id: " + end)
+        assert reader.peek() is UNUSUAL, end
+    waiting = RequestReader(100)
+    waiting.feed(b"POST /rpc/v1/finney HTTP/1.1\r\nHost: x\r\n")
+    assert waiting.peek() is None  # a plain head not ended yet still waits
+
+
 def test_headers_read_as_mitmproxy_joins_them() -> None:
     reader = RequestReader(100)
     reader.feed(b"POST / HTTP/1.1\r\nX-Forwarded-For: a\r\nx-forwarded-for:  b \r\n\r\n")
