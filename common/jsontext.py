@@ -94,7 +94,7 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
-def _has_float(doc: Any) -> bool:
+def has_float(doc: Any) -> bool:
     stack = [doc]
     while stack:
         x = stack.pop()
@@ -124,7 +124,7 @@ def loads(body: bytes | str) -> Any:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _stdlib_loads(body)  # its verdict and its error message
-    if type(doc) is str or not _has_float(doc):
+    if type(doc) is str or not has_float(doc):
         return doc
     return _stdlib_loads(body)  # a float may be a big integer orjson rounded
 

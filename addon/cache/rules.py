@@ -24,8 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from addon.chain.head_pinning import HASH_POSITION
 from addon.rpc.jsonrpc import Call
+from common.jsontext import has_float
 
 KEY_VERSION = "v1"
 _HEX = re.compile(r"^0x[0-9a-fA-F]*$")
@@ -49,6 +52,21 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _canonical(v) for k, v in value.items()}
     return value
+
+
+def canonical_text(params: Any) -> str:
+    """The key's form of the params: sorted keys, no spaces, ASCII (what
+    ``_KEY_ENCODER`` writes, so keys stay those of earlier releases and of
+    other processes sharing the disk or Redis). orjson writes the same text
+    when its output is printable ASCII and holds no float (~1 µs instead of
+    ~3, on every hit and miss); anything else goes the stdlib's way."""
+    try:
+        fast = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer past 64 bits
+        return _KEY_ENCODER.encode(params)
+    if fast.isascii() and b"\x7f" not in fast and not has_float(params):
+        return fast.decode()
+    return _KEY_ENCODER.encode(params)
 
 
 def _hash_index(method: str, extra: Mapping[str, int]) -> int | None:
@@ -75,7 +93,7 @@ def plan(
     idx = _hash_index(call.method, extra)
     if idx is None or call.facts.hash_at(idx) is None:
         return None
-    canon = _KEY_ENCODER.encode(_canonical(params))
+    canon = canonical_text(_canonical(params))
     return Plan((f"{KEY_VERSION}|{network}|{call.method}|{canon}",))
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from addon.cache.disk_io import on_disk
+from addon.cache.disk_io import on_disk, write
 from addon.cache.store import DiskCacheStore
 from addon.rpc.splice import RAW_MIN_BYTES
 from common.jsontext import RawJson, dumps
@@ -28,13 +28,13 @@ def test_a_large_entry_is_written_by_a_thread_and_read_back_unparsed(tmp_path: P
     writers: list[str] = []
     cache = a._cache
     assert cache is not None
-    real = cache.set
+    real = cache.transact
 
-    def spying_set(*args: object, **kwargs: object) -> object:
+    def spying_transact(*args: object, **kwargs: object) -> object:
         writers.append(threading.current_thread().name)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    cache.set = spying_set  # type: ignore[method-assign]
+    cache.transact = spying_transact  # type: ignore[method-assign]
 
     async def scenario() -> None:
         a.set("big", BLOB, "node-1")
@@ -48,8 +48,8 @@ def test_a_large_entry_is_written_by_a_thread_and_read_back_unparsed(tmp_path: P
         assert b.get("small") == "0x01"
 
     asyncio.run(scenario())
-    # both by the writer thread, never on the loop
-    assert [w.split("_")[0] for w in writers] == ["chainproxy-cache"] * 2
+    # both by the writer thread (one transaction), never on the loop
+    assert [w.split("_")[0] for w in writers] == ["chainproxy-cache"]
 
 
 def test_a_large_entry_that_is_not_a_string_is_parsed(tmp_path: Path) -> None:
@@ -206,6 +206,23 @@ def test_the_index_probe_finds_what_diskcache_stored_and_nothing_else(tmp_path: 
     assert on_disk(cache, "v1|finney|k")
     assert not on_disk(cache, "v1|finney|other")
     assert not on_disk(cache, "bytes-key")
+    cache.close()
+
+
+def test_a_batch_is_written_as_diskcache_writes_it(tmp_path: Path) -> None:
+    """The one-statement write keeps diskcache's bookkeeping: its own reads,
+    count and consistency check see the rows as if ``set`` wrote them."""
+    cache = diskcache.Cache(str(tmp_path / "c"), disk_min_file_size=1 << 12, tag_index=True)
+    cache.set("v1|file", "f" * 5000, tag="node-0")  # a file of its own (≥ min_file_size)
+    write(cache, [("v1|a", ('"0x01"', "node-1")), ("v1|b", ("[1]", None))])
+    write(cache, [("v1|a", ('"0x02"', "node-2")), ("v1|big", ("g" * 5000, "node-3"))])
+    write(cache, [("v1|file", ("small", "node-4"))])  # a file's row is left as it was
+    assert cache.get("v1|a", tag=True) == ('"0x02"', "node-2")
+    assert cache.get("v1|b", tag=True) == ("[1]", None)
+    assert cache.get("v1|big", tag=True) == ("g" * 5000, "node-3")
+    assert cache.get("v1|file", tag=True) == ("f" * 5000, "node-0")
+    assert len(cache) == 4 and cache.check() == []  # count and size triggers agree
+    assert cache.evict("node-2") == 1 and cache.get("v1|a") is None  # the tag index holds
     cache.close()
 
 

@@ -3,11 +3,14 @@ with canonical params, never a null or the caller's id (pure)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from addon.cache.rules import answer_from, entries_to_store, plan
+from addon.cache.rules import answer_from, canonical_text, entries_to_store, plan
 from addon.rpc.jsonrpc import Call
 
 H = "0x" + "ab" * 32
@@ -67,3 +70,23 @@ def test_null_and_the_id_never_enter_the_cache() -> None:
     one = plan("finney", Call(1, "chain_getBlock", [H]), extra=EXTRA, finalized=None)
     other = plan("finney", Call("x", "chain_getBlock", [H]), extra=EXTRA, finalized=None)
     assert one == other
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()  # past 64 bits too
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),  # non-ASCII, control characters, DEL
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_JSON)
+@example(["0x" + "ab" * 32, {"b": 1, "a": [None, True]}])
+@example(["\x7f", "é", "\n\x00", 2**64, 1.5, {"é": 1, "e": 2}])
+def test_the_key_text_is_the_stdlib_s_whatever_the_params(params: Any) -> None:
+    """orjson's fast way may never change a key: keys are shared with earlier
+    releases and other processes (disk, Redis)."""
+    assert canonical_text(params) == json.dumps(params, sort_keys=True, separators=(",", ":"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from addon.upstream.budgets import Budgets, Ticket
@@ -23,18 +23,20 @@ times = st.floats(min_value=0.0, max_value=1000.0)
 
 
 @given(rates, times, st.integers(min_value=0, max_value=10_000), st.floats(0.0, 100.0))
+@example(rate=2.0, at=0.99999, seen=0, later=1.0)  # found by a run: float rounding at the edge
 def test_a_cut_never_raises_the_rate_and_is_one_per_burst(
     rate: float, at: float, seen: int, later: float
 ) -> None:
-    state = Learned(rate, at, at, rate)
-    after = learned.cut(state, at + later, seen)
-    if later < learned.CUT_EVERY_S:
+    state, now = Learned(rate, at, at, rate), at + later
+    after = learned.cut(state, now, seen)
+    elapsed = now - at  # as the code sees it: (0.99999 + 1.0) - 0.99999 < 1.0 in floats
+    if elapsed < learned.CUT_EVERY_S:
         assert after == state  # the same burst: no second cut
-    elif later <= learned.FORGET_S:
+    elif elapsed <= learned.FORGET_S:
         assert after is not None and after.rate <= max(1.0, rate * learned.CUT)
-        assert after.cut_at == at + later
+        assert after.cut_at == now
     else:  # forgotten: learnt anew from what the node was sent (if enough)
-        assert after == learned.cut(None, at + later, seen)
+        assert after == learned.cut(None, now, seen)
 
 
 @given(st.integers(min_value=0, max_value=10_000), times)
