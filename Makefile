@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 # processes much of the time, so two share this 2-core machine's work; 0 runs it in one
 TEST_WORKERS ?= 2
 
-.PHONY: run test demo inspect lint bench clean help check-config
+.PHONY: run test demo inspect lint explore bench clean help check-config
 
 help:
 	@echo "make run      proxy + sidecar on the public endpoints ($(CONFIG)), http://127.0.0.1:8080"
@@ -25,6 +25,7 @@ help:
 	@echo "make check-config  validate $(CONFIG) and say what it deploys (CONFIG=F for another)"
 	@echo "make test     the test suite"
 	@echo "make lint     ruff and mypy"
+	@echo "make explore  the property tests with 20x the random examples (hunts rare failures)"
 	@echo "make bench    benchmarks (QUICK=1 for a short run)"
 	@echo "make bench-real  real clients (async-substrate-interface) on chopsticks: upstream calls"
 	@echo "make soak     chaos soak, SOAK_S seconds (600): figures into docs/RELIABILITY.md"
@@ -66,6 +67,13 @@ test: $(STAMP) js-deps browser-deps asi-deps scale-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# The property tests (those with @given) under the `explore` profile of
+# tests/conftest.py: what `make test` would meet one run in many, found now.
+EXPLORE_TESTS = $(shell grep -rl "@given" tests --include='test_*.py' | grep -v /e2e/ | sort)
+
+explore: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider --hypothesis-profile=explore $(EXPLORE_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

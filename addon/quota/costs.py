@@ -145,6 +145,8 @@ def answer_bytes(value: Any) -> int:
         return 2 + sum(answer_bytes(v) + 1 for v in value)
     if isinstance(value, dict):
         return 2 + sum(len(k) + 4 + answer_bytes(v) for k, v in value.items())
+    if isinstance(value, int) and not isinstance(value, bool):
+        return 2 + value.bit_length() * 3 // 10  # its digits, about (no str(): big ints)
     return 8
 
 
