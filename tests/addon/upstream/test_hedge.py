@@ -187,7 +187,8 @@ async def test_a_cancelled_flow_cancels_both_racers_and_cancel_outraced_ends_the
 
 async def test_an_attempt_no_hedge_can_race_runs_in_the_callers_task() -> None:
     """No task and no wait for it: hedging off, no delay learned yet, no budget
-    left; with a delay learned, the attempt is a task a hedge can race."""
+    left, no other node to race it; with a delay learned and a second node, the
+    attempt is a task a hedge can race."""
     ran_in: list[asyncio.Task[object] | None] = []
 
     class Where(SleepyTransport):
@@ -201,6 +202,9 @@ async def test_an_attempt_no_hedge_can_race_runs_in_the_callers_task() -> None:
         ran_in.clear()
         r = await _forward(_pool("a", "b"), Where({"http://a": 0.0, "http://b": 0.0}), h)
         assert r.kind == "ok" and ran_in == [asyncio.current_task()]
+    ran_in.clear()
+    alone = await _forward(_pool("a"), Where({"http://a": 0.0}), _warm(Hedger(HedgeConfig())))
+    assert alone.kind == "ok" and ran_in == [asyncio.current_task()]  # a pool of one
     ran_in.clear()
     h = _warm(Hedger(HedgeConfig()))
     r = await _forward(_pool("a", "b"), Where({"http://a": 0.0, "http://b": 0.0}), h)
