@@ -68,12 +68,13 @@ test: $(STAMP) js-deps browser-deps asi-deps scale-deps
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
-# The property tests (those with @given) under the `explore` profile of
-# tests/conftest.py: what `make test` would meet one run in many, found now.
+# The property tests (those with @given) with 20x their examples (the `explore`
+# profile of tests/conftest.py, tests/examples.py for those that set a count):
+# what `make test` would meet one run in many, found now.
 EXPLORE_TESTS = $(shell grep -rl "@given" tests --include='test_*.py' | grep -v /e2e/ | sort)
 
 explore: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider --hypothesis-profile=explore $(EXPLORE_TESTS)
+	CHAINPROXY_EXPLORE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider --hypothesis-profile=explore $(EXPLORE_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -31,8 +31,9 @@ os.environ.setdefault(PORT_RANGE_ENV, _worker_ports())
 
 # Property tests: ``make test`` draws new random examples each run (a fresh
 # clone has no example database), so a property that fails on a rare example
-# is a flaky CI. ``make explore`` (the ``explore`` profile: 20x the examples,
-# no database) is how such examples are hunted down before they reach CI;
+# is a flaky CI. ``make explore`` (this profile: 20x hypothesis's default of
+# 100, no database; ``tests/examples.py`` multiplies the counts tests set
+# themselves) is how such examples are hunted down before they reach CI;
 # what it finds is pinned as an ``@example``.
 settings.register_profile("explore", max_examples=2000, database=None, deadline=None)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sqlite3
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -69,22 +70,27 @@ def chunks(items: list[tuple[str, Entry]]) -> list[list[tuple[str, Entry]]]:
 # A text entry as ``Cache.set`` writes one kept in SQLite (``Disk.store``: size 0,
 # mode raw, no file), all of a chunk in one statement: ~7.6 µs an entry instead
 # of ``set``'s ~18 (a SELECT, then an INSERT or UPDATE, per entry). diskcache's
-# triggers keep its count; a row whose value is a file (≥ 1 MiB, written by
-# ``set``) is left as it is: at a block hash, an answer never changes.
+# triggers keep its count and size. A row whose value is a file (≥ 1 MiB,
+# written by ``set``) is left as it is rather than leave its file behind: at a
+# block hash an answer never changes, and a cross-check's delete goes first.
+# SQLite's upsert is 3.24 or later (Debian 12 has 3.40); before it, ``set``.
 _UPSERT = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
     " tag, size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, ?, 0, ?, NULL, ?)"
     " ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time,"
     " expire_time = NULL, access_time = excluded.access_time, access_count = 0,"
-    " tag = excluded.tag, value = excluded.value WHERE filename IS NULL"
+    " tag = excluded.tag, size = 0, mode = excluded.mode, value = excluded.value"
+    " WHERE filename IS NULL"
 )
+UPSERT_WORKS = sqlite3.sqlite_version_info >= (3, 24, 0)
 
 
 def write(cache: diskcache.Cache, items: Iterable[tuple[str, Entry]]) -> None:
-    """Entries to disk, a chunk a transaction, then the eviction of what
-    exceeds the size limit (diskcache's Cache is thread-safe: in the writer
-    thread, or at once where no loop runs)."""
-    in_files = cache.disk.min_file_size
+    """Entries to disk, a chunk's texts in one transaction (a value of a file
+    of its own by ``set``, after them), then the eviction of what exceeds the
+    size limit (diskcache's Cache is thread-safe: in the writer thread, or at
+    once where no loop runs)."""
+    in_files = cache.disk.min_file_size if UPSERT_WORKS else 0
     for chunk in chunks(list(items)):
         large = [(k, e) for k, e in chunk if len(e[0]) >= in_files]
         now = time.time()
@@ -94,7 +100,7 @@ def write(cache: diskcache.Cache, items: Iterable[tuple[str, Entry]]) -> None:
         if rows:
             with cache.transact():
                 cache._con.executemany(_UPSERT, rows)
-        for key, (text, filler) in large:  # a file of its own: diskcache's way
+        for key, (text, filler) in large:  # diskcache's way: a file of its own (or old SQLite)
             cache.set(key, text, tag=filler)
     try:
         cache.cull()  # automatic culling is off for this process: once per batch

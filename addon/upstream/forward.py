@@ -3,7 +3,7 @@ its own timeout, all within one overall deadline. The caller sees one answer.
 
 An attempt no hedge can race (hedging off, no delay learned yet, no hedge
 left, no other node: a pool of one) is awaited in the caller's task: no task,
-no wait (two loop turns, ~16 µs of a miss). One a hedge may race is a task.
+no wait (two loop turns, ~9 µs of a miss). One a hedge may race is a task.
 
 When a hedge wins, the slower attempt is not cancelled: it finishes in the
 background (bounded by its timeout, its answer discarded, its budget ticket

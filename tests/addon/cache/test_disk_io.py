@@ -14,6 +14,7 @@ from pathlib import Path
 import diskcache
 import pytest
 
+from addon.cache import disk_io
 from addon.cache.disk_io import on_disk, write
 from addon.cache.store import DiskCacheStore
 from addon.rpc.splice import RAW_MIN_BYTES
@@ -217,12 +218,35 @@ def test_a_batch_is_written_as_diskcache_writes_it(tmp_path: Path) -> None:
     write(cache, [("v1|a", ('"0x01"', "node-1")), ("v1|b", ("[1]", None))])
     write(cache, [("v1|a", ('"0x02"', "node-2")), ("v1|big", ("g" * 5000, "node-3"))])
     write(cache, [("v1|file", ("small", "node-4"))])  # a file's row is left as it was
+    cache.set("v1|pickled", {"a": 1})  # a row of another mode, then a text over it
+    write(cache, [("v1|pickled", ('{"a":1}', "node-5"))])
+    assert cache.get("v1|pickled", tag=True) == ('{"a":1}', "node-5")
+    cache.delete("v1|pickled")
     assert cache.get("v1|a", tag=True) == ('"0x02"', "node-2")
     assert cache.get("v1|b", tag=True) == ("[1]", None)
     assert cache.get("v1|big", tag=True) == ("g" * 5000, "node-3")
     assert cache.get("v1|file", tag=True) == ("f" * 5000, "node-0")
     assert len(cache) == 4 and cache.check() == []  # count and size triggers agree
     assert cache.evict("node-2") == 1 and cache.get("v1|a") is None  # the tag index holds
+    cache.close()
+
+
+def test_without_sqlite_s_upsert_each_entry_goes_by_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(disk_io, "UPSERT_WORKS", False)  # SQLite before 3.24
+    cache = diskcache.Cache(str(tmp_path / "c"), tag_index=True)
+    sets: list[str] = []
+    real = cache.set
+
+    def counting_set(key: str, *args: object, **kwargs: object) -> object:
+        sets.append(key)
+        return real(key, *args, **kwargs)  # type: ignore[arg-type]
+
+    cache.set = counting_set  # type: ignore[method-assign]
+    write(cache, [("v1|a", ('"0x01"', "node-1")), ("v1|b", ("[1]", None))])
+    assert sets == ["v1|a", "v1|b"]
+    assert cache.get("v1|a", tag=True) == ('"0x01"', "node-1") and cache.check() == []
     cache.close()
 
 

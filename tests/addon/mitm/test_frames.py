@@ -25,6 +25,7 @@ from addon.mitm.frames import (
     pong_frame,
     unmask,
 )
+from tests.examples import examples
 
 LIMIT = 4096
 
@@ -177,7 +178,7 @@ frames = st.builds(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(st.lists(frames, max_size=8), st.lists(st.integers(0, 4000), max_size=6))
 def test_read_directly_then_handed_back_is_what_wsproto_makes_of_it_all(
     wire: list[bytes], cuts: list[int]

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from mitmproxy.net.http import http1
 
 from addon.mitm.http_requests import HEAD_LIMIT, UNUSUAL, Request, RequestReader
+from tests.examples import examples
 
 TOKEN = st.text(
     alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_",
@@ -111,7 +112,7 @@ def same_as_h11(taken: list[Request], data: bytes) -> None:
         assert r.body == body
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(plain_post(), min_size=1, max_size=4), st.lists(st.integers(0, 2000), max_size=6))
 def test_plain_posts_split_and_pipelined_read_as_h11_reads_them(
     posts: list[bytes], cuts: list[int]
@@ -123,7 +124,7 @@ def test_plain_posts_split_and_pipelined_read_as_h11_reads_them(
     same_as_h11(taken, data)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     st.lists(plain_post(), min_size=1, max_size=3),
     st.lists(st.tuples(st.integers(0, 4000), st.binary(min_size=0, max_size=3)), max_size=4),

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from addon.pipeline.paths import Preflight, RpcRoute, SidecarRoute, classify
 from addon.rpc.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Refusal
+from tests.examples import examples
 
 NETS = ("finney", "test")
 
@@ -137,7 +138,7 @@ def test_other_paths_go_to_the_sidecar_normalised(
     assert r.path == (raw if expected is None else expected)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     segments=st.lists(
         st.sampled_from(
@@ -183,7 +184,7 @@ def test_an_rpc_path_with_bytes_that_are_not_utf8_is_a_404_naming_them() -> None
     r.message.encode("utf-8")  # the JSON body can carry it
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=40), st.sampled_from(["GET", "POST", "OPTIONS"]))
 def test_property_any_path_bytes_get_a_route(raw: bytes, method: str) -> None:
     path = "/" + raw.decode("utf-8", "surrogateescape")  # as mitmproxy decodes a path

@@ -20,6 +20,7 @@ from addon.rpc.jsonrpc import (
     error_obj,
     parse_body,
 )
+from tests.examples import examples
 
 MAX = 100
 
@@ -350,19 +351,19 @@ def _check_result(r: Any, max_batch: int) -> None:
                 assert isinstance(item.params, list | dict)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=json_values | call_like | st.lists(call_like | json_values, max_size=6))
 def test_property_parse_body_never_raises_on_json(doc: Any) -> None:
     _check_result(parse_body(json.dumps(doc).encode(), max_batch=4), 4)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(raw=st.binary(max_size=200))
 def test_property_parse_body_never_raises_on_bytes(raw: bytes) -> None:
     _check_result(parse_body(raw, max_batch=MAX), MAX)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(prefix=st.binary(max_size=20), text=st.text(max_size=60))
 def test_property_parse_body_never_raises_on_json_ish_text(prefix: bytes, text: str) -> None:
     raw = prefix + b'{"jsonrpc":"2.0","id":' + text.encode("utf-8", "surrogatepass")

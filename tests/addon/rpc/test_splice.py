@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from addon.rpc.splice import plain_string, scan_answer
 from common.jsontext import RawJson, dumps, loads, thaw
+from tests.examples import examples
 
 HEX = st.text(alphabet="0123456789abcdef", min_size=0, max_size=300).map(lambda h: "0x" + h)
 # printable ASCII but the two characters JSON escapes (those strings are refused)
@@ -57,7 +58,7 @@ def spliced_reply(answer: dict[str, Any], client_id: Any) -> bytes:
     return dumps({**answer, "jsonrpc": "2.0", "id": client_id})
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     STRINGS,
     st.sampled_from(KEY_ORDERS),
@@ -81,7 +82,7 @@ def test_plain_answers_are_taken_as_the_parse_reads_them(
     assert json.dumps(result).encode() in reply
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(VALUES, st.sampled_from(KEY_ORDERS))
 def test_whatever_it_accepts_the_parse_reads_the_same(value: Any, order: tuple[str, ...]) -> None:
     texts = {"jsonrpc": '"2.0"', "result": json.dumps(value), "id": "0"}
@@ -93,7 +94,7 @@ def test_whatever_it_accepts_the_parse_reads_the_same(value: Any, order: tuple[s
     assert thaw(doc) == json.loads(body)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.binary(max_size=200))
 def test_any_bytes_either_refused_or_read_as_the_parse_reads_them(junk: bytes) -> None:
     for body in (junk, b'{"jsonrpc":"2.0","result":"' + junk + b'","id":0}'):

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from addon.rpc.jsonrpc import Call
 from addon.upstream.failover import CAPACITY, assess, node_limit
+from tests.examples import examples
 
 HASH = "0x" + "ab" * 32
 
@@ -340,7 +341,7 @@ def test_batch_deterministic_error_item_is_ok() -> None:
     assert a.answers is not None and a.answers[1]["error"]["code"] == -32602
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     status=st.sampled_from([200, 200, 200, 400, 404, 429, 500, 503]),
     body=st.binary(max_size=80)

@@ -16,6 +16,7 @@ from addon.upstream.budgets import Budgets, Ticket
 from addon.upstream.learning import learned
 from addon.upstream.learning.learned import Learned
 from common.config import Endpoint
+from tests.examples import examples
 from tests.fakes import FakeClock
 
 rates = st.floats(min_value=1.0, max_value=5000.0)
@@ -117,7 +118,7 @@ def _run(limit: int, offered: float, seconds: float, latency: float) -> tuple[in
     return ok, refused, sent
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     # a probe past the limit is one call: the fewer calls a node allows, the
     # larger the share of that call (about 15 per 1,000 at 5 a second)

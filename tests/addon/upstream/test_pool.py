@@ -19,6 +19,7 @@ from addon.upstream.pool import (
     UpstreamPool,
 )
 from common.config import parse_config
+from tests.examples import examples
 from tests.fakes import FakeClock
 
 
@@ -265,7 +266,7 @@ upstream_specs = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(specs=upstream_specs, seed=st.integers(0, 2**32), prefer_archive=st.booleans())
 def test_property_never_an_ejected_or_unhealthy_node_while_a_healthy_synced_one_is_free(
     specs: list[tuple[int, bool, bool, float, int, float, bool]],

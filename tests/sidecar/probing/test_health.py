@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from sidecar.probing.health import Health, apply
 from sidecar.probing.results import DEAD, LIVE, RATE_LIMITED, TIMEOUT, ProbeResult
+from tests.examples import examples
 
 EID = "endpoint-srf-0123456789abcdef"
 
@@ -193,7 +194,7 @@ def reference(
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     outcomes=st.lists(st.booleans(), max_size=60),
     fail_threshold=st.integers(1, 5),

@@ -20,6 +20,7 @@ from sidecar.probing.horizon import (
     observe,
     plan,
 )
+from tests.examples import examples
 
 
 @dataclass
@@ -206,7 +207,7 @@ def test_json_round_trip_and_damage() -> None:
             horizon_from_json(bad)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     kind=st.sampled_from(["window", "fixed"]),
     edge=st.integers(3, 200_000),

@@ -26,6 +26,7 @@ from sidecar.registry.documents import (
     ws_url,
 )
 from sidecar.registry.pools import endpoint_pools, proxy_pools, registry_totals
+from tests.examples import examples
 
 T0 = 1_800_000_000.0
 
@@ -366,7 +367,7 @@ def test_endpoint_incidents() -> None:
     assert endpoint_incidents(_incidents(), E[0].id, T0, limit=1)[0]["message"] == "timeout"
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(subnets=st.lists(st.integers(min_value=0, max_value=300), max_size=80))
 def test_pages_partition_the_registry_in_order(subnets: list[int]) -> None:
     c = cfg(*[ep(f"https://n{i}.example", "p", subnet=s) for i, s in enumerate(subnets)])

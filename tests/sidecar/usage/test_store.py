@@ -15,6 +15,7 @@ from common.usage_wire import Rollup
 from sidecar.usage.rows import hist_json
 from sidecar.usage.stats.window import WINDOW_S, WindowTotals, totals_of, window_start_minute
 from sidecar.usage.store import StoreUnavailable, UsageStore
+from tests.examples import examples
 from tests.sidecar.usage.helpers import EP_A, MINUTE, NOW, batch, r
 
 EP_B = "endpoint-srf-" + "b" * 16
@@ -192,7 +193,9 @@ _rollups = st.lists(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     steps=st.lists(

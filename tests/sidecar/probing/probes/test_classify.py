@@ -38,6 +38,7 @@ from sidecar.probing.results import (
     UNKNOWN,
     WRONG_CHAIN,
 )
+from tests.examples import examples
 from tests.sidecar.probing.probes.helpers import clock, make_endpoint
 
 KEY = ConnectionKey("h", 443, True, True, None, None, None)
@@ -187,7 +188,7 @@ _sse_piece = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(pieces=st.lists(_sse_piece, max_size=12), cuts=st.lists(st.integers(0, 200), max_size=6))
 def test_sse_detector_chunking_does_not_matter(pieces: list[bytes], cuts: list[int]) -> None:
     stream = b"".join(pieces)
@@ -275,7 +276,7 @@ _methods = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(overrides=st.dictionaries(_methods, _member, max_size=5))
 def test_node_checks_never_raise(overrides: dict[str, dict[str, Any]]) -> None:
     r = asyncio.run(check(good_table(**overrides)))
