@@ -114,13 +114,17 @@ def parse_head(head: bytes) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
 
 def content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     """The body's length (0 without the header), or None when unusual
-    (repeated, not plain digits, too long)."""
+    (repeated, too long, or not in mitmproxy's form: digits without a leading
+    zero; it answers ``03`` with a 400)."""
     values = [v for k, v in headers if k.lower() == b"content-length"]
     if not values:
         return 0
-    if len(values) > 1 or not values[0].isdigit() or len(values[0]) > _MAX_LENGTH_DIGITS:
+    v = values[0]
+    if len(values) > 1 or not v.isdigit() or len(v) > _MAX_LENGTH_DIGITS:
         return None
-    return int(values[0])
+    if v[0] == 0x30 and len(v) > 1:  # "0…": a leading zero
+        return None
+    return int(v)
 
 
 class RequestReader:
