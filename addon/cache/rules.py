@@ -63,8 +63,8 @@ def canonical_text(params: Any) -> str:
     try:
         fast = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # an integer past 64 bits
-        return _KEY_ENCODER.encode(params)
-    if fast.isascii() and b"\x7f" not in fast and not has_float(params):
+        fast = None
+    if fast is not None and fast.isascii() and b"\x7f" not in fast and not has_float(params):
         return fast.decode()
     return _KEY_ENCODER.encode(params)
 

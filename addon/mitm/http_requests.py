@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import httptools
+from mitmproxy.net.http.validate import parse_content_length
 
 HEAD_LIMIT = 65536  # as addon/mitm/limits.py: a longer head is mitmproxy's 431
 _PREFIX = b"POST /"
@@ -114,17 +115,17 @@ def parse_head(head: bytes) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
 
 def content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     """The body's length (0 without the header), or None when unusual
-    (repeated, too long, or not in mitmproxy's form: digits without a leading
-    zero; it answers ``03`` with a 400)."""
+    (repeated, too long, or what mitmproxy's own check refuses with a 400,
+    e.g. ``+2`` or a leading zero's ``03``)."""
     values = [v for k, v in headers if k.lower() == b"content-length"]
     if not values:
         return 0
-    v = values[0]
-    if len(values) > 1 or not v.isdigit() or len(v) > _MAX_LENGTH_DIGITS:
+    if len(values) > 1 or len(values[0]) > _MAX_LENGTH_DIGITS:
         return None
-    if v[0] == 0x30 and len(v) > 1:  # "0…": a leading zero
+    try:
+        return parse_content_length(values[0])
+    except ValueError:
         return None
-    return int(v)
 
 
 class RequestReader:
