@@ -17,9 +17,12 @@ head subscription, as some client does on any shared gateway).
 A controller socket counts blocks: each variant runs ``WARM`` unmeasured
 blocks (pre-warm needs 2 clients at each of the last 2 blocks), then n
 measured. A block's *first client* is the one that learned it first; its
-latency runs from then to its last answer. Upstream calls: the nodes' counters
-of the sync's methods, read mid-block before the first measured block and
-after the last (the probes' rare archive-check ``state_getStorage`` included).
+latency runs from then to its last answer. Upstream calls: the sync's methods
+in the nodes' arrival logs (``/_sim/arrivals``) sent by the proxies (their
+``User-Agent``), from mid-block before the first measured block to mid-block
+after the last. The sidecar's probes are not counted: its state probes (three
+``state_getStorage`` per endpoint a round) used to add ~3 a block to a phase
+that a round fell in.
 Variants alternate, order rotated each round; ``chainproxy_prewarm_total``
 comes from the sidecar's ``/metrics``, before and after.
 """
@@ -231,14 +234,35 @@ async def _poller(http: str, ip: str, idx: int, out: list[Sync]) -> None:
             await asyncio.sleep(max(0.0, slot - time.monotonic()))
 
 
-async def _node_reads(nodes: list[str]) -> dict[str, int]:
+PROXY_AGENT = "chainproxy"  # the proxy's upstream User-Agent (the sidecar's differs)
+
+
+def proxy_reads(arrivals: list[dict[str, Any]], since: float, until: float) -> dict[str, int]:
+    """The sync's methods the proxies sent in ``(since, until]``, from a node's
+    ``/_sim/arrivals`` entries (a batch counts each call it names)."""
+    out = dict.fromkeys(READ_METHODS, 0)
+    for a in arrivals:
+        if a["agent"] != PROXY_AGENT or not since < a["t"] <= until:
+            continue
+        for m in a["methods"]:
+            if m in out:
+                out[m] += 1
+    return out
+
+
+async def _node_reads(nodes: list[str], since: float, until: float) -> dict[str, int]:
     async with _session(None) as s:
         out = dict.fromkeys(READ_METHODS, 0)
         for url in nodes:
-            async with s.get(f"{url}/_sim/state") as r:
-                calls = (await r.json())["calls"]
-            for m in READ_METHODS:
-                out[m] += calls.get(m, 0)
+            # from a second before: a full log (entries dropped) must still
+            # reach back past ``since``, or part of the window was lost
+            async with s.get(f"{url}/_sim/arrivals", params={"since": str(since - 1)}) as r:
+                doc = await r.json()
+            kept = doc["arrivals"]
+            if doc["dropped"] and (not kept or kept[0]["t"] > since):
+                raise RuntimeError(f"{url}: its arrival log dropped part of the window")
+            for m, n in proxy_reads(doc["arrivals"], since, until).items():
+                out[m] += n
         return out
 
 
@@ -279,18 +303,18 @@ async def run_phase(
     ]
     try:
         async with _session(f"127.0.{net}.1") as s, s.ws_connect(ws_url) as ws:
-            seen, before, cpu = [], {}, 0.0
+            seen, since, cpu = [], 0.0, 0.0
             async for n in _heads(ws):
                 if seen and n <= seen[-1]:
                     continue
                 seen.append(n)
                 if len(seen) == WARM:  # mid-block, before the first measured one
                     await asyncio.sleep(block_s / 2)
-                    before, cpu = await _node_reads(nodes), cpu_seconds(pid)
+                    since, cpu = time.time(), cpu_seconds(pid)
                 elif len(seen) == WARM + blocks:
                     await asyncio.sleep(block_s / 2)
-                    after, phase.proxy_cpu_s = await _node_reads(nodes), cpu_seconds(pid) - cpu
-                    phase.upstream = {m: after[m] - before[m] for m in READ_METHODS}
+                    phase.proxy_cpu_s = cpu_seconds(pid) - cpu
+                    phase.upstream = await _node_reads(nodes, since, time.time())
                     phase.measured = seen[WARM:]
                     break
         # a measured block none of whose syncs has ended yet has no first client:

@@ -37,7 +37,7 @@ from addon.rpc.splice import BREATHE_BYTES
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
 from addon.upstream.failover import CAPACITY, assess, error_limit
-from addon.upstream.hedge import Hedger, first_done
+from addon.upstream.hedge import Hedger, first_done, hedge_kind
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.settle import Sent, abandon, leave_running, report_failure
 
@@ -146,7 +146,7 @@ class Forward:
 
     __slots__ = (
         "admission", "attempts", "body", "budget", "by_deadline", "calls", "clock",
-        "corrected", "deadline", "heavy", "hedged", "hedger", "is_batch", "limited",
+        "corrected", "deadline", "heavy", "hedged", "hedger", "is_batch", "kind", "limited",
         "min_block", "pinned", "pool", "prefer_archive", "running", "soft", "state_block",
         "tip", "transport", "tried", "waited", "won",
     )  # fmt: skip
@@ -193,6 +193,7 @@ class Forward:
         hedger, running = self.hedger, self.running
         if hedger is not None:
             hedger.call()
+            self.kind = hedge_kind(self.calls, self.is_batch)  # its own latencies
         try:
             while True:
                 delay: float | None = None
@@ -210,7 +211,7 @@ class Forward:
                         and len(self.pool.upstreams) > len(self.tried)  # one to race it
                         and hedger.can_hedge()
                     ):
-                        delay = hedger.delay()
+                        delay = hedger.delay(self.kind)
                     if delay is None:  # nobody can race it: awaited right here
                         result = self._settle(sent, await self._outcome(self._post(sent), sent))
                         if result is not None:
@@ -339,7 +340,7 @@ class Forward:
             return None
         pool.succeeded(upstream, latency)  # a soft answer is a healthy node, behind
         if self.hedger is not None:
-            self.hedger.observe(latency)
+            self.hedger.observe(latency, self.kind)
         assert verdict.answers is not None
         attempts = tuple(self.attempts)
         if verdict.verdict == "ok":

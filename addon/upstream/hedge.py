@@ -1,9 +1,18 @@
 """When to send a slow read to a second upstream (pure; time injected).
 
-The delay is the network's recent ``quantile`` (p95 by default) of good
-answers' latencies, clamped to [``min_delay_ms``, ``max_delay_ms``]: a call
-still unanswered then is in the slowest 5 %, and a second upstream is likely
-to answer first. Until enough answers were seen there is no delay (no hedge).
+The delay is the recent ``quantile`` (p95 by default) of good answers'
+latencies, clamped to [``min_delay_ms``, ``max_delay_ms``]: a call still
+unanswered then is in the slowest 5 %, and a second upstream is likely to
+answer first. Until enough answers were seen there is no delay (no hedge).
+
+Per kind of call (``hedge_kind``: the method, a runtime API's name for
+``state_call``): a read that is always slower than most of the network's calls
+is not "slow", it is what it costs. With one delay for the network, the ~20
+cheap polls a second of a validator fleet set it at the 50 ms floor, and a
+60-90 ms ``NeuronInfoRuntimeApi_get_neurons_lite`` was hedged each time there
+was budget: a second upstream call for no gain (scenario 17, one read in eight).
+A kind with enough answers of its own waits its own quantile; before that, the
+network's delay, but never less than the slowest answer its kind had.
 
 The budget keeps hedges at most ``max_ratio`` of calls: every call earns
 ``max_ratio`` of a token (up to a small burst), a hedge spends one. So a
@@ -17,15 +26,18 @@ node's real latency is learned; those still running are kept here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from addon.rpc.jsonrpc import Call
 from common.config.upstream_calls import HedgeConfig
 
 _WINDOW = 512  # recent good latencies kept
 _MIN_SAMPLES = 20  # before this many, no hedging (no idea what "slow" is yet)
 _RECOMPUTE_EVERY = 32  # samples between two quantile computations
 _BURST = 5.0  # tokens a quiet network can save up
+_MAX_KINDS = 256  # kinds with a window of their own; later ones use the network's
+_KIND_WINDOW = 64  # recent latencies kept per kind
 # Past its timeout an outraced attempt is cancelled even if its transport
 # overlooked it: one left pending would keep its node's in-flight age growing.
 _GRACE_S = 1.0
@@ -35,15 +47,56 @@ _GRACE_S = 1.0
 _OUTRACED: set[asyncio.Task[Any]] = set()
 
 
+def hedge_kind(calls: Sequence[Call], is_batch: bool) -> str:
+    """What a call's latency is compared with: its method; a ``state_call``'s
+    runtime API too (``get_neurons_lite`` and ``Core_version`` differ a
+    hundredfold); every batch together."""
+    if is_batch or len(calls) != 1:
+        return "batch"
+    call = calls[0]
+    if call.method == "state_call" and call.params and isinstance(call.params[0], str):
+        return "state_call:" + call.params[0][:128]
+    return call.method
+
+
+class _Window:
+    """A ring of recent good latencies (ms) and its clamped quantile."""
+
+    __slots__ = ("delay_s", "next", "samples", "since", "size", "slowest")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.samples: list[float] = []
+        self.next = 0  # ring position once the window is full
+        self.since = 0
+        self.delay_s: float | None = None
+        self.slowest = 0.0  # ms: the slowest answer seen
+
+    def observe(self, latency_ms: float, config: HedgeConfig) -> None:
+        if latency_ms > self.slowest:
+            self.slowest = latency_ms
+        if len(self.samples) < self.size:
+            self.samples.append(latency_ms)
+        else:
+            self.samples[self.next] = latency_ms
+            self.next = (self.next + 1) % self.size
+        self.since += 1
+        if len(self.samples) >= _MIN_SAMPLES and (
+            self.delay_s is None or self.since >= _RECOMPUTE_EVERY
+        ):
+            self.since = 0
+            ordered = sorted(self.samples)
+            q = ordered[min(len(ordered) - 1, int(config.quantile * len(ordered)))]
+            self.delay_s = min(config.max_delay_ms, max(config.min_delay_ms, q)) / 1000
+
+
 class Hedger:
-    """One network's hedge delay and budget."""
+    """One network's hedge delays (the network's and each kind's) and budget."""
 
     def __init__(self, config: HedgeConfig) -> None:
         self.config = config
-        self._samples: list[float] = []
-        self._next = 0  # ring position once the window is full
-        self._since = 0
-        self._delay_s: float | None = None
+        self._all = _Window(_WINDOW)
+        self._kinds: dict[str, _Window] = {}
         self._tokens = 1.0
         self.calls = 0
         self.hedges = 0
@@ -53,9 +106,20 @@ class Hedger:
         self.calls += 1
         self._tokens = min(_BURST, self._tokens + self.config.max_ratio)
 
-    def delay(self) -> float | None:
-        """Seconds to wait for the first upstream before hedging; None: do not hedge."""
-        return self._delay_s if self.config.enabled else None
+    def delay(self, kind: str | None = None) -> float | None:
+        """Seconds to wait for the first upstream before hedging a call of
+        ``kind``; None: do not hedge."""
+        if not self.config.enabled:
+            return None
+        own = self._kinds.get(kind) if kind is not None else None
+        if own is None:
+            return self._all.delay_s
+        if own.delay_s is not None:
+            return own.delay_s
+        net = self._all.delay_s
+        if net is None:
+            return None
+        return max(net, min(self.config.max_delay_ms, own.slowest) / 1000)
 
     def can_hedge(self) -> bool:
         return self.config.enabled and self._tokens >= 1.0
@@ -64,22 +128,17 @@ class Hedger:
         self.hedges += 1
         self._tokens -= 1.0
 
-    def observe(self, latency_ms: float) -> None:
+    def observe(self, latency_ms: float, kind: str | None = None) -> None:
         """A good answer's latency (an ok or behind-the-tip verdict)."""
-        if len(self._samples) < _WINDOW:
-            self._samples.append(latency_ms)
-        else:
-            self._samples[self._next] = latency_ms
-            self._next = (self._next + 1) % _WINDOW
-        self._since += 1
-        if len(self._samples) >= _MIN_SAMPLES and (
-            self._delay_s is None or self._since >= _RECOMPUTE_EVERY
-        ):
-            self._since = 0
-            ordered = sorted(self._samples)
-            q = ordered[min(len(ordered) - 1, int(self.config.quantile * len(ordered)))]
-            c = self.config
-            self._delay_s = min(c.max_delay_ms, max(c.min_delay_ms, q)) / 1000
+        self._all.observe(latency_ms, self.config)
+        if kind is None:
+            return
+        own = self._kinds.get(kind)
+        if own is None:
+            if len(self._kinds) >= _MAX_KINDS:
+                return  # bounded: a kind seen after these many has the network's delay
+            own = self._kinds[kind] = _Window(_KIND_WINDOW)
+        own.observe(latency_ms, self.config)
 
 
 def finish_unheard(

@@ -19,6 +19,7 @@ from bench.validator_fleet import (
     cache_kind,
     firsts,
     neurons_lite_params,
+    proxy_reads,
     summarise,
     verdict,
 )
@@ -85,6 +86,27 @@ def _figures(first_ms: float, hit: int, joined: int, miss: int, upstream: float)
         "first_read": {"hit": hit, "joined": joined, "miss": miss},
         "upstream_per_block": upstream,
         "errors": 0,
+    }
+
+
+def test_upstream_reads_are_the_proxies_own_in_the_window() -> None:
+    def arrival(t: float, agent: str, *methods: str) -> dict[str, object]:
+        return {"t": t, "agent": agent, "methods": list(methods), "calls": len(methods)}
+
+    log = [
+        arrival(9.0, "chainproxy", "state_call"),  # before the window
+        arrival(10.5, "chainproxy", "state_call"),
+        arrival(11.0, "chainproxy", "state_getStorage", "state_getKeysPaged"),  # a batch
+        arrival(11.5, "chainproxy", "chain_getHeader"),  # not a sync's method
+        # the sidecar's state probes: not the proxies' reads
+        arrival(12.0, "chainproxy-sidecar/0.1", "state_getStorage", "state_getStorage"),
+        arrival(13.0, "chainproxy", "state_getStorage"),  # at the window's end: in
+        arrival(13.5, "chainproxy", "state_getStorage"),  # after it
+    ]
+    assert proxy_reads(log, 10.0, 13.0) == {
+        "state_call": 1,
+        "state_getStorage": 2,
+        "state_getKeysPaged": 1,
     }
 
 

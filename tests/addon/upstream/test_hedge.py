@@ -16,7 +16,7 @@ from addon.upstream.admission import Admission
 from addon.upstream.budgets import Budgets
 from addon.upstream.fair_wait import FairWait
 from addon.upstream.forward import Budget, ForwardResult, TransportError, forward
-from addon.upstream.hedge import Hedger, cancel_outraced, outraced_in_flight
+from addon.upstream.hedge import Hedger, cancel_outraced, hedge_kind, outraced_in_flight
 from addon.upstream.pool import TIER_SYNCED, Upstream, UpstreamPool
 from common.config import Endpoint
 from common.config.upstream_calls import HedgeConfig
@@ -38,6 +38,54 @@ def test_no_hedge_before_enough_answers_then_the_p95_clamped() -> None:
     for _ in range(50):
         off.observe(100.0)
     assert off.delay() is None and not off.can_hedge()
+
+
+def test_a_kind_of_call_waits_its_own_quantile() -> None:
+    """The network's cheap calls set its delay at the floor; a runtime API that
+    always takes 80 ms waits for its own p95, not the network's."""
+    h = Hedger(HedgeConfig(min_delay_ms=50, max_delay_ms=2000))
+    lite = hedge_kind(
+        [Call(1, "state_call", ["NeuronInfoRuntimeApi_get_neurons_lite", "0x01"])], False
+    )
+    for _ in range(100):
+        h.observe(5.0, "chain_getHeader")
+    assert h.delay() == h.delay("chain_getHeader") == 0.05
+    assert h.delay(lite) == 0.05  # a kind never seen: the network's delay
+    h.observe(80.0, lite)
+    assert h.delay(lite) == 0.08  # too few of its own: never under its slowest answer
+    for _ in range(3):
+        for ms in range(60, 90):
+            h.observe(float(ms), lite)
+            for _ in range(30):  # a fleet's polls: most of the network's answers
+                h.observe(5.0, "chain_getHeader")
+    assert 0.08 < h.delay(lite) <= 0.09  # its own p95 (of 60..89 ms), over its slowest
+    assert h.delay("chain_getHeader") == 0.05  # the cheap kind's own quantile: the floor
+    assert h.delay() == 0.05  # the network's: 5 ms calls are most of its answers
+    h.observe(5000.0, lite)
+    assert 0.08 < h.delay(lite) <= 0.09  # one slow answer is above its p95
+    off = Hedger(HedgeConfig(enabled=False))
+    for _ in range(50):
+        off.observe(100.0, lite)
+    assert off.delay(lite) is None
+
+
+def test_kinds_are_bounded_and_later_ones_use_the_networks_delay() -> None:
+    h = _warm(Hedger(HedgeConfig(min_delay_ms=50)))
+    for i in range(300):
+        h.observe(400.0, f"state_call:Api{i}_x")
+    assert h.delay("state_call:Api0_x") == 0.4  # tracked: never under its slowest
+    assert h.delay("state_call:Api299_x") == h.delay()  # past the bound: the network's
+
+
+def test_the_kind_is_the_method_or_the_runtime_api() -> None:
+    assert hedge_kind([Call(1, "state_getStorage", ["0x00"])], False) == "state_getStorage"
+    assert hedge_kind([Call(1, "state_call", ["Core_version", "0x"])], False) == (
+        "state_call:Core_version"
+    )
+    assert hedge_kind([Call(1, "state_call", [7])], False) == "state_call"
+    assert hedge_kind([Call(1, "system_health", [])], True) == "batch"
+    assert hedge_kind([Call(1, "a", []), Call(2, "b", [])], True) == "batch"
+    assert len(hedge_kind([Call(1, "state_call", ["X" * 10_000, "0x"])], False)) < 200
 
 
 def test_the_budget_keeps_hedges_under_the_ratio() -> None:
@@ -222,6 +270,27 @@ async def test_no_hedge_without_budget_or_a_second_upstream() -> None:
     alone = _pool("slow")
     r = await _forward(alone, SleepyTransport({"http://slow": 0.2}), _warm(Hedger(HedgeConfig())))
     assert r.kind == "ok" and not r.hedged
+
+
+async def test_a_read_slow_by_its_kind_is_not_hedged_one_slow_for_it_is() -> None:
+    """Through the forward: the network's answers are 5 ms, but this kind's
+    are ~300 ms; a 300 ms answer is its normal (one upstream call), a 600 ms
+    one is slow for it (raced)."""
+    h = _warm(Hedger(HedgeConfig(min_delay_ms=50)))
+    kind = hedge_kind([Call(1, "state_getRuntimeVersion", [H])], False)
+    for _ in range(40):
+        h.observe(400.0, kind)
+    pool = _pool("slow", "fast")
+    pool.upstreams["fast"].score = 0.01
+    t = SleepyTransport({"http://slow": 0.3, "http://fast": 0.01})
+    r = await _forward(pool, t, h)
+    assert r.kind == "ok" and not r.hedged and t.started == ["http://slow"]
+    pool = _pool("slow", "fast")  # anew: this one learned the slow node's 300 ms
+    pool.upstreams["fast"].score = 0.01
+    t = SleepyTransport({"http://slow": 0.6, "http://fast": 0.01})
+    r = await _forward(pool, t, h)
+    assert r.kind == "ok" and r.hedged and t.started == ["http://slow", "http://fast"]
+    await _outraced_ended()
 
 
 async def test_a_hedge_that_fails_leaves_the_first_to_answer() -> None:
