@@ -30,6 +30,7 @@ from addon.chain.head_pinning import pin
 from addon.hooks.holder import RuntimeHolder
 from addon.pipeline.context import Reply, RpcContext
 from addon.pipeline.runner import Runner
+from addon.quota.costs import bytes_cost
 from addon.reporting.live_metrics import PREWARM
 from addon.rpc.jsonrpc import Call, Parsed
 from addon.runtime import Runtime
@@ -47,13 +48,25 @@ _AT_ONCE = 4  # pre-warm reads in flight per network
 def ahead(rpc: RpcContext, rt: Runtime) -> None:
     """Before the forward: a read the cache answered is not fetched (the run
     stops); one that goes upstream is noted as warmed before it is sent, so a
-    client that joins it counts as served by the pre-warm."""
+    client that joins it counts as served by the pre-warm. A read of a kind
+    known to answer large is a heavy read, as a client's is after
+    ``reserve_bytes`` (its lane, never hedged), but charged to nobody."""
     if not rpc.pending():
         rt.metrics.count_extra(PREWARM, network=rpc.network, outcome="skipped")
         rpc.reply = _CACHED  # already cached: nothing to do
         return
     for p in rpc.plans.values():
         rt.demand.warmed(rpc.network, p.keys)
+    assert rpc.parsed is not None
+    costs = rt.quotas.costs(rpc.tier)
+    heavy = {}
+    for i in rpc.pending():
+        call = rpc.parsed.items[i]
+        if isinstance(call, Call):
+            units = bytes_cost(rt.sizes.expected(call), costs)
+            if units:
+                heavy[i] = units
+    rpc.reserved = heavy or None
 
 
 _CACHED = Reply(200, None, "skipped")

@@ -1,9 +1,13 @@
 """The two steps of the best head (``addon/chain/head_book.py``):
 
-* ``head_answer``: ``chain_getHead`` without a block number is answered with
-  the network's best head while a new-heads subscription keeps the proxy's
-  view of it current (``addon/subs/head_watch.py``), as a cache hit; otherwise
-  it goes on to a node, and the watch hears that it was asked.
+* ``head_answer``: ``chain_getHead`` (or ``chain_getBlockHash``) without a
+  block number is answered with the network's best head while a new-heads
+  subscription keeps the proxy's view of it current
+  (``addon/subs/head_watch.py``), as a cache hit; with
+  ``head_pinning.pin_headers``, ``chain_getHeader`` or ``chain_getBlock``
+  without a hash is pinned to that head's hash, so it is a cache hit once one
+  client asked it at that block; otherwise they go on to a node, and the
+  watch hears that it was asked.
 * ``pin_to_head``: hash-optional reads sent without a block hash get the hash
   of the network's best block (``addon/chain/head_pinning.py``), when this
   proxy knows a fresh one; otherwise they go on unpinned, as without the
@@ -69,7 +73,8 @@ def pin_to_head(rpc: RpcContext, rt: PinToHeadNeeds) -> None:
         if pinned is not None:
             if items is None:
                 items = list(parsed.items)
-                rpc.unpinned = {}
+                if rpc.unpinned is None:  # (head_answer may have pinned a header)
+                    rpc.unpinned = {}
             items[i] = pinned
             assert rpc.unpinned is not None
             rpc.unpinned[i] = call  # what to send if no node knows the head
@@ -81,7 +86,10 @@ def pin_to_head(rpc: RpcContext, rt: PinToHeadNeeds) -> None:
         rpc.min_block = head.number  # routing: only nodes that have this block
 
 
-GET_HEAD = "chain_getHead"
+# the best block's hash, answered here; its header or block, pinned to that hash
+HEAD_HASH = frozenset({"chain_getHead", "chain_getBlockHash"})
+HEAD_BLOCK = frozenset({"chain_getHeader", "chain_getBlock"})
+_AT_HEAD = HEAD_HASH | HEAD_BLOCK
 
 
 class HeadAnswerNeeds(HeadNeeds, Protocol):
@@ -93,14 +101,15 @@ class HeadAnswerNeeds(HeadNeeds, Protocol):
 
 def head_answer(rpc: RpcContext, rt: HeadAnswerNeeds) -> None:
     assert rpc.parsed is not None
-    items = rpc.parsed.items
+    parsed = rpc.parsed
+    cfg = rt.config.proxy.head_pinning
+    at_head = _AT_HEAD if cfg.pin_headers else HEAD_HASH
     for i in rpc.pending():
-        call = items[i]
-        if isinstance(call, Call) and call.method == GET_HEAD and _best_asked(call.params):
+        call = parsed.items[i]
+        if isinstance(call, Call) and call.method in at_head and _best_asked(call.params):
             break
     else:
-        return  # most calls: not this one
-    cfg = rt.config.proxy.head_pinning
+        return  # most calls: not these
     if not (cfg.enabled and cfg.answer_head):
         return
     watch = rt.head_watch
@@ -111,11 +120,26 @@ def head_answer(rpc: RpcContext, rt: HeadAnswerNeeds) -> None:
         watch.asked(rpc.network)
         return
     watch.answered(rpc.network)
+    items: list[Item] | None = None  # copied only when a header is pinned
     for i in rpc.pending():
-        call = items[i]
-        if isinstance(call, Call) and call.method == GET_HEAD and _best_asked(call.params):
+        call = parsed.items[i]
+        if not (isinstance(call, Call) and call.method in at_head and _best_asked(call.params)):
+            continue
+        if call.method in HEAD_HASH:
             rpc.answers[i] = {"jsonrpc": "2.0", "id": call.id, "result": head.hash}
             rpc.hits.add(i)
+            continue
+        # the best block's header (a poller's question): that of the head, by
+        # its hash: cacheable, and the same block reads are pinned to
+        if items is None:
+            items = list(parsed.items)
+            rpc.unpinned = {}
+        items[i] = Call(call.id, call.method, [head.hash])
+        assert rpc.unpinned is not None
+        rpc.unpinned[i] = call  # what to send if no node knows the head
+    if items is not None:
+        rpc.pinned, rpc.min_block = head.hash, head.number
+        rpc.parsed = replace(parsed, items=tuple(items))
     if not rpc.pending():
         rpc.cache = "HIT"
 

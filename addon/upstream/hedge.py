@@ -7,12 +7,13 @@ answer first. Until enough answers were seen there is no delay (no hedge).
 
 Per kind of call (``hedge_kind``: the method, a runtime API's name for
 ``state_call``): a read that is always slower than most of the network's calls
-is not "slow", it is what it costs. With one delay for the network, the ~20
-cheap polls a second of a validator fleet set it at the 50 ms floor, and a
-60-90 ms ``NeuronInfoRuntimeApi_get_neurons_lite`` was hedged each time there
-was budget: a second upstream call for no gain (scenario 17, one read in eight).
-A kind with enough answers of its own waits its own quantile; before that, the
-network's delay, but never less than the slowest answer its kind had.
+is not "slow", it is what it costs. With one delay for the network, a
+validator fleet's ~17 cheap ``chain_getHeader`` polls a second set it at the
+50 ms floor, and any read slower by nature (a runtime API call, a page of
+keys) was raced on a second node whenever the budget had a token: a second
+upstream call for no gain. A kind with enough answers of its own waits its
+own quantile; before that, the network's delay, but never less than the
+slowest answer its kind had.
 
 The budget keeps hedges at most ``max_ratio`` of calls: every call earns
 ``max_ratio`` of a token (up to a small burst), a hedge spends one. So a
@@ -29,6 +30,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from addon.quota.sizes import kind as answer_kind
 from addon.rpc.jsonrpc import Call
 from common.config.upstream_calls import HedgeConfig
 
@@ -48,15 +50,13 @@ _OUTRACED: set[asyncio.Task[Any]] = set()
 
 
 def hedge_kind(calls: Sequence[Call], is_batch: bool) -> str:
-    """What a call's latency is compared with: its method; a ``state_call``'s
-    runtime API too (``get_neurons_lite`` and ``Core_version`` differ a
+    """What a call's latency is compared with: the kind of call whose answer
+    sizes are learned (``addon/quota/sizes.py``: its method, a ``state_call``'s
+    runtime API too: ``get_neurons_lite`` and ``Core_version`` differ a
     hundredfold); every batch together."""
     if is_batch or len(calls) != 1:
         return "batch"
-    call = calls[0]
-    if call.method == "state_call" and call.params and isinstance(call.params[0], str):
-        return "state_call:" + call.params[0][:128]
-    return call.method
+    return answer_kind(calls[0])
 
 
 class _Window:

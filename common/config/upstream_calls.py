@@ -31,6 +31,10 @@ class HeadPinningConfig:
     # chain_getHead answered with that head while a new-heads subscription is live
     # (addon/subs/head_watch.py); false: always asked of a node
     answer_head: bool = True
+    # chain_getHeader / chain_getBlock without a hash pinned to that head too
+    # (cacheable: a polling fleet's polls become hits). Off by default: without
+    # a hash they are "the latest", never cached, and tools rely on that.
+    pin_headers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +106,9 @@ def parse_coalesce(raw: Any) -> CoalesceConfig:
 
 def parse_head_pinning(raw: Any) -> HeadPinningConfig:
     h = mapping(raw, "proxy.head_pinning")
-    check_keys(h, ("enabled", "exclude", "max_age_s", "answer_head"), "proxy.head_pinning")
+    check_keys(
+        h, ("enabled", "exclude", "max_age_s", "answer_head", "pin_headers"), "proxy.head_pinning"
+    )
     exclude = str_list(h.get("exclude", []), "proxy.head_pinning.exclude")
     for m in exclude:
         if not _METHOD.fullmatch(m):
@@ -112,6 +118,7 @@ def parse_head_pinning(raw: Any) -> HeadPinningConfig:
         exclude=frozenset(exclude),
         max_age_s=get_num(h, "max_age_s", 30.0, "proxy.head_pinning.max_age_s"),
         answer_head=get_bool(h, "answer_head", True, "proxy.head_pinning.answer_head"),
+        pin_headers=get_bool(h, "pin_headers", False, "proxy.head_pinning.pin_headers"),
     )
 
 

@@ -2,13 +2,18 @@
 (``addon/subs/head_watch.py``), through the real mitmdump + addon to simulated
 nodes that serve subscriptions: askers that come back get a subscription of the
 proxy's own, their heads then cost the nodes nothing and still follow the
-chain, and the subscription goes once nobody asks."""
+chain, and the subscription goes once nobody asks. With
+``head_pinning.pin_headers``, a poller of the best block's header
+(``chain_getHeader`` without a hash) gets it pinned to the same head: one node
+call a block, the rest from the cache."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +37,7 @@ def build(tmp: Path) -> Stack:
         wss=True,
         block_time=BLOCK_S,
         websocket={"stall_s": 3, "upstream_linger_s": LINGER_S},
+        head_pinning={"pin_headers": True},
     )
 
 
@@ -96,6 +102,61 @@ async def test_askers_get_the_head_from_a_subscription_and_it_follows_the_chain(
     assert misses <= 3 and misses < asked, (asked, misses)
     assert node_heads(stack) == before + misses  # the nodes were asked for those alone
     assert len(seen) >= 3  # and the answers moved with the chain
+
+
+def proxy_header_calls(stack: Stack, since: float) -> int:
+    """``chain_getHeader`` calls the proxy (not the sidecar's probes) sent the nodes."""
+    n = 0
+    for node in stack.nodes:
+        with urllib.request.urlopen(f"{node.url}/_sim/arrivals?since={since}", timeout=5) as r:
+            for a in json.load(r)["arrivals"]:
+                if a["agent"] == "chainproxy":
+                    n += a["methods"].count("chain_getHeader")
+    return n
+
+
+async def test_a_poller_of_the_best_header_costs_the_nodes_one_call_a_block(
+    stack: Stack,
+) -> None:
+    async def get_header(id_: int = 1) -> Any:
+        r = await post(stack.rpc_url(), call("chain_getHeader", [], id_))
+        assert r.status == 200 and r.body["id"] == id_, r.raw
+        return r
+
+    await get_head(stack)
+    await get_head(stack)  # asked again within the linger: the proxy subscribes
+
+    async def pinned() -> bool:
+        return "X-Chainproxy-Pinned" in (await get_header()).headers
+
+    await wait_until(pinned, 10, "chain_getHeader pinned to the followed head")
+    since = time.time()
+    polls = hits = unpinned = 0
+    numbers: set[int] = set()
+    deadline = time.monotonic() + 3.5 * BLOCK_S
+    while time.monotonic() < deadline:
+        best = stack.nodes[0].state()["best"]
+        r = await get_header(id_=polls)
+        polls += 1
+        number = int(r.body["result"]["number"], 16)
+        assert number >= best - 1, (number, best)  # the chain's head, as a node has it
+        pin = r.headers.get("X-Chainproxy-Pinned")
+        if pin not in (None, "missed"):
+            # the header of the very block it was pinned to
+            assert (
+                http_json(stack.nodes[0].url, call("chain_getHeader", [pin]))["result"]
+                == (r.body["result"])
+            )
+        hits += r.headers.get("X-Cache") == "HIT"
+        unpinned += pin in (None, "missed")
+        numbers.add(number)
+        await asyncio.sleep(0.05)
+    calls = proxy_header_calls(stack, since)
+    assert len(numbers) >= 3  # the answers moved with the chain
+    # a node call for the first poll of each block (and a poll now and then that
+    # the probes' newer tip sends as it came); every other poll is a cache hit
+    assert calls <= polls - hits + unpinned + 2, (calls, polls, hits, unpinned)
+    assert hits >= polls // 2 and calls <= len(numbers) + unpinned + 3, (calls, polls, hits)
 
 
 async def test_the_subscription_goes_once_nobody_asks_and_nodes_answer_again(
