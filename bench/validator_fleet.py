@@ -254,13 +254,14 @@ async def _node_reads(nodes: list[str], since: float, until: float) -> dict[str,
     async with _session(None) as s:
         out = dict.fromkeys(READ_METHODS, 0)
         for url in nodes:
-            # from a second before: a full log (entries dropped) must still
-            # reach back past ``since``, or part of the window was lost
+            # from a second before: a log that dropped entries (it keeps 20,000;
+            # a run sends these nodes a few thousand) should still reach back
+            # past ``since``; if it does not, the count may be short: said so
             async with s.get(f"{url}/_sim/arrivals", params={"since": str(since - 1)}) as r:
                 doc = await r.json()
             kept = doc["arrivals"]
             if doc["dropped"] and (not kept or kept[0]["t"] > since):
-                raise RuntimeError(f"{url}: its arrival log dropped part of the window")
+                print(f"  (17: {url}'s arrival log may have dropped part of the window)")
             for m, n in proxy_reads(doc["arrivals"], since, until).items():
                 out[m] += n
         return out

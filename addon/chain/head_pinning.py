@@ -5,8 +5,9 @@ A hash-optional state read sent without a hash is answered by a node at its
 best block; sent with the hash of the network's best block it gets the same
 answer, but is now block-pinned: cacheable, shareable, and routed only to
 nodes that have that block. ``chain_getHeader`` / ``chain_getBlock`` /
-``chain_getBlockHash`` are never pinned: they are how clients (and this
-proxy) learn the head.
+``chain_getBlockHash`` are not pinned here: they are how clients (and this
+proxy) learn the head. Without a hash or number, while a subscription
+follows the head, they are ``head_answer``'s (``addon/steps/pin_to_head.py``).
 """
 
 from __future__ import annotations

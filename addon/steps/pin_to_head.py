@@ -89,7 +89,6 @@ def pin_to_head(rpc: RpcContext, rt: PinToHeadNeeds) -> None:
 # the best block's hash, answered here; its header or block, pinned to that hash
 HEAD_HASH = frozenset({"chain_getHead", "chain_getBlockHash"})
 HEAD_BLOCK = frozenset({"chain_getHeader", "chain_getBlock"})
-_AT_HEAD = HEAD_HASH | HEAD_BLOCK
 
 
 class HeadAnswerNeeds(HeadNeeds, Protocol):
@@ -103,7 +102,8 @@ def head_answer(rpc: RpcContext, rt: HeadAnswerNeeds) -> None:
     assert rpc.parsed is not None
     parsed = rpc.parsed
     cfg = rt.config.proxy.head_pinning
-    at_head = _AT_HEAD if cfg.pin_headers else HEAD_HASH
+    # (head_pinning.exclude: methods never pinned, a header or block included)
+    at_head = HEAD_HASH | (HEAD_BLOCK - cfg.exclude) if cfg.pin_headers else HEAD_HASH
     for i in rpc.pending():
         call = parsed.items[i]
         if isinstance(call, Call) and call.method in at_head and _best_asked(call.params):

@@ -32,6 +32,9 @@ class BudgetBook(Protocol):
     @property
     def adaptive(self) -> bool: ...
 
+    @property
+    def synchronous(self) -> bool: ...  # try_take never returns an awaitable
+
     def try_take(
         self,
         endpoint: str,
@@ -74,17 +77,44 @@ class Admission:
         self.retry_after_s = 1.0  # when shed: when budget is expected again
         self._wait_until: float | None = None
 
+    def take_now(
+        self,
+        pool: UpstreamPool,
+        tried: set[str],
+        calls: int,
+        prefer_archive: bool = False,
+        min_block: int | None = None,
+        state_block: int | None = None,
+    ) -> tuple[Upstream, Ticket] | None:
+        """The common case without a coroutine (four fewer a miss): nobody
+        waits for budget, and the best node has room under its learned rate
+        now (the first step of ``acquire``'s first pass). None: take the whole
+        way, ``acquire`` (it chooses again: nothing was taken)."""
+        if self.fair.busy or not self.budgets.synchronous:
+            return None
+        upstream = pool.choose(
+            tried,
+            prefer_archive=prefer_archive,
+            min_block=min_block,
+            state_block=state_block,
+            light=not self.heavy,
+        )
+        if upstream is None:
+            return None
+        taken = self.budgets.try_take(upstream.id, calls, self.heavy, False, PROBE_ROOM)
+        return (upstream, taken) if isinstance(taken, Ticket) else None
+
     async def acquire(
         self,
         pool: UpstreamPool,
         tried: set[str],
-        *,
         calls: int,
-        until: float,
-        wait: bool,
         prefer_archive: bool = False,
         min_block: int | None = None,
         state_block: int | None = None,
+        *,
+        until: float,
+        wait: bool,
     ) -> tuple[Upstream, Ticket] | None:
         """A node with budget for ``calls`` and the ticket that holds it; None
         when no node is left (``shed`` says whether budgets were the reason)."""

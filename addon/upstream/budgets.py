@@ -213,6 +213,7 @@ class Budgets:
     ) -> None:
         self.clock = clock
         self.adaptive = adaptive
+        self.synchronous = True  # (SharedBudgets: a Redis round trip)
         # heavy reads (answers priced by their bytes) in flight per node at most
         # (0: no cap), so a node's other threads stay free for light calls
         self.heavy_per_node = heavy_per_node

@@ -186,6 +186,7 @@ class Forward:
         self.hedged = False  # a second upstream was sent the call
         self.waited = False  # the hedge delay passed once (one hedge per call at most)
         self.won = False  # an attempt answered "ok": a racer still running was outraced
+        self.kind = ""  # what its latency is compared with (set when it may be hedged)
         self.running: dict[asyncio.Task[tuple[int, bytes]], Sent] = {}  # a hedge may race
 
     async def run(self) -> ForwardResult:
@@ -276,16 +277,12 @@ class Forward:
                 light=not self.heavy,
             )
         else:
-            got = await admission.acquire(
-                pool,
-                self.tried,
-                calls=len(self.calls),
-                until=self.deadline,
-                wait=wait,
-                prefer_archive=self.prefer_archive,
-                min_block=self.min_block,
-                state_block=self.state_block,
-            )
+            where = (self.prefer_archive, self.min_block, self.state_block)
+            got = admission.take_now(pool, self.tried, len(self.calls), *where)  # most calls
+            if got is None:
+                got = await admission.acquire(
+                    pool, self.tried, len(self.calls), *where, until=self.deadline, wait=wait
+                )
             upstream, ticket = got if got is not None else (None, None)
         if upstream is None:
             return None

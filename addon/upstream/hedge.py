@@ -27,6 +27,7 @@ node's real latency is learned; those still running are kept here.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -38,7 +39,7 @@ _WINDOW = 512  # recent good latencies kept
 _MIN_SAMPLES = 20  # before this many, no hedging (no idea what "slow" is yet)
 _RECOMPUTE_EVERY = 32  # samples between two quantile computations
 _BURST = 5.0  # tokens a quiet network can save up
-_MAX_KINDS = 256  # kinds with a window of their own; later ones use the network's
+_MAX_KINDS = 256  # kinds with a window of their own (the least recently answered go)
 _KIND_WINDOW = 64  # recent latencies kept per kind
 # Past its timeout an outraced attempt is cancelled even if its transport
 # overlooked it: one left pending would keep its node's in-flight age growing.
@@ -96,7 +97,7 @@ class Hedger:
     def __init__(self, config: HedgeConfig) -> None:
         self.config = config
         self._all = _Window(_WINDOW)
-        self._kinds: dict[str, _Window] = {}
+        self._kinds: OrderedDict[str, _Window] = OrderedDict()
         self._tokens = 1.0
         self.calls = 0
         self.hedges = 0
@@ -133,11 +134,14 @@ class Hedger:
         self._all.observe(latency_ms, self.config)
         if kind is None:
             return
-        own = self._kinds.get(kind)
+        kinds = self._kinds
+        own = kinds.get(kind)
         if own is None:
-            if len(self._kinds) >= _MAX_KINDS:
-                return  # bounded: a kind seen after these many has the network's delay
-            own = self._kinds[kind] = _Window(_KIND_WINDOW)
+            own = kinds[kind] = _Window(_KIND_WINDOW)
+            if len(kinds) > _MAX_KINDS:  # bounded: the least recently answered goes
+                kinds.popitem(last=False)
+        else:
+            kinds.move_to_end(kind)  # a client's made-up API names cannot crowd it out
         own.observe(latency_ms, self.config)
 
 

@@ -113,6 +113,8 @@ _IDS = itertools.count()
 class SharedBudgets:
     """``Budgets``' interface, with the configured budgets in Redis."""
 
+    synchronous = False  # try_take may ask Redis
+
     def __init__(self, link: RedisLink, local: Budgets, *, lease_s: float) -> None:
         self.link = link
         self.local = local

@@ -28,8 +28,8 @@ class HeadPinningConfig:
     enabled: bool = True
     exclude: frozenset[str] = frozenset()  # methods never pinned
     max_age_s: float = 30.0  # a head seen longer ago than this is not used (2.5 blocks)
-    # chain_getHead answered with that head while a new-heads subscription is live
-    # (addon/subs/head_watch.py); false: always asked of a node
+    # chain_getHead / chain_getBlockHash (no number) answered with that head while a
+    # new-heads subscription is live (addon/subs/head_watch.py); false: asked of a node
     answer_head: bool = True
     # chain_getHeader / chain_getBlock without a hash pinned to that head too
     # (cacheable: a polling fleet's polls become hits). Off by default: without

@@ -233,3 +233,38 @@ async def test_a_batch_pins_its_header_and_its_reads_to_one_head() -> None:
     assert _sent(fake, "chain_getHeader")[1:] == [[HEAD]]
     assert _sent(fake, "state_getStorage") == [["0x01", HEAD]]
     assert f.response.headers["X-Chainproxy-Pinned"] == HEAD
+
+
+async def test_a_batch_whose_pin_missed_goes_again_whole_as_sent() -> None:
+    """The header and the read were pinned by two steps into one set of reads
+    to put back: both go again as the client sent them."""
+    stages, fake, _, _ = _setup(head_pinning=PIN_HEADERS)
+    await run(stages, rpc_flow(call("chain_getHeader")))
+
+    def unknown_head(doc: Any) -> tuple[int, bytes]:
+        docs = doc if isinstance(doc, list) else [doc]
+        if any(HEAD in (d.get("params") or []) for d in docs):
+            out = [{"jsonrpc": "2.0", "id": d["id"], "result": None} for d in docs]
+            return 200, json.dumps(out if isinstance(doc, list) else out[0]).encode()
+        return _upstream(doc)
+
+    fake.behaviour = {A: unknown_head, B: unknown_head}
+    batch = [call("chain_getHeader", id_=1), call("state_getStorage", ["0x01"], id_=2)]
+    f = await run(stages, rpc_flow(batch))
+    assert body(f) == [
+        {"jsonrpc": "2.0", "id": 1, "result": HEADER},
+        {"jsonrpc": "2.0", "id": 2, "result": "ok"},
+    ]
+    assert f.response.headers["X-Chainproxy-Pinned"] == "missed"
+    assert _sent(fake, "chain_getHeader")[1:] == [[HEAD], []]
+    assert _sent(fake, "state_getStorage") == [["0x01", HEAD], ["0x01"]]
+
+
+async def test_an_excluded_header_method_is_never_pinned() -> None:
+    pin = {**PIN_HEADERS, "exclude": ["chain_getBlock"]}
+    stages, fake, _, _ = _setup(head_pinning=pin)
+    await run(stages, rpc_flow(call("chain_getHeader")))
+    f = await run(stages, rpc_flow(call("chain_getBlock")))
+    assert "X-Chainproxy-Pinned" not in f.response.headers and _sent(fake, "chain_getBlock") == [[]]
+    f = await run(stages, rpc_flow(call("chain_getHeader")))
+    assert f.response.headers["X-Chainproxy-Pinned"] == HEAD

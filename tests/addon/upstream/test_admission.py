@@ -289,3 +289,33 @@ async def test_a_light_call_never_waits_behind_heavy_reads_held_by_the_heavy_lan
     first.release(held[1])  # the lane frees up: the heavy read in line takes it
     second_got = await asyncio.wait_for(waiting, 2)
     assert second_got is not None and second.waited
+
+
+def test_take_now_is_acquires_first_step_without_a_coroutine() -> None:
+    """The common case: nobody waits and the best node has budget now. Anything
+    else is None, with nothing taken, and ``acquire`` takes the whole way."""
+    pool, budgets, fair = _setup(max_rps=1, nodes=2)
+    a = _admission(budgets, fair, "c")
+    got = a.take_now(pool, set(), 1)
+    assert got is not None and isinstance(got[1], Ticket) and not a.waited
+    first = got[0].id
+    other = a.take_now(pool, {first}, 1)  # a failover: another node
+    assert other is not None and other[0].id != first
+    assert a.take_now(pool, set(pool.upstreams), 1) is None  # no node left
+    assert a.take_now(pool, set(), 1) is None  # both budgets spent (1 a second)
+    fair.waiting += 1  # someone waits its turn: a new call does not overtake
+    assert fair.busy and _admission(budgets, fair, "d").take_now(pool, set(), 1) is None
+    assert [n.inflight for n in budgets.nodes.values()] == [1, 1]  # only what was returned
+
+
+def test_take_now_leaves_a_budget_in_redis_to_acquire() -> None:
+    class Shared:
+        synchronous = False
+        adaptive = False
+
+        def try_take(self, *a: object) -> object:
+            raise AssertionError("take_now must not start a Redis round trip")
+
+    pool, _, fair = _setup(max_rps=2)
+    a = Admission(Shared(), fair, client="c", max_wait_s=1, clock=time.monotonic)  # type: ignore[arg-type]
+    assert a.take_now(pool, set(), 1) is None

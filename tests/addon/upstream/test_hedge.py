@@ -69,12 +69,21 @@ def test_a_kind_of_call_waits_its_own_quantile() -> None:
     assert off.delay(lite) is None
 
 
-def test_kinds_are_bounded_and_later_ones_use_the_networks_delay() -> None:
+def test_kinds_are_bounded_the_least_recently_answered_go() -> None:
+    """A client's made-up runtime API names cannot crowd the real kinds out."""
     h = _warm(Hedger(HedgeConfig(min_delay_ms=50)))
+    for _ in range(3):
+        h.observe(400.0, "state_call:Real_api")
     for i in range(300):
-        h.observe(400.0, f"state_call:Api{i}_x")
-    assert h.delay("state_call:Api0_x") == 0.4  # tracked: never under its slowest
-    assert h.delay("state_call:Api299_x") == h.delay()  # past the bound: the network's
+        h.observe(400.0, f"state_call:Made_up{i}")
+        h.observe(400.0, "state_call:Real_api")  # answered all along
+        for _ in range(60):
+            h.observe(5.0)  # most of the network's answers: its delay stays at the floor
+    assert len(h._kinds) == 256
+    assert h.delay() == 0.05
+    assert h.delay("state_call:Real_api") == 0.4  # kept: answered recently
+    assert h.delay("state_call:Made_up299") == 0.4  # kept: never under its slowest
+    assert h.delay("state_call:Made_up0") == 0.05  # dropped: the network's delay
 
 
 def test_the_kind_is_the_method_or_the_runtime_api() -> None:
@@ -275,20 +284,20 @@ async def test_no_hedge_without_budget_or_a_second_upstream() -> None:
 
 async def test_a_read_slow_by_its_kind_is_not_hedged_one_slow_for_it_is() -> None:
     """Through the forward: the network's answers are 5 ms, but this kind's
-    are ~300 ms; a 300 ms answer is its normal (one upstream call), a 600 ms
-    one is slow for it (raced)."""
+    are ~400 ms; a 200 ms answer is its normal (one upstream call), an 800 ms
+    one is slow for it (raced after 400 ms)."""
     h = _warm(Hedger(HedgeConfig(min_delay_ms=50)))
     kind = hedge_kind([Call(1, "state_getRuntimeVersion", [H])], False)
     for _ in range(40):
         h.observe(400.0, kind)
     pool = _pool("slow", "fast")
     pool.upstreams["fast"].score = 0.01
-    t = SleepyTransport({"http://slow": 0.3, "http://fast": 0.01})
+    t = SleepyTransport({"http://slow": 0.2, "http://fast": 0.01})
     r = await _forward(pool, t, h)
     assert r.kind == "ok" and not r.hedged and t.started == ["http://slow"]
-    pool = _pool("slow", "fast")  # anew: this one learned the slow node's 300 ms
+    pool = _pool("slow", "fast")  # anew: this one learned the slow node's 200 ms
     pool.upstreams["fast"].score = 0.01
-    t = SleepyTransport({"http://slow": 0.6, "http://fast": 0.01})
+    t = SleepyTransport({"http://slow": 0.8, "http://fast": 0.01})
     r = await _forward(pool, t, h)
     assert r.kind == "ok" and r.hedged and t.started == ["http://slow", "http://fast"]
     await _outraced_ended()
