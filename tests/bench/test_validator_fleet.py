@@ -11,18 +11,17 @@ import pytest
 
 from addon.chain.head_pinning import HASH_POSITION
 from bench.cross_check_cost import extra_share, metric_values, storage_key
-from bench.validator_fleet import (
-    SYNC,
+from bench.fleet_figures import (
     Phase,
     Sync,
     block_number,
     cache_kind,
     firsts,
-    neurons_lite_params,
     proxy_reads,
     summarise,
     verdict,
 )
+from bench.validator_fleet import SYNC, neurons_lite_params
 from simnode.chain import HEAVY_CALL_BYTES
 
 
@@ -118,11 +117,11 @@ def test_the_goal_wants_every_block_warm_and_one_upstream_call_per_read() -> Non
         ("polling", "on"): _figures(200, 5, 0, 1, len(SYNC)),  # one block cold
         ("polling", "off"): off,
     }
-    v = verdict(runs)
+    v = verdict(runs, len(SYNC))
     assert v["subscription"]["goal_met"] and v["subscription"]["first_p50_ratio"] == 0.25
     assert not v["polling"]["goal_met"] and v["polling"]["warm_share"] == pytest.approx(5 / 6)
     runs["subscription", "on"] = _figures(100, 6, 0, 0, 2 * len(SYNC))  # fetched twice
-    assert not verdict(runs)["subscription"]["goal_met"]
+    assert not verdict(runs, len(SYNC))["subscription"]["goal_met"]
 
 
 def test_the_cross_checks_extra_share_is_against_the_run_without() -> None:
