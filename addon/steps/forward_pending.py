@@ -28,6 +28,7 @@ from addon.upstream.transport import Transport
 from common.config import Config
 
 log = logging.getLogger("chainproxy")
+_NONE: frozenset[int] = frozenset()  # no call pinned by the proxy
 
 
 class ForwardPendingNeeds(Protocol):
@@ -139,6 +140,8 @@ async def _send(
         min_block = rpc.min_block if min_block is None else max(min_block, rpc.min_block)
     p = rt.config.proxy
     is_batch = rpc.parsed.is_batch
+    unpinned = rpc.unpinned  # the reads the proxy pinned, by their place among the calls
+    pinned = frozenset(k for k, i in enumerate(pending) if i in unpinned) if unpinned else _NONE
     admissions: list[Admission] = []
 
     def start() -> Awaitable[ForwardResult]:
@@ -171,7 +174,7 @@ async def _send(
             # off: it never hedges; nor a heavy read (a race would double its bytes)
             hedger=None if rpc.reserved else rt.hedgers.get(rpc.network),
             admission=admission,
-            pinned=rpc.unpinned is not None,
+            pinned=pinned,
             state_block=hint.state_block,
             heavy=bool(rpc.reserved),
         )

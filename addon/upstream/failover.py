@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -136,6 +136,20 @@ def no_state(call: Call, answer: dict[str, Any], tip: int | None) -> str | None:
         return None
     reason = judge_answer(call, answer, tip)[1]
     return reason if reason in NO_STATE else None
+
+
+# What a node answers for a block it does not have (reorged away, not imported
+# yet, pruned, or another fork's): for a read the proxy pinned, a miss of the pin.
+PIN_MISSES = frozenset({"unknown-block", "state-discarded", "null-pinned", "wrong-block"})
+
+
+def missed_pin(
+    calls: Sequence[Call], answers: Sequence[Any], pinned: Iterable[int], tip: int | None
+) -> bool:
+    """Whether a call the proxy pinned (``pinned``: their positions) was
+    answered as a miss of its block. A batch item at a hash the client sent
+    itself that a node does not know is not one: it fails over as sent."""
+    return any(judge_answer(calls[k], answers[k], tip)[1] in PIN_MISSES for k in pinned)
 
 
 def _valid_answer(obj: Any) -> bool:

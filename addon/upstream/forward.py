@@ -36,7 +36,7 @@ from addon.rpc.jsonrpc import Call, dumps
 from addon.rpc.splice import BREATHE_BYTES
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
-from addon.upstream.failover import CAPACITY, assess, error_limit
+from addon.upstream.failover import CAPACITY, assess, error_limit, missed_pin
 from addon.upstream.hedge import Hedger, first_done, hedge_kind
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.settle import Sent, abandon, leave_running, report_failure
@@ -48,10 +48,6 @@ from addon.upstream.transport import new_session as new_session
 
 # 429 or a node's limit in a JSON-RPC error; 503 (a pause if Retry-After)
 TOO_MANY = CAPACITY | {"http-503"}
-
-# What a node answers for a block it does not have (reorged away, not imported
-# yet, pruned, or another fork's): for a read the proxy pinned, a miss of the pin.
-PIN_MISSES = frozenset({"unknown-block", "state-discarded", "null-pinned", "wrong-block"})
 
 Outcome = tuple[int, bytes] | TransportError
 
@@ -113,7 +109,7 @@ def forward(
     prefer_archive: bool = False,
     hedger: Hedger | None = None,
     admission: Admission | None = None,
-    pinned: bool = False,
+    pinned: frozenset[int] = frozenset(),
     state_block: int | None = None,
     heavy: bool = False,
 ) -> Coroutine[Any, Any, ForwardResult]:
@@ -165,7 +161,7 @@ class Forward:
         prefer_archive: bool = False,
         hedger: Hedger | None = None,
         admission: Admission | None = None,
-        pinned: bool = False,
+        pinned: frozenset[int] = frozenset(),  # the calls the proxy pinned (positions)
         state_block: int | None = None,
         heavy: bool = False,
     ) -> None:
@@ -346,7 +342,7 @@ class Forward:
                 "ok", verdict.answers, attempts, upstream, self.hedged, len(raw),
                 corrected=tuple(self.corrected),
             )  # fmt: skip
-        if self.pinned and verdict.reason in PIN_MISSES:
+        if self.pinned and missed_pin(self.calls, verdict.answers, self.pinned, self.tip):
             # the proxy's own pin, not the client's hash: no other node is
             # tried with it, the caller sends the call again unpinned
             return ForwardResult(

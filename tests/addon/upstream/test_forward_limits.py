@@ -113,13 +113,55 @@ async def test_a_pinned_call_stops_at_the_first_node_without_the_block() -> None
     a, b = up("a", ewma=1.0), up("b", ewma=50.0)
     pool, t, clock = setup(a, b, script={"a": [(0.01, unknown)], "b": [(0.02, ok("0x1"))]})
     r = await forward(
-        CALL, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock, pinned=True
+        CALL,
+        is_batch=False,
+        pool=pool,
+        transport=t,
+        budget=BUDGET,
+        clock=clock,
+        pinned=frozenset({0}),
     )
     assert r.kind == "soft" and r.pin_missed and len(t.calls) == 1
     # the client's own hash (not pinned by the proxy): failed over as before
     pool, t, clock = setup(a, b, script={"a": [(0.01, unknown)], "b": [(0.02, ok("0x1"))]})
     r = await forward(CALL, is_batch=False, pool=pool, transport=t, budget=BUDGET, clock=clock)
     assert r.kind == "ok" and not r.pin_missed and len(t.calls) == 2
+
+
+async def test_in_a_batch_only_a_pinned_items_miss_is_a_miss_of_the_pin() -> None:
+    """Item 0 was pinned by the proxy, item 1 asks a hash the client sent. A
+    node that does not know the client's hash fails over as without pinning;
+    a node that does not know the proxy's is a miss of the pin (the caller
+    sends the batch again unpinned): the client's unknown hash is not blamed
+    on the pin."""
+    h1, h2 = "0x" + "11" * 32, "0x" + "22" * 32
+    batch = [Call(1, "state_getStorage", ["0x01", h1]), Call(2, "state_getStorage", ["0x02", h2])]
+    unknown = {"code": -32000, "message": "Client error: UnknownBlock: Header was not found"}
+
+    def answering(missing: int) -> Any:
+        def answer(doc: Any) -> tuple[int, bytes]:
+            out = [
+                {"jsonrpc": "2.0", "id": d["id"], "error": unknown}
+                if d["id"] == missing
+                else {"jsonrpc": "2.0", "id": d["id"], "result": "0x05"}
+                for d in doc
+            ]
+            return 200, json.dumps(out).encode()
+
+        return answer
+
+    a, b = up("a", ewma=1.0), up("b", ewma=50.0)
+    for missing, pin_missed in ((1, False), (0, True)):
+        script = {"a": [(0.01, answering(missing))], "b": [(0.02, ok("0x05"))]}
+        pool, t, clock = setup(a, b, script=script)
+        r = await forward(
+            batch, is_batch=True, pool=pool, transport=t, budget=BUDGET, clock=clock,
+            pinned=frozenset({0}),
+        )  # fmt: skip
+        assert r.pin_missed is pin_missed
+        # the client's own hash: the next node; the proxy's: stop, the caller unpins
+        assert len(t.calls) == (1 if pin_missed else 2)
+        assert r.kind == ("soft" if pin_missed else "ok")
 
 
 async def test_every_node_saying_too_many_is_capacity_not_a_failure() -> None:
