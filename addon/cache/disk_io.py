@@ -139,6 +139,10 @@ class DiskWrites:
 
     def __init__(self) -> None:
         self.writing: dict[str, Entry] = {}
+        # keys a delete is queued for, until the thread has done it: what the
+        # disk still holds for them is not answered meanwhile (a cross-check
+        # found it wrong)
+        self.deleting: dict[str, int] = {}
         self.bytes = 0  # the text in ``writing``
         self._futures: set[asyncio.Future[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
@@ -176,8 +180,19 @@ class DiskWrites:
 
     def delete(self, cache: diskcache.Cache, key: str, ended: Ended) -> bool:
         """``key`` deleted by the thread, after every write handed on before
-        (False: no loop runs, delete it now); ``ended(error)`` on the loop."""
-        return self._submit(functools.partial(delete, cache, key), ended)
+        (False: no loop runs, delete it now); ``ended(error)`` on the loop.
+        Until then ``key`` is in ``deleting``."""
+
+        def deleted(error: BaseException | None) -> None:
+            left = self.deleting.pop(key, 1) - 1
+            if left:
+                self.deleting[key] = left
+            ended(error)
+
+        if not self._submit(functools.partial(delete, cache, key), deleted):
+            return False
+        self.deleting[key] = self.deleting.get(key, 0) + 1
+        return True
 
     def drop(self, key: str) -> None:
         """A delete: the entry being written is not answered from memory."""

@@ -229,9 +229,12 @@ class DiskCacheStore:
         if memo is not None:
             self._memo.move_to_end(key)
             return value_of(memo[0])  # a fresh object per caller, like a disk read
-        pending = self._pending.get(key) or self._writes.writing.get(key)
+        writes = self._writes
+        pending = self._pending.get(key) or writes.writing.get(key)
         if pending is not None:  # larger than the front keeps, not on disk yet
             return value_of(pending[0])
+        if key in writes.deleting:  # found wrong; the thread has not deleted it yet
+            return None
         try:
             if not on_disk(cache, key):
                 return None

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 import diskcache
 import pytest
@@ -74,18 +75,23 @@ def test_a_raw_value_is_stored_as_its_text(tmp_path: Path) -> None:
     assert isinstance(got, RawJson) and got.text == raw.text
 
 
-def _stalled(store: DiskCacheStore) -> threading.Event:
-    """The store's writes wait in the thread until the event is set."""
+def _stalled(store: DiskCacheStore, *methods: str) -> threading.Event:
+    """The store's disk work in the writer thread waits until the event is
+    set: its writes (a chunk's rows in one ``transact``; a value of a file of
+    its own by ``set``), or the ``methods`` named. Only in that thread: the
+    loop's own reads never wait."""
     cache = store._cache
     assert cache is not None
     release = threading.Event()
-    real = cache.set
+    for name in methods or ("transact", "set"):
+        real = getattr(cache, name)
 
-    def stalled_set(*args: object, **kwargs: object) -> object:
-        release.wait(10)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        def stalled(*args: object, _real: Any = real, **kwargs: object) -> object:
+            if threading.current_thread() is not threading.main_thread():
+                release.wait(10)
+            return _real(*args, **kwargs)
 
-    cache.set = stalled_set  # type: ignore[method-assign]
+        setattr(cache, name, stalled)
     return release
 
 
@@ -104,6 +110,29 @@ def test_a_delete_while_the_thread_writes_stays_deleted(tmp_path: Path) -> None:
         assert b.get("big") is None and a.get("big") is None
 
     asyncio.run(scenario())
+
+
+def test_an_entry_on_disk_is_not_answered_once_its_delete_is_queued(tmp_path: Path) -> None:
+    """Written, then found wrong: until the thread has deleted it, the row the
+    disk still holds is not answered (it was, by the index probe, in the
+    milliseconds before the thread's delete ran)."""
+    a = DiskCacheStore(tmp_path / "c", size_limit_mb=16)
+
+    async def scenario() -> None:
+        a.set("big", BLOB)
+        a.flush()
+        await a.settled()
+        a._memo.clear()  # (so the disk answers)
+        assert a.get("big") == BLOB
+        release = _stalled(a, "delete")
+        a.delete("big")
+        assert a.get("big") is None  # the row is still there: not answered
+        release.set()
+        await a.settled()
+        assert a.get("big") is None and not a._writes.deleting
+
+    asyncio.run(scenario())
+    assert DiskCacheStore(tmp_path / "c", size_limit_mb=16).get("big") is None
 
 
 def test_deleted_then_stored_again_keeps_the_new_value(tmp_path: Path) -> None:
