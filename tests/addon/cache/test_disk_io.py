@@ -328,16 +328,7 @@ def test_a_disk_behind_the_answers_holds_a_bounded_backlog(
     monkeypatch.setattr(disk_io, "MAX_WRITING_BYTES", 10_000)
     caplog.set_level(logging.INFO, logger="chainproxy.cache")
     a = DiskCacheStore(tmp_path / "c", size_limit_mb=16)
-    cache = a._cache
-    assert cache is not None
-    release = threading.Event()
-    real = cache.set
-
-    def stalled_set(*args: object, **kwargs: object) -> object:
-        release.wait(10)  # a disk that stopped answering
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    cache.set = stalled_set  # type: ignore[method-assign]
+    release = _stalled(a)  # a disk that stopped answering
     value = "0x" + "ab" * 3000  # 6 KB
 
     async def scenario() -> None:
