@@ -30,7 +30,6 @@ from addon.chain.head_pinning import pin
 from addon.hooks.holder import RuntimeHolder
 from addon.pipeline.context import Reply, RpcContext
 from addon.pipeline.runner import Runner
-from addon.quota.costs import bytes_cost
 from addon.reporting.live_metrics import PREWARM
 from addon.rpc.jsonrpc import Call, Parsed
 from addon.runtime import Runtime
@@ -38,6 +37,7 @@ from addon.steps.cache_lookup import cache_lookup
 from addon.steps.cache_store import cache_store
 from addon.steps.forward_pending import forward_pending
 from addon.steps.learn import learn
+from addon.steps.reserve_bytes import heavy_units
 
 log = logging.getLogger("chainproxy.prewarm")
 
@@ -57,16 +57,7 @@ def ahead(rpc: RpcContext, rt: Runtime) -> None:
         return
     for p in rpc.plans.values():
         rt.demand.warmed(rpc.network, p.keys)
-    assert rpc.parsed is not None
-    costs = rt.quotas.costs(rpc.tier)
-    heavy = {}
-    for i in rpc.pending():
-        call = rpc.parsed.items[i]
-        if isinstance(call, Call):
-            units = bytes_cost(rt.sizes.expected(call), costs)
-            if units:
-                heavy[i] = units
-    rpc.reserved = heavy or None
+    rpc.reserved = heavy_units(rpc, rt) or None
 
 
 _CACHED = Reply(200, None, "skipped")

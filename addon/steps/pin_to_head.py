@@ -104,11 +104,14 @@ def head_answer(rpc: RpcContext, rt: HeadAnswerNeeds) -> None:
     cfg = rt.config.proxy.head_pinning
     # (head_pinning.exclude: methods never pinned, a header or block included)
     at_head = HEAD_HASH | (HEAD_BLOCK - cfg.exclude) if cfg.pin_headers else HEAD_HASH
-    for i in rpc.pending():
-        call = parsed.items[i]
-        if isinstance(call, Call) and call.method in at_head and _best_asked(call.params):
-            break
-    else:
+    asked: list[tuple[int, Call]] = [
+        (i, call)
+        for i in rpc.pending()
+        if isinstance(call := parsed.items[i], Call)
+        and call.method in at_head
+        and _best_asked(call.params)
+    ]
+    if not asked:
         return  # most calls: not these
     if not (cfg.enabled and cfg.answer_head):
         return
@@ -121,10 +124,7 @@ def head_answer(rpc: RpcContext, rt: HeadAnswerNeeds) -> None:
         return
     watch.answered(rpc.network)
     items: list[Item] | None = None  # copied only when a header is pinned
-    for i in rpc.pending():
-        call = parsed.items[i]
-        if not (isinstance(call, Call) and call.method in at_head and _best_asked(call.params)):
-            continue
+    for i, call in asked:
         if call.method in HEAD_HASH:
             rpc.answers[i] = {"jsonrpc": "2.0", "id": call.id, "result": head.hash}
             rpc.hits.add(i)

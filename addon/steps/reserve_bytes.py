@@ -19,22 +19,35 @@ from addon.steps.rate_limit import take_units
 ReserveBytesNeeds = ChargeBytesNeeds
 
 
-def reserve_bytes(rpc: RpcContext, rt: ReserveBytesNeeds) -> Later[Decision] | None:
+def heavy_units(rpc: RpcContext, rt: ReserveBytesNeeds) -> dict[int, int]:
+    """The pending calls of a kind known to answer large (heavy reads), and
+    the byte units each is expected to take; empty when none (or unit costs
+    are off). The pre-warm marks its heavy reads with it too, charging nobody."""
     if not rt.sizes or rpc.parsed is None:
-        return None
+        return {}
     costs = rt.quotas.costs(rpc.tier)
     if not costs.enabled:
-        return None
+        return {}
     items = rpc.parsed.items
-    reserved: dict[int, int] = {}
+    heavy: dict[int, int] = {}
     for i in rpc.pending():
         call = items[i]
         if isinstance(call, Call):
             n = bytes_cost(rt.sizes.expected(call), costs)
             if n:
-                reserved[i] = n
-                rt.metrics.count_units(call, n, rpc.tier, costs)
+                heavy[i] = n
+    return heavy
+
+
+def reserve_bytes(rpc: RpcContext, rt: ReserveBytesNeeds) -> Later[Decision] | None:
+    reserved = heavy_units(rpc, rt)
     if not reserved:
         return None
+    assert rpc.parsed is not None
+    costs = rt.quotas.costs(rpc.tier)
+    for i, n in reserved.items():
+        call = rpc.parsed.items[i]
+        assert isinstance(call, Call)  # (heavy_units takes calls only)
+        rt.metrics.count_units(call, n, rpc.tier, costs)
     rpc.reserved = reserved  # (a refused call ends here: nothing reads it then)
     return take_units(rpc, rt, sum(reserved.values()))

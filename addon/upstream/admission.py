@@ -92,13 +92,7 @@ class Admission:
         way, ``acquire`` (it chooses again: nothing was taken)."""
         if self.fair.busy or not self.budgets.synchronous:
             return None
-        upstream = pool.choose(
-            tried,
-            prefer_archive=prefer_archive,
-            min_block=min_block,
-            state_block=state_block,
-            light=not self.heavy,
-        )
+        upstream = self._choose(pool, tried, prefer_archive, min_block, state_block, False)
         if upstream is None:
             return None
         taken = self.budgets.try_take(upstream.id, calls, self.heavy, False, PROBE_ROOM)
@@ -191,14 +185,7 @@ class Admission:
         skip = set(tried)
         soonest: float | None = None
         while True:
-            upstream = pool.choose(
-                skip,
-                prefer_archive=prefer_archive,
-                min_block=min_block,
-                state_block=state_block,
-                light=not self.heavy,
-                spread=room == 0,
-            )
+            upstream = self._choose(pool, skip, prefer_archive, min_block, state_block, room == 0)
             if upstream is None:
                 backoff = pool.backoff_left(skip)
                 if backoff is not None:
@@ -211,6 +198,24 @@ class Admission:
                 return (upstream, taken), None
             skip.add(upstream.id)
             soonest = taken if soonest is None else min(soonest, taken)
+
+    def _choose(
+        self,
+        pool: UpstreamPool,
+        skip: set[str],
+        prefer_archive: bool,
+        min_block: int | None,
+        state_block: int | None,
+        spread: bool,
+    ) -> Upstream | None:
+        return pool.choose(
+            skip,
+            prefer_archive=prefer_archive,
+            min_block=min_block,
+            state_block=state_block,
+            light=not self.heavy,
+            spread=spread,
+        )
 
     def release(self, ticket: Ticket) -> None:
         self.budgets.release(ticket)

@@ -47,6 +47,15 @@ def _upstream(doc: Any) -> tuple[int, bytes]:
     return 200, json.dumps(answer).encode()
 
 
+def _unknown_head(doc: Any) -> tuple[int, bytes]:
+    """Nodes that have not imported the head yet: ``null`` for what names its hash."""
+    docs = doc if isinstance(doc, list) else [doc]
+    if any(HEAD in (d.get("params") or []) for d in docs):
+        out = [{"jsonrpc": "2.0", "id": d["id"], "result": None} for d in docs]
+        return 200, json.dumps(out if isinstance(doc, list) else out[0]).encode()
+    return _upstream(doc)
+
+
 @dataclass
 class FakeWatch:
     """The step's view of ``HeadWatch``: whether a subscription is live, and what it heard."""
@@ -208,13 +217,7 @@ async def test_a_header_no_node_knows_is_asked_again_as_sent() -> None:
     hash (it has not imported it) gets the client's own call again."""
     stages, fake, _, _ = _setup(head_pinning=PIN_HEADERS)
     await run(stages, rpc_flow(call("chain_getHeader")))
-
-    def unknown(doc: Any) -> tuple[int, bytes]:
-        if isinstance(doc, dict) and doc["params"] == [HEAD]:
-            return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": None}).encode()
-        return _upstream(doc)
-
-    fake.behaviour = {A: unknown, B: unknown}
+    fake.behaviour = {A: _unknown_head, B: _unknown_head}
     f = await run(stages, rpc_flow(call("chain_getHeader", id_=5)))
     assert body(f) == {"jsonrpc": "2.0", "id": 5, "result": HEADER}
     assert f.response.headers["X-Chainproxy-Pinned"] == "missed"
@@ -240,15 +243,7 @@ async def test_a_batch_whose_pin_missed_goes_again_whole_as_sent() -> None:
     to put back: both go again as the client sent them."""
     stages, fake, _, _ = _setup(head_pinning=PIN_HEADERS)
     await run(stages, rpc_flow(call("chain_getHeader")))
-
-    def unknown_head(doc: Any) -> tuple[int, bytes]:
-        docs = doc if isinstance(doc, list) else [doc]
-        if any(HEAD in (d.get("params") or []) for d in docs):
-            out = [{"jsonrpc": "2.0", "id": d["id"], "result": None} for d in docs]
-            return 200, json.dumps(out if isinstance(doc, list) else out[0]).encode()
-        return _upstream(doc)
-
-    fake.behaviour = {A: unknown_head, B: unknown_head}
+    fake.behaviour = {A: _unknown_head, B: _unknown_head}
     batch = [call("chain_getHeader", id_=1), call("state_getStorage", ["0x01"], id_=2)]
     f = await run(stages, rpc_flow(batch))
     assert body(f) == [
