@@ -194,6 +194,16 @@ class DiskWrites:
         self.deleting[key] = self.deleting.get(key, 0) + 1
         return True
 
+    def read(
+        self, job: Callable[[], Any], then: Callable[[Any, BaseException | None], None]
+    ) -> bool:
+        """``job`` run by the thread, after the writes handed on before it
+        (False: no loop runs); ``then(its result, error)`` on the loop."""
+        out: list[Any] = []
+        return self._submit(
+            lambda: out.append(job()), lambda error: then(out[0] if out else None, error)
+        )
+
     def drop(self, key: str) -> None:
         """A delete: the entry being written is not answered from memory."""
         self.writing.pop(key, None)

@@ -22,7 +22,8 @@ keeps the text in memory (the front, or ``_pending`` for a value too large
 for it), and the writes of the next ``WRITE_EVERY_S`` (or ``WRITE_BATCH``
 of them) go to disk together, by the writer thread; without a
 running loop (a tool, a test) a write goes to disk at once. A read that misses
-the memory asks the disk's index first: a key never stored costs one query.
+the memory asks the disk's index, unless the filter of the keys on disk says
+it was never written (``addon/cache/disk_keys.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import diskcache
 
 from addon.cache.disk_io import DiskWrites, Entry, on_disk, value_of, write
 from addon.cache.disk_io import delete as delete_now
+from addon.cache.disk_keys import DiskKeys
 from common.jsontext import dumps_text
 from common.outage import Outage
 
@@ -107,6 +109,8 @@ class DiskCacheStore:
         self._flush_loop: asyncio.AbstractEventLoop | None = None
         self._behind = Outage()  # batches not kept while the writer thread is behind
         self._writes = DiskWrites()  # the writer thread
+        # which keys the disk may hold, so a miss skips the index (~256 bytes an entry at least)
+        self._on_disk = DiskKeys(self._size_limit // 256, self._writes.read)
         try:
             self._cache = self._open()
         except Exception as e:
@@ -235,6 +239,8 @@ class DiskCacheStore:
             return value_of(pending[0])
         if key in writes.deleting:  # found wrong; the thread has not deleted it yet
             return None
+        if not self._on_disk.may_hold(cache, key):
+            return None
         try:
             if not on_disk(cache, key):
                 return None
@@ -288,6 +294,7 @@ class DiskCacheStore:
         if (n := self._behind.ok()) is not None:
             log.info("cache disk caught up; %d batch(es) were not kept meanwhile", n)
         if writes.start(cache, pending, self._wrote):
+            self._on_disk.handed(pending)
             return
         try:
             write(cache, pending.items())
