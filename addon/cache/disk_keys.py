@@ -44,6 +44,7 @@ log = logging.getLogger("chainproxy.cache")
 
 FALSE_POSITIVES = 0.01  # of keys never written, this share is still asked of the index
 MIN_CAPACITY = 1 << 16
+MAX_CAPACITY = 1 << 22  # to start with (~5 MB); a rebuild sizes it for what the disk holds
 REFRESH_S = 0.05  # the rows other processes added are read at most this often...
 TRUST_S = 0.1  # ...and a filter whose look began longer ago than this is not used
 RETRY_S = 1.0  # after a look that failed
@@ -96,7 +97,7 @@ class DiskKeys:
     def __init__(
         self, capacity: int, submit: Submit, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.capacity = max(MIN_CAPACITY, capacity)
+        self.capacity = min(max(MIN_CAPACITY, capacity), MAX_CAPACITY)
         self._submit = submit
         self._clock = clock
         self._cache: diskcache.Cache | None = None

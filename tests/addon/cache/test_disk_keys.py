@@ -17,7 +17,15 @@ import pytest
 from addon.cache import disk_io
 from addon.cache import store as store_module
 from addon.cache.disk_io import write
-from addon.cache.disk_keys import LOST_S, REFRESH_S, TRUST_S, DiskKeys, read_rows
+from addon.cache.disk_keys import (
+    LOST_S,
+    MAX_CAPACITY,
+    MIN_CAPACITY,
+    REFRESH_S,
+    TRUST_S,
+    DiskKeys,
+    read_rows,
+)
 from addon.cache.store import DiskCacheStore
 
 
@@ -232,3 +240,9 @@ def test_the_store_skips_the_index_for_keys_never_written(
     asyncio.run(scenario())
     a.close()
     b.close()
+
+
+def test_the_first_filter_is_bounded_whatever_the_size_limit(cache: diskcache.Cache) -> None:
+    keys = DiskKeys(10**12, Thread().submit, Clock())  # a 256 TB size limit
+    assert keys.capacity == MAX_CAPACITY
+    assert DiskKeys(0, Thread().submit, Clock()).capacity == MIN_CAPACITY
