@@ -132,6 +132,7 @@ def value_of(text: str) -> Any:
 
 
 Ended = Callable[[BaseException | None], None]
+Then = Callable[[Any, BaseException | None], None]  # a job's result, or its error
 
 
 class DiskWrites:
@@ -194,9 +195,7 @@ class DiskWrites:
         self.deleting[key] = self.deleting.get(key, 0) + 1
         return True
 
-    def read(
-        self, job: Callable[[], Any], then: Callable[[Any, BaseException | None], None]
-    ) -> bool:
+    def read(self, job: Callable[[], Any], then: Then) -> bool:
         """``job`` run by the thread, after the writes handed on before it
         (False: no loop runs); ``then(its result, error)`` on the loop."""
         out: list[Any] = []

@@ -110,7 +110,8 @@ class DiskCacheStore:
         self._behind = Outage()  # batches not kept while the writer thread is behind
         self._writes = DiskWrites()  # the writer thread
         # which keys the disk may hold, so a miss skips the index (~256 bytes an entry at least)
-        self._on_disk = DiskKeys(self._size_limit // 256, self._writes.read)
+        failed = lambda e: self._failed("keys", e)  # noqa: E731
+        self._disk_keys = DiskKeys(self._size_limit // 256, self._writes.read, failed)
         try:
             self._cache = self._open()
         except Exception as e:
@@ -239,7 +240,7 @@ class DiskCacheStore:
             return value_of(pending[0])
         if key in writes.deleting:  # found wrong; the thread has not deleted it yet
             return None
-        if not self._on_disk.may_hold(cache, key):
+        if not self._disk_keys.may_hold(cache, key):
             return None
         try:
             if not on_disk(cache, key):
@@ -293,8 +294,8 @@ class DiskCacheStore:
             return
         if (n := self._behind.ok()) is not None:
             log.info("cache disk caught up; %d batch(es) were not kept meanwhile", n)
+        self._disk_keys.handed(pending)  # before the thread can have written them
         if writes.start(cache, pending, self._wrote):
-            self._on_disk.handed(pending)
             return
         try:
             write(cache, pending.items())
