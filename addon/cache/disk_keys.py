@@ -57,19 +57,20 @@ FETCH_ROWS = 1000  # rows a fetch (the GIL is the loop's between them)
 # itself with ``raw = 1``, unique with it in the index ``Cache_key_raw``, which holds
 # the rowid too (tests/addon/cache/test_disk_keys.py holds diskcache to all three)
 _ROWS_FROM = "SELECT rowid, key FROM Cache WHERE rowid >= ? AND raw = 1 ORDER BY rowid"
-_LAST_ROW = "SELECT max(rowid) FROM Cache"
+_LAST_ROW = "SELECT rowid, key FROM Cache WHERE raw = 1 ORDER BY rowid DESC LIMIT 1"
 _ALL_KEYS = "SELECT key FROM Cache INDEXED BY Cache_key_raw WHERE raw = 1"
 
 Submit = Callable[
     [Callable[[], object], Then], bool
 ]  # a job for the writer thread (False: no loop)
+Row = tuple[int, str]  # rowid, key
 
 
 @dataclass
 class Look:
     """What the writer thread read."""
 
-    after: int  # the last rowid read (the next look starts there)
+    last: Row | None  # the last row read (the next look starts there)
     keys: list[str]  # the keys of the rows after it (a look at new rows)...
     bloom: Bloom | None  # ...or a whole new filter (a rebuild)
     capacity: int
@@ -77,13 +78,13 @@ class Look:
     gone: bool = False  # the row a look started from was deleted: build a new filter
 
 
-def read_rows(cache: diskcache.Cache, after: int, capacity: int, rebuild: bool) -> Look:
-    """In the writer thread: the keys of the rows after rowid ``after``; for a
-    rebuild, every key into a filter sized for at least twice what is on disk."""
+def read_rows(cache: diskcache.Cache, last: Row | None, capacity: int, rebuild: bool) -> Look:
+    """In the writer thread: the keys of the rows after ``last``; for a rebuild,
+    every key into a filter sized for at least twice what is on disk."""
     if rebuild:
         capacity = max(capacity, 2 * len(cache))  # diskcache's count (a settings row)
         bloom = Bloom(capacity, FALSE_POSITIVES)
-        last = cache._sql(_LAST_ROW).fetchone()[0] or 0  # first: a row after it is read again
+        last = cache._sql(_LAST_ROW).fetchone()  # first: a row after it is read again
         rows = 0
         cursor = cache._sql(_ALL_KEYS)
         while batch := cursor.fetchmany(FETCH_ROWS):
@@ -91,17 +92,20 @@ def read_rows(cache: diskcache.Cache, after: int, capacity: int, rebuild: bool) 
             rows += len(batch)
         return Look(last, [], bloom, capacity, rows)
     keys: list[str] = []
-    cursor = cache._sql(_ROWS_FROM, (after,))
+    cursor = cache._sql(_ROWS_FROM, (last[0] if last else 0,))
     batch = cursor.fetchmany(FETCH_ROWS)
-    if after:
-        if not batch or batch[0][0] != after:  # the row read last is gone: its rowid may return
-            return Look(after, [], None, capacity, 0, gone=True)
-        batch = batch[1:]  # read again only to see that it is still there
+    if last is not None:
+        # The row read last, read again: gone (or another row in its place), the
+        # next row written may take its rowid or one below, which no look from
+        # here would read.
+        if not batch or tuple(batch[0]) != last:
+            return Look(last, [], None, capacity, 0, gone=True)
+        batch = batch[1:]
     while batch:
-        after = batch[-1][0]
+        last = tuple(batch[-1])
         keys.extend(key for _, key in batch)
         batch = cursor.fetchmany(FETCH_ROWS)
-    return Look(after, keys, None, capacity, len(keys))
+    return Look(last, keys, None, capacity, len(keys))
 
 
 class DiskKeys:
@@ -121,7 +125,7 @@ class DiskKeys:
         self._cache: diskcache.Cache | None = None
         self._bloom = Bloom(self.capacity, FALSE_POSITIVES)
         self._keys = 0  # rows read into it since it was built
-        self._after = 0
+        self._last: Row | None = None
         self.ready = False  # False: every key is asked of the index
         self._look_id = 0  # the look out (or last): an older one coming back is dropped
         self._looking = False
@@ -150,15 +154,14 @@ class DiskKeys:
 
     def _start(self, cache: diskcache.Cache) -> None:
         self._cache = cache
-        self._after = 0
+        self._last = None
         self.ready = False
         self._looking = False
         self._due = self._trusted_until = 0.0
 
     def _look(self, cache: diskcache.Cache, now: float) -> None:
         rebuild = not self.ready or self._keys > self.capacity
-        after = 0 if rebuild else self._after
-        job = functools.partial(read_rows, cache, after, self.capacity, rebuild)
+        job = functools.partial(read_rows, cache, self._last, self.capacity, rebuild)
         self._look_id += 1
         self._looking, self._submitted, self._due = True, now, now + REFRESH_S
         meanwhile: list[str] | None = [] if rebuild else None
@@ -203,4 +206,4 @@ class DiskKeys:
         else:
             self._bloom.update(look.keys)
             self._keys += look.rows
-        self._after = look.after
+        self._last = look.last

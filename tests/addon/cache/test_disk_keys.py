@@ -231,12 +231,13 @@ def test_idle_looks_count_no_keys(cache: diskcache.Cache) -> None:
     assert keys._keys == 1  # the last row is read again each time, not counted again
 
 
-def test_a_deleted_last_row_builds_a_new_filter(cache: diskcache.Cache) -> None:
+@pytest.mark.parametrize("deleted", [["c"], ["c", "b"]])
+def test_a_deleted_last_row_builds_a_new_filter(cache: diskcache.Cache, deleted: list[str]) -> None:
     write(cache, _entries(["a", "b", "c"]))
     keys, thread, clock = _built(cache)
-    cache.delete("c")
-    cache.delete("b")  # the newest rows go (a cross-check, a purge)...
-    write(cache, _entries(["theirs"]))  # ...so the next row takes c's rowid or b's
+    for key in deleted:  # the newest rows go (a cross-check, a purge)...
+        cache.delete(key)
+    write(cache, _entries(["theirs"]))  # ...so the next row takes c's rowid, or b's
     clock.now += REFRESH_S
     keys.may_hold(cache, "x")
     thread.run()
@@ -271,13 +272,14 @@ def test_rows_are_read_as_diskcache_keeps_them(cache: diskcache.Cache) -> None:
     ``Cache_key_raw``; ``len`` is the count of entries."""
     write(cache, _entries(["a", "b"]))
     cache.set("c", "x")  # a value written by diskcache's ``set``
-    first = read_rows(cache, 0, 100, rebuild=False)
-    assert first.keys == ["a", "b", "c"] and first.rows == 3
+    first = read_rows(cache, None, 100, rebuild=False)
+    assert first.keys == ["a", "b", "c"] and first.rows == 3 and first.last is not None
     write(cache, _entries(["d"]))
-    later = read_rows(cache, first.after, 100, rebuild=False)
-    assert later.keys == ["d"] and later.rows == 1 and later.after > first.after
-    whole = read_rows(cache, 0, 100, rebuild=True)
-    assert whole.bloom is not None and whole.rows == 4 and whole.after == later.after
+    later = read_rows(cache, first.last, 100, rebuild=False)
+    assert later.keys == ["d"] and later.rows == 1 and later.last is not None
+    assert later.last[1] == "d" and later.last[0] > first.last[0]
+    whole = read_rows(cache, None, 100, rebuild=True)
+    assert whole.bloom is not None and whole.rows == 4 and whole.last == later.last
     assert all(k in whole.bloom for k in "abcd") and whole.capacity >= 2 * len(cache)
     plan = cache._sql(
         "EXPLAIN QUERY PLAN SELECT key FROM Cache INDEXED BY Cache_key_raw"
