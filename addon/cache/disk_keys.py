@@ -60,9 +60,8 @@ _ROWS_FROM = "SELECT rowid, key FROM Cache WHERE rowid >= ? AND raw = 1 ORDER BY
 _LAST_ROW = "SELECT rowid, key FROM Cache WHERE raw = 1 ORDER BY rowid DESC LIMIT 1"
 _ALL_KEYS = "SELECT key FROM Cache INDEXED BY Cache_key_raw WHERE raw = 1"
 
-Submit = Callable[
-    [Callable[[], object], Then], bool
-]  # a job for the writer thread (False: no loop)
+# a job for the writer thread, and what gets its result on the loop (False: no loop runs)
+Submit = Callable[[Callable[[], object], Then], bool]
 Row = tuple[int, str]  # rowid, key
 
 
