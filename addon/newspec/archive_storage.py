@@ -1,11 +1,13 @@
-"""``archive_v1_storage`` as the current spec has it: a subscription on the
-client's socket. The call answers an operation id; then each item found is one
-``archive_v1_storageEvent`` notification ``{"event": "storage", "key", "value"
-| "hash" | "closestDescendantMerkleValue"[, "childTrieKey"]}``, and the
-operation ends with ``{"event": "storageDone"}`` or ``{"event":
-"storageError", "error"}``. ``archive_v1_stopStorage(id)`` stops it (null
-whatever the id, as the spec says). An operation whose socket is gone stops
-at its next page."""
+"""``archive_v1_storage`` and ``archive_v1_storageDiff`` as the current spec
+has them: subscriptions on the client's socket. The call answers an operation
+id; then each item found is one notification (``archive_v1_storageEvent``
+``{"event": "storage", "key", "value" | "hash" |
+"closestDescendantMerkleValue"[, "childTrieKey"]}``; ``archive_v1_storageDiffEvent``
+``{"event": "storageDiff", …}``), and the operation ends with ``storageDone``
+(``storageDiffDone``) or ``{"event": "storageError" | "storageDiffError",
+"error"}``. ``archive_v1_stopStorage(id)`` (``_stopStorageDiff``) stops it
+(null whatever the id, as the spec says). An operation whose socket is gone
+stops at its next page."""
 
 from __future__ import annotations
 
@@ -25,6 +27,20 @@ log = logging.getLogger("chainproxy")
 STORAGE_EVENT = "archive_v1_storageEvent"
 
 
+@dataclass(frozen=True, slots=True)
+class Events:
+    """The names one kind of operation's notifications go by."""
+
+    method: str  # the notifications' method
+    item: str  # the event of one item found
+    done: str
+    error: str
+
+
+STORAGE = Events(STORAGE_EVENT, "storage", "storageDone", "storageError")
+DIFF = Events("archive_v1_storageDiffEvent", "storageDiff", "storageDiffDone", "storageDiffError")
+
+
 @dataclass(slots=True)
 class _Op:
     owner: object
@@ -33,11 +49,11 @@ class _Op:
 
 
 class StorageOperations:
-    """The ``archive_v1_storage`` operations in progress, by id, each with
-    the socket that owns it (ids are unguessable: a socket stops only its
-    own)."""
+    """One kind's operations in progress, by id, each with the socket that
+    owns it (ids are unguessable: a socket stops only its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: Events = STORAGE) -> None:
+        self.events = events
         self._ops: dict[str, _Op] = {}
         self._per_owner: dict[int, int] = {}
         self._prefix = secrets.token_hex(4)
@@ -69,7 +85,7 @@ class StorageOperations:
         self._per_owner[id(owner)] = self.held(owner) + 1
         op.task = asyncio.get_running_loop().create_task(
             self._run(op_id, op, pages, send, live, child_trie),
-            name="chainproxy: archive_v1_storage",
+            name=f"chainproxy: {self.events.method}",
         )
 
     def stop(self, op_id: Any, owner: object) -> bool:
@@ -101,24 +117,25 @@ class StorageOperations:
         live: Callable[[], bool],
         child_trie: str | None,
     ) -> None:
+        events = self.events
         extra = {"childTrieKey": child_trie} if child_trie is not None else {}
-        end: dict[str, Any] = {"event": "storageDone"}
+        end: dict[str, Any] = {"event": events.done}
         try:
             async for page in pages:
                 if op.stopped or not live():
                     return
                 for item in page:
-                    send(note(op_id, {"event": "storage", **item, **extra}))
+                    send(note(op_id, {"event": events.item, **item, **extra}, events.method))
         except CallFailed as e:
-            end = {"event": "storageError", "error": e.message}
+            end = {"event": events.error, "error": e.message}
         except Exception:  # a bug: the client hears of it, the operation ends
-            log.exception("archive_v1_storage %s failed", op_id)
-            end = {"event": "storageError", "error": "internal proxy error"}
+            log.exception("%s %s failed", events.method, op_id)
+            end = {"event": events.error, "error": "internal proxy error"}
         finally:
             self._forget(op_id, op)
             await _close(pages)
         if not op.stopped and live():
-            send(note(op_id, end))
+            send(note(op_id, end, events.method))
 
 
 async def _close(pages: AsyncIterator[Any]) -> None:
@@ -127,6 +144,6 @@ async def _close(pages: AsyncIterator[Any]) -> None:
         await aclose()
 
 
-def note(op_id: str, result: dict[str, Any]) -> bytes:
+def note(op_id: str, result: dict[str, Any], method: str = STORAGE_EVENT) -> bytes:
     params = {"subscription": op_id, "result": result}
-    return dumps({"jsonrpc": "2.0", "method": STORAGE_EVENT, "params": params})
+    return dumps({"jsonrpc": "2.0", "method": method, "params": params})

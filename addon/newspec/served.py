@@ -7,8 +7,9 @@ one answer the allowlist step and ``rpc_methods`` both read, so what
   network has a node-wss endpoint.
 * The new spec's families: switched by ``proxy.new_spec`` whatever the
   allowlist says. ``chainHead_v1_*`` lives on a socket (a follow and its
-  operations), and ``archive_v1_storage`` is a subscription in the current
-  spec (``archive_v1_storageEvent`` notifications): both need a WebSocket.
+  operations), and ``archive_v1_storage`` / ``archive_v1_storageDiff`` are
+  subscriptions in the current spec (``archive_v1_storageEvent`` /
+  ``_storageDiffEvent`` notifications): both families need a WebSocket.
 * ``rpc_methods``: always (chainproxy's own answer, no node asked).
 * Writes (``author_*``, ``transaction_v1_*``, ``transactionWatch_v1_*``):
   never listed; the new spec's are refused like ``author_*``.
@@ -24,7 +25,15 @@ from common.config.new_spec import NewSpecConfig
 RPC_METHODS = "rpc_methods"
 ARCHIVE_STORAGE = "archive_v1_storage"
 ARCHIVE_STOP_STORAGE = "archive_v1_stopStorage"
-_WS_ONLY_ARCHIVE = frozenset({ARCHIVE_STORAGE, ARCHIVE_STOP_STORAGE})
+ARCHIVE_STORAGE_DIFF = "archive_v1_storageDiff"
+ARCHIVE_STOP_STORAGE_DIFF = "archive_v1_stopStorageDiff"
+# subscriptions in the current spec: their notifications need a socket
+_WS_ONLY_ARCHIVE = {
+    ARCHIVE_STORAGE: "archive_v1_storageEvent",
+    ARCHIVE_STOP_STORAGE: "archive_v1_storageEvent",
+    ARCHIVE_STORAGE_DIFF: "archive_v1_storageDiffEvent",
+    ARCHIVE_STOP_STORAGE_DIFF: "archive_v1_storageDiffEvent",
+}
 
 # every new-spec name chainproxy knows -> its family (the proxy.new_spec key)
 FAMILY: dict[str, str] = {
@@ -62,11 +71,10 @@ def new_spec_refusal(method: str, cfg: NewSpecConfig, *, websocket: bool) -> str
             "chainHead_v1_* needs a WebSocket: a follow subscription and the operations on "
             f"its blocks live on one socket; {_WS_URL}"
         )
-    if method in _WS_ONLY_ARCHIVE:
-        return (
-            "archive_v1_storage is a subscription (archive_v1_storageEvent notifications) "
-            f"in the current spec: {_WS_URL}"
-        )
+    event = _WS_ONLY_ARCHIVE.get(method)
+    if event is not None:
+        name = method.replace("stopS", "s")  # the operation a stop stops
+        return f"{name} is a subscription ({event} notifications) in the current spec: {_WS_URL}"
     return None
 
 

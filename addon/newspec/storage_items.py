@@ -112,7 +112,7 @@ async def storage_items(
 ) -> AsyncIterator[list[dict[str, str]]]:
     """Pages of result items for ``queries`` at block ``at`` (see the module's
     docstring); ``child_trie``: the child trie's key as the client gave it."""
-    reads = _Reads(legacy, network, block_hash(at), child_key(child_trie))
+    reads = LegacyReads(legacy, network, block_hash(at), child_key(child_trie))
     page: list[dict[str, str]] = []
     direct = [q for q in queries if q.type in (VALUE, HASH)]
     keys = list(dict.fromkeys(q.key for q in direct))
@@ -171,7 +171,7 @@ def _found(key: str, value: str | None, hashed: bool) -> list[dict[str, str]]:
     return [{"key": key, "hash": value_hash(value)} if hashed else {"key": key, "value": value}]
 
 
-class _Reads:
+class LegacyReads:
     """The legacy calls of one request: main trie or one child trie."""
 
     def __init__(self, legacy: LegacyCaller, network: str, at: str, child: str | None) -> None:

@@ -44,8 +44,12 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "chainSpec_v1_properties": (),
     "archive_v1_storage": ("hash", "items", "childTrie"),
     "archive_v1_stopStorage": ("operationId",),
+    "archive_v1_storageDiff": ("hash", "items", "previousHash"),
+    "archive_v1_stopStorageDiff": ("operationId",),
 }
-_OPTIONAL = frozenset({"childTrie"})
+_OPTIONAL = frozenset({"childTrie", "previousHash"})
+# params optional in one method only (``items`` of a diff: the whole trie)
+_OPTIONAL_IN = {"archive_v1_storageDiff": frozenset({"items"})}
 
 
 class BadParams(CallFailed):
@@ -72,8 +76,9 @@ def args(method: str, params: Any) -> list[Any]:
         given = [i < len(params) for i in range(len(names))]
     else:
         raise BadParams("params must be a list or an object")
+    optional = _OPTIONAL | _OPTIONAL_IN.get(method, frozenset())
     for name, ok in zip(names, given, strict=True):
-        if not ok and name not in _OPTIONAL:
+        if not ok and name not in optional:
             raise BadParams(f"missing {name}")
     return values
 

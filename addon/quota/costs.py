@@ -20,9 +20,11 @@ them: ``archive_v1_call`` / ``chainHead_v1_call`` as ``state_call`` (by their
 ``chainHead_v1_storage`` as ``state_queryStorageAt`` of their value and hash
 items, plus one page of ``DESCENDANTS_KEYS`` keys and their values per
 descendants item (further pages are charged as they are read:
-``addon/newspec/metered.py``); what steers or ends something already paid for
-(``chainHead_v1_unpin``, ``_continue``, ``_stopOperation``, ``_unfollow``,
-``archive_v1_stopStorage``) is free like an unsubscribe; the rest costs 1.
+``addon/newspec/metered.py``); ``archive_v1_storageDiff`` as two headers and
+such a page at each of its two blocks per item (further pages likewise); what
+steers or ends something already paid for (``chainHead_v1_unpin``,
+``_continue``, ``_stopOperation``, ``_unfollow``, ``archive_v1_stopStorage``,
+``_stopStorageDiff``) is free like an unsubscribe; the rest costs 1.
 
 Operators override the base cost per method (``costs.methods``) and, for
 ``state_call``, per runtime API, its first parameter (``costs.runtime_apis``).
@@ -51,6 +53,7 @@ RUNTIME_API_CALLS = frozenset({"state_call", "state_callAt"})
 _NEW_SPEC_CALLS = {"archive_v1_call": 1, "chainHead_v1_call": 2}
 # the new spec's storage reads -> position of their ``items`` param
 _NEW_SPEC_STORAGE = {"archive_v1_storage": 1, "chainHead_v1_storage": 2}
+STORAGE_DIFF = "archive_v1_storageDiff"
 _DESCENDANTS = ("descendantsValues", "descendantsHashes")
 # what gives back, steers or ends something already paid for
 _FREE = frozenset(
@@ -61,6 +64,7 @@ _FREE = frozenset(
         "chainHead_v1_stopOperation",
         "chainHead_v1_unfollow",
         "archive_v1_stopStorage",
+        "archive_v1_stopStorageDiff",
     }
 )
 
@@ -74,6 +78,7 @@ _PRICED = frozenset(
         *RUNTIME_API_CALLS,
         *_NEW_SPEC_CALLS,
         *_NEW_SPEC_STORAGE,
+        STORAGE_DIFF,
     }
 )
 
@@ -113,6 +118,10 @@ def base_cost(
         return costs.methods.get("state_call", 1)
     if method in _NEW_SPEC_STORAGE:
         return _storage_items_cost(_param(call, _NEW_SPEC_STORAGE[method], "items"), costs)
+    if method == STORAGE_DIFF:  # two headers, then a page at each block per item
+        items = _param(call, 1, "items")
+        n = len(items) if isinstance(items, list) and items else 1
+        return 2 + n * 2 * _page_cost(costs)
     position = _PAGED_COUNT.get(method)
     if position is not None:
         count = _param(call, position)
@@ -158,10 +167,14 @@ def _storage_items_cost(items: Any, costs: CostConfig) -> int:
         return 1
     pages = sum(isinstance(x, dict) and x.get("type") in _DESCENDANTS for x in items)
     direct = len(items) - pages
-    page = math.ceil(DESCENDANTS_KEYS / costs.keys_per_unit) + math.ceil(
+    return max(1, math.ceil(direct / costs.storage_keys_per_unit) + pages * _page_cost(costs))
+
+
+def _page_cost(costs: CostConfig) -> int:
+    """A page of ``DESCENDANTS_KEYS`` keys listed, then their values read."""
+    return math.ceil(DESCENDANTS_KEYS / costs.keys_per_unit) + math.ceil(
         DESCENDANTS_KEYS / costs.storage_keys_per_unit
     )
-    return max(1, math.ceil(direct / costs.storage_keys_per_unit) + pages * page)
 
 
 def _param(call: Call, position: int, name: str | None = None) -> Any:

@@ -39,6 +39,8 @@ ARCHIVE: tuple[str, ...] = (
     "archive_v1_header",
     "archive_v1_storage",
     "archive_v1_stopStorage",
+    "archive_v1_storageDiff",
+    "archive_v1_stopStorageDiff",
 )
 CHAIN_SPEC: tuple[str, ...] = (
     "chainSpec_v1_chainName",

@@ -8,8 +8,9 @@ client's own legacy reads; translated back by ``addon/newspec/``. A node's
 error comes back as a JSON-RPC error with its code and message, except where
 the spec has an answer for it (null for a block no node knows,
 ``{success: false}`` for a runtime call that failed). ``archive_v1_storage``
-is a subscription (``addon/newspec/archive_storage.py``): its id is answered
-here and its notifications follow the answer. ``rpc_methods`` lists what
+and ``archive_v1_storageDiff`` are subscriptions
+(``addon/newspec/archive_storage.py``): the operation's id is answered here
+and its notifications follow the answer. ``rpc_methods`` lists what
 this network serves on this transport (``addon/newspec/served.py``).
 
 Calls answered here get one usage record each, with no node of their own
@@ -20,12 +21,21 @@ recorded again (the client's call was).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from addon.newspec import translate
-from addon.newspec.archive_storage import StorageOperations
+from addon.newspec.archive_storage import DIFF, StorageOperations
 from addon.newspec.metered import MeteredCaller
-from addon.newspec.served import ARCHIVE_STOP_STORAGE, ARCHIVE_STORAGE, RPC_METHODS, served_methods
+from addon.newspec.served import (
+    ARCHIVE_STOP_STORAGE,
+    ARCHIVE_STOP_STORAGE_DIFF,
+    ARCHIVE_STORAGE,
+    ARCHIVE_STORAGE_DIFF,
+    RPC_METHODS,
+    served_methods,
+)
+from addon.newspec.storage_diff import parse_diff_items, storage_diff
 from addon.newspec.storage_items import child_key, parse_items, storage_items
 from addon.pipeline.context import RpcContext, Socket
 from addon.quota.costs import base_cost
@@ -38,8 +48,11 @@ from common.config import Config
 ANSWERED_HERE = frozenset({*ARCHIVE, *CHAIN_SPEC, RPC_METHODS})
 FINALIZED_HEIGHT = "archive_v1_finalizedHeight"
 
-# archive_v1_storage operations in progress, process-wide (each knows its socket)
+# archive_v1_storage and _storageDiff operations in progress, process-wide
+# (each knows its socket)
 OPERATIONS = StorageOperations()
+DIFFS = StorageOperations(DIFF)
+_STOPS = {ARCHIVE_STOP_STORAGE: OPERATIONS, ARCHIVE_STOP_STORAGE_DIFF: DIFFS}
 # per network, the highest finalized height answered: the spec says it only
 # ever increases, and the node asked next may lag the one asked before
 _finalized: dict[str, int] = {}
@@ -73,7 +86,7 @@ def new_spec_reads(rpc: RpcContext, rt: NewSpecReadsNeeds) -> Any:
     else:
         return None
     reads: list[int] = []
-    opening = 0  # archive_v1_storage operations this message starts
+    opening = 0  # archive_v1_storage / _storageDiff operations this message starts
     for i in rpc.pending():
         call = items[i]
         if not isinstance(call, Call) or call.method not in ANSWERED_HERE:
@@ -83,15 +96,15 @@ def new_spec_reads(rpc: RpcContext, rt: NewSpecReadsNeeds) -> Any:
             node_wss = rt.subs.serves(rpc.network)
             methods = served_methods(rt.config.proxy, websocket=rpc.websocket, node_wss=node_wss)
             rpc.answers[i] = _ok(call, {"methods": methods})
-        elif call.method == ARCHIVE_STORAGE:
-            answer = _start_storage(rpc, rt, call, opening)
+        elif call.method in (ARCHIVE_STORAGE, ARCHIVE_STORAGE_DIFF):
+            answer = _start_operation(rpc, rt, call, opening)
             if "result" in answer:
                 opening += 1
             elif "policy" in (answer["error"].get("data") or {}):
                 del rpc.subscribed[i]  # a policy's refusal: no usage record, as for a subscribe
             rpc.answers[i] = answer
-        elif call.method == ARCHIVE_STOP_STORAGE:
-            rpc.answers[i] = _stop_storage(rpc, call)
+        elif call.method in _STOPS:
+            rpc.answers[i] = _stop_operation(rpc, call)
         else:
             reads.append(i)
     return _answer_reads(rpc, rt, reads) if reads else None
@@ -134,33 +147,27 @@ async def _finalized_height(legacy: LegacyCaller, network: str) -> int:
     return height
 
 
-def _start_storage(
+def _start_operation(
     rpc: RpcContext, rt: NewSpecReadsNeeds, call: Call, opening: int
 ) -> dict[str, Any]:
-    """Check an ``archive_v1_storage`` call, answer its operation id, and
-    start it once that answer is sent (``rpc.afters``)."""
+    """Check an ``archive_v1_storage`` or ``_storageDiff`` call, answer its
+    operation id, and start it once that answer is sent (``rpc.afters``)."""
     sock = rpc.socket
     legacy = rt.legacy
     if sock is None:  # the allowlist refuses it over HTTP
-        return error_obj(call.id, INTERNAL_ERROR, "archive_v1_storage needs a WebSocket")
+        return error_obj(call.id, INTERNAL_ERROR, f"{call.method} needs a WebSocket")
     if legacy is None:
         return error_obj(call.id, INTERNAL_ERROR, "chainproxy is not configured")
-    try:
-        at, raw_items, child = translate.args(call.method, call.params)
-        at = translate.block_hash(at)
-        queries = parse_items(raw_items, pagination=True)
-        child_key(child)  # checked now: a bad key is -32602, not a storageError later
-    except CallFailed as e:
-        return error_obj(call.id, e.code, e.message, e.data)
     cfg = rt.config.proxy.new_spec
-    if OPERATIONS.held(sock) + opening >= cfg.operations:
+    if OPERATIONS.held(sock) + DIFFS.held(sock) + opening >= cfg.operations:
         return error_obj(
             call.id,
             POLICY_REFUSED,
-            f"too many archive_v1_storage operations on this socket (limit {cfg.operations})",
+            f"too many archive_v1 storage operations on this socket (limit {cfg.operations})",
             {
                 "policy": "max_subscriptions",
-                "reason": "wait for a storageDone (or stop one with archive_v1_stopStorage)",
+                "reason": "wait for one to end (or stop one with archive_v1_stopStorage "
+                "or archive_v1_stopStorageDiff)",
                 "limit": cfg.operations,
             },
         )
@@ -169,14 +176,19 @@ def _start_storage(
     metered = MeteredCaller(
         legacy, costs, base_cost(call, costs), lambda n: quotas.charge(client, n, tier)
     )
-    pages = storage_items(
-        metered, rpc.network, at, queries, child_trie=child, page_items=cfg.storage_page_items
-    )
-    op_id = OPERATIONS.new_id()
+    page_items = cfg.storage_page_items
+    try:
+        if call.method == ARCHIVE_STORAGE:
+            ops, (pages, child) = OPERATIONS, _storage_pages(rpc, metered, call, page_items)
+        else:
+            ops, pages, child = DIFFS, _diff_pages(rpc, metered, call, page_items), None
+    except CallFailed as e:
+        return error_obj(call.id, e.code, e.message, e.data)
+    op_id = ops.new_id()
     origin = rpc.origin
 
     def start() -> None:
-        OPERATIONS.start(op_id, sock, pages, sock.send, lambda: origin.live, child)
+        ops.start(op_id, sock, pages, sock.send, lambda: origin.live, child)
 
     if rpc.afters is None:
         rpc.afters = []
@@ -184,14 +196,40 @@ def _start_storage(
     return _ok(call, op_id)
 
 
-def _stop_storage(rpc: RpcContext, call: Call) -> dict[str, Any]:
+Pages = AsyncIterator[list[dict[str, str]]]
+
+
+def _storage_pages(
+    rpc: RpcContext, legacy: LegacyCaller, call: Call, page_items: int
+) -> tuple[Pages, str | None]:
+    """An ``archive_v1_storage`` call's pages (nothing read yet) and its child
+    trie; ``CallFailed`` (-32602) for malformed params, before any id."""
+    at, raw_items, child = translate.args(call.method, call.params)
+    at = translate.block_hash(at)
+    queries = parse_items(raw_items, pagination=True)
+    child_key(child)  # checked now: a bad key is -32602, not a storageError later
+    pages = storage_items(legacy, rpc.network, at, queries, child_trie=child, page_items=page_items)
+    return pages, child
+
+
+def _diff_pages(rpc: RpcContext, legacy: LegacyCaller, call: Call, page_items: int) -> Pages:
+    """An ``archive_v1_storageDiff`` call's pages, its params checked now."""
+    at, raw_items, previous = translate.args(call.method, call.params)
+    at = translate.block_hash(at)
+    if previous is not None:
+        previous = translate.block_hash(previous, "previousHash")
+    items = parse_diff_items(raw_items)
+    return storage_diff(legacy, rpc.network, at, previous, items, page_items=page_items)
+
+
+def _stop_operation(rpc: RpcContext, call: Call) -> dict[str, Any]:
     try:
         (op_id,) = translate.args(call.method, call.params)
     except CallFailed as e:
         return error_obj(call.id, e.code, e.message, e.data)
     sock: Socket | None = rpc.socket
     if sock is not None:
-        OPERATIONS.stop(op_id, sock)
+        _STOPS[call.method].stop(op_id, sock)
     return _ok(call, None)  # null, whatever the id (the spec)
 
 

@@ -1,5 +1,5 @@
 """What is served where: the new spec's families switched by their keys,
-chainHead and archive_v1_storage only on a WebSocket, writes never, and
+chainHead and archive_v1_storage / _storageDiff only on a WebSocket, writes never, and
 ``rpc_methods`` listing exactly that."""
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ def test_refusals_say_why() -> None:
     assert new_spec_refusal("chainHead_v1_follow", on, websocket=True) is None
     assert "subscription" in str(new_spec_refusal("archive_v1_storage", on, websocket=False))
     assert new_spec_refusal("archive_v1_storage", on, websocket=True) is None
+    diff = str(new_spec_refusal("archive_v1_stopStorageDiff", on, websocket=False))
+    assert diff.startswith("archive_v1_storageDiff is a subscription")
+    assert "archive_v1_storageDiffEvent" in diff
+    assert new_spec_refusal("archive_v1_storageDiff", on, websocket=True) is None
     for ws in (False, True):
         assert "writes are not served" in str(
             new_spec_refusal("transactionWatch_v1_submitAndWatch", on, websocket=ws)
@@ -47,6 +51,8 @@ def test_rpc_methods_lists_what_each_transport_serves() -> None:
     assert set(CHAIN_SPEC) <= http and set(ARCHIVE) - http == {
         "archive_v1_storage",
         "archive_v1_stopStorage",
+        "archive_v1_storageDiff",
+        "archive_v1_stopStorageDiff",
     }
     assert not set(CHAIN_HEAD) & http and "chain_subscribeNewHeads" not in http
     assert set(ARCHIVE) | set(CHAIN_HEAD) | {"chain_subscribeNewHeads"} <= ws

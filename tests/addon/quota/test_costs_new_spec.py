@@ -31,6 +31,17 @@ def test_storage_reads_cost_their_query_and_a_page_per_descendants_item() -> Non
     assert base_cost(Call(1, "archive_v1_storage", [H, _items(0, 1)]), cheap) == 2
 
 
+def test_a_storage_diff_costs_two_headers_and_a_page_at_each_block_per_item() -> None:
+    costs = CostConfig()
+    page = 1 + 10  # 100 keys listed, then their values
+    diff = "archive_v1_storageDiff"
+    assert base_cost(Call(1, diff, [H]), costs) == 2 + 2 * page  # no items: the whole trie
+    items = [{"key": "0x01", "returnType": "value"}, {"key": "0x02", "returnType": "hash"}]
+    assert base_cost(Call(1, diff, [H, items]), costs) == 2 + 2 * 2 * page
+    assert base_cost(Call(1, diff, {"hash": H, "items": items}), costs) == 2 + 2 * 2 * page
+    assert base_cost(Call(1, "archive_v1_stopStorageDiff", ["x"]), costs) == 0
+
+
 def test_runtime_calls_cost_like_state_call_with_their_function() -> None:
     archive = Call(1, "archive_v1_call", [H, "SubnetInfoRuntimeApi_get_all_metagraphs", "0x"])
     head = Call(1, "chainHead_v1_call", ["f", H, "SubnetInfoRuntimeApi_get_all_metagraphs", "0x"])

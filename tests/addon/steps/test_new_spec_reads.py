@@ -1,7 +1,7 @@
 """The new_spec_reads step in the pipeline, over a fake legacy caller: the
 archive_v1 and chainSpec_v1 reads over HTTP (shapes, null for an unknown
-block, a node's error kept, a batch), archive_v1_storage over WebSocket (its
-id, then its events; stop; the per-socket limit), refusals on the wrong
+block, a node's error kept, a batch), archive_v1_storage and _storageDiff
+over WebSocket (the id, then the events; stop; the per-socket limit), refusals on the wrong
 transport, rpc_methods (every method it lists passes the allowlist; never a
 write), prices and usage records."""
 
@@ -174,6 +174,57 @@ async def test_archive_storage_over_a_websocket() -> None:
     assert rpc.rate is not None and rpc.rate.remaining == 100 - 1 - 11  # 1 value item, 1 page
 
 
+async def test_archive_storage_diff_over_a_websocket() -> None:
+    pipe, legacy, _ = _ws(new_spec={"operations": 2})
+    sock = FakeSocket()
+    before = legacy.hashes[4]  # the parent of block 5: nothing stored there
+    keys, query = legacy._state_getKeysPaged, legacy._state_queryStorageAt
+
+    def empty_keys(prefix: str, count: int, start: str | None, at: str) -> Any:
+        return [] if at == before else keys(prefix, count, start, at)
+
+    def empty_query(asked: list[str], at: str) -> Any:
+        if at == before:
+            return [{"block": at, "changes": [[k, None] for k in asked]}]
+        return query(asked, at)
+
+    legacy._state_getKeysPaged = empty_keys  # type: ignore[method-assign]
+    legacy._state_queryStorageAt = empty_query  # type: ignore[method-assign]
+    items = [{"key": "0x01", "returnType": "value"}]
+    rpc, doc = await ws_message(
+        pipe, sock, call("archive_v1_storageDiff", {"hash": legacy.hashes[5], "items": items})
+    )
+    op_id = doc["result"]
+    assert isinstance(op_id, str) and sock.sent == []  # events only after the answer
+    for after in rpc.afters or ():
+        after()
+    await _wait(lambda: sock.sent and b"storageDiffDone" in sock.sent[-1])
+    notes = [json.loads(b) for b in sock.sent]
+    assert {n["method"] for n in notes} == {"archive_v1_storageDiffEvent"}
+    assert {n["params"]["subscription"] for n in notes} == {op_id}
+    assert [n["params"]["result"] for n in notes] == [
+        {"event": "storageDiff", "key": "0x01", "value": "0x11", "type": "added"},
+        {"event": "storageDiff", "key": "0x0102", "value": "0x12", "type": "added"},
+        {"event": "storageDiffDone"},
+    ]
+    # two headers and a page at each block: what it read cost no more
+    assert rpc.rate is not None and rpc.rate.remaining == 100 - (2 + 2 * 11)
+    _, doc = await ws_message(pipe, sock, call("archive_v1_stopStorageDiff", [op_id]))
+    assert doc == {"jsonrpc": "2.0", "id": 1, "result": None}
+    # an unknown block is the operation's error event, after its id
+    sock.sent.clear()
+    rpc, doc = await ws_message(pipe, sock, call("archive_v1_storageDiff", [UNKNOWN]))
+    for after in rpc.afters or ():
+        after()
+    await _wait(lambda: bool(sock.sent))
+    (note,) = [json.loads(b)["params"]["result"] for b in sock.sent]
+    assert note["event"] == "storageDiffError" and "UnknownBlock" in note["error"]
+    # bad params are -32602 before any id; the socket's operations are one count
+    _, bad = await ws_message(pipe, sock, call("archive_v1_storageDiff", [UNKNOWN, [{}]]))
+    assert bad["error"]["code"] == -32602
+    assert len(step.DIFFS) == 0
+
+
 async def test_archive_storage_limits_and_stops() -> None:
     pipe, legacy, rt = _ws(new_spec={"operations": 1})
     gate = asyncio.Event()
@@ -244,6 +295,8 @@ async def test_rpc_methods_lists_only_what_passes_the_allowlist() -> None:
                     assert set(ARCHIVE) - set(methods) <= {
                         "archive_v1_storage",
                         "archive_v1_stopStorage",
+                        "archive_v1_storageDiff",
+                        "archive_v1_stopStorageDiff",
                     }
                 assert set(CHAIN_SPEC) <= set(methods)
                 assert not set(TRANSACTION) & set(methods)
