@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from addon.chain.header_hash import is_other_genesis
 from addon.newspec.storage_items import LegacyReads, child_key, value_hash
 from addon.newspec.translate import BadParams, block_hash, header_number, hex_bytes, unknown_block
 from addon.quota.costs import DESCENDANTS_KEYS
@@ -146,7 +147,9 @@ async def _header(legacy: LegacyCaller, network: str, block: str) -> dict[str, A
         if not unknown_block(e):
             raise
         header = None
-    if not isinstance(header, dict):
+    # a block #0 that does not hash to the hash asked for is a node's genesis
+    # given for a block it does not know (chopsticks): no such block either
+    if not isinstance(header, dict) or is_other_genesis("chain_getHeader", block, header):
         raise CallFailed(INTERNAL_ERROR, f"UnknownBlock: no node knows {block}")
     return header
 

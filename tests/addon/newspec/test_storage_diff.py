@@ -19,6 +19,14 @@ from addon.quota.costs import DESCENDANTS_KEYS
 from addon.rpc.new_spec import CallFailed
 
 NET = "finney"
+ZERO = "0x" + "00" * 32
+GENESIS = {
+    "parentHash": ZERO,
+    "number": "0x0",
+    "stateRoot": "0x" + "11" * 32,
+    "extrinsicsRoot": "0x" + "22" * 32,
+    "digest": {"logs": []},
+}
 
 
 def block(n: int) -> str:
@@ -34,6 +42,7 @@ class DiffLegacy:
         self.children: dict[int, dict[str, dict[str, str]]] = {}
         self.calls: list[tuple[str, list[Any]]] = []
         self.reverse_pages = False  # a node that pages wrongly
+        self.genesis_for_unknown = False  # chopsticks: its genesis for a hash it does not know
 
     async def call(self, network: str, method: str, params: list[Any]) -> Any:
         self.calls.append((method, params))
@@ -49,7 +58,7 @@ class DiffLegacy:
         try:
             n = self._n(at)
         except CallFailed:
-            return None
+            return GENESIS if self.genesis_for_unknown else None
         return {"number": hex(n), "parentHash": block(n - 1) if n else "0x" + "00" * 32}
 
     def _child(self, child: str, at: str) -> dict[str, str]:
@@ -197,6 +206,14 @@ async def test_unknown_blocks_and_a_previous_block_above_are_errors() -> None:
         with pytest.raises(CallFailed) as e:
             await diff(legacy, at, previous, parse_diff_items(None))
         assert "UnknownBlock" in e.value.message or "above" in e.value.message
+
+
+async def test_a_genesis_given_for_an_unknown_block_is_no_such_block() -> None:
+    legacy = DiffLegacy({1: {}, 2: {}})
+    legacy.genesis_for_unknown = True
+    with pytest.raises(CallFailed, match="UnknownBlock"):
+        await diff(legacy, 9, None, parse_diff_items(None))
+    assert [m for m, _ in legacy.calls] == ["chain_getHeader"]
 
 
 async def test_a_node_that_pages_backwards_ends_in_an_error_not_a_loop() -> None:
