@@ -33,7 +33,7 @@ from addon.hooks.idle import IdleConnections
 from addon.mitm import http_reads
 from addon.mitm.http_requests import Request
 from addon.mitm.limits import ReadLimits
-from addon.mitm.tuning import HTTP_DIRECT_OPTION
+from addon.mitm.tuning import HTTP_DIRECT_OPTION, flows_acted_on
 from addon.pipeline.context import META_KEY, RpcContext
 from addon.pipeline.gate import open_direct
 from addon.pipeline.reply import http_answer
@@ -79,6 +79,7 @@ class HttpDirect:
             self.read_limits.limits,
             rt.config.proxy.max_body_bytes,
             on_busy=lambda busy: self.idle.busy(cid, busy),
+            slow=self.read_limits.slow,
         )
         if reads is not None:
             self.conns[cid] = reads
@@ -101,7 +102,7 @@ class HttpDirect:
             and not http1.connection_close(response.http_version, response.headers)
             and not self.drain.draining
             and bool(getattr(ctx.options, HTTP_DIRECT_OPTION, False))
-            and not getattr(ctx.options, "proxyauth", None)
+            and not flows_acted_on(ctx.options)
         )
 
     # --- one request read directly -------------------------------------------------------
@@ -123,7 +124,7 @@ class HttpDirect:
         rt.metrics.count_extra(METRIC, network=rpc.network)
         pending = self.runner.run(rpc, rt)
         if pending is None:
-            _answer(reads, rpc)
+            _answer(reads, rpc, closing=False)  # (no drain began since the check above)
             return None
         return self._later(reads, rpc, pending)
 
@@ -137,10 +138,14 @@ class HttpDirect:
             await pending
         finally:
             self.drain.inflight.discard(key)
-        _answer(reads, rpc)
+        # a drain began meanwhile: the answer says Connection: close, as the
+        # drain makes mitmproxy's answers say, and the connection ends after it
+        _answer(reads, rpc, closing=self.drain.draining)
 
 
-def _answer(reads: Any, rpc: RpcContext) -> None:
-    data = http_answer(rpc)
+def _answer(reads: Any, rpc: RpcContext, *, closing: bool) -> None:
+    data = http_answer(rpc, close=closing)
     if data is not None:
         reads.write(data)
+    if closing:
+        reads.close()

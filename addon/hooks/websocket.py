@@ -38,7 +38,7 @@ from addon.hooks.holder import RuntimeHolder
 from addon.mitm import internals as mitm_internals
 from addon.mitm import limits as mitm_limits
 from addon.mitm.responses import json_response
-from addon.mitm.tuning import DIRECT_OPTION
+from addon.mitm.tuning import DIRECT_OPTION, flows_acted_on
 from addon.pipeline.context import WS_HEADERS_KEY, WS_KEY
 from addon.pipeline.gate import flow_caller
 from addon.pipeline.paths import RpcRoute, classify
@@ -176,7 +176,8 @@ class WebSocketRpc:
             max_queued=ws.max_queued_notifications,
             max_buffer_bytes=ws.max_buffer_bytes,
             on_slow=lambda c: self._close(c, SLOW_CLIENT_CLOSE, "notifications not read"),
-            direct=bool(getattr(ctx.options, DIRECT_OPTION, True)),
+            direct=bool(getattr(ctx.options, DIRECT_OPTION, True))
+            and not flows_acted_on(ctx.options),
         )
         self.direct.attach(conn, ctx.master)
         return conn

@@ -49,7 +49,7 @@ from mitmproxy.proxy.layers.http._http1 import Http1Connection, Http1Server
 from addon.mitm import internals as mitm_internals
 from addon.mitm.http_requests import UNUSUAL, Request, RequestReader
 from addon.mitm.internals import handler_assumptions
-from addon.mitm.limits import Limits, json_error
+from addon.mitm.limits import Limits, SlowRequests, json_error
 
 log = logging.getLogger("chainproxy")
 
@@ -76,6 +76,7 @@ class DirectHttpReads:
         max_body: int,
         on_busy: Callable[[bool], None] = lambda busy: None,
         clock: Callable[[], float] = time.monotonic,
+        slow: SlowRequests | None = None,
     ) -> None:
         self.handler = handler
         self.path = path  # the layers down to the client's HTTP/1 server layer
@@ -83,6 +84,7 @@ class DirectHttpReads:
         self.writer = writer
         self.on_request = on_request
         self.on_busy = on_busy  # True: a request began (idle clock off); False: none left
+        self.slow = slow  # mitmproxy's path's slow-request clock (a hand-back keeps its start)
         self.limits = limits
         self.clock = clock
         self.reader = RequestReader(max_body)
@@ -157,15 +159,36 @@ class DirectHttpReads:
         return None
 
     async def _hand_back(self) -> None:
-        """Every byte not taken, to mitmproxy, and its reads with them, for good."""
+        """Every byte not taken, to mitmproxy, and its reads with them, for good.
+        A request begun here is timed on mitmproxy's path from its first byte."""
         rest = bytes(self.reader.buf)
         self.reader.buf.clear()
         self._disarm()
         self._busy(False)  # mitmproxy's hooks count what comes next
         self.released = True
         self._restore()
-        if rest:
-            await self._original(events.DataReceived(self.client, rest))
+        if not rest:
+            return
+        event = events.DataReceived(self.client, rest)
+        if self.slow is None:
+            await self._original(event)
+            return
+        with self.slow.began(self.path[-1], self.started):
+            await self._original(event)
+
+    def close(self) -> None:
+        """After an answer that said ``Connection: close`` (a drain): nothing
+        more is read; the socket closes once the answer is written."""
+        self.reader.buf.clear()
+        self._disarm()
+        self._busy(False)
+        self._cut("chainproxy: Connection: close")
+
+    def _cut(self, reason: str) -> None:
+        """Cancel the client's reader, which closes the socket (mitmproxy's way)."""
+        io = self.handler.transports.get(self.client)
+        if io is not None and io.handler is not None:
+            io.handler.cancel(reason)
 
     # --- the slow-request deadline (as limits.SlowRequests, for this one connection)
 
@@ -190,9 +213,7 @@ class DirectHttpReads:
             json_error(408, f"request not received within {limit:g} s", {"timeout_s": limit})
         )
         log.info("chainproxy: request from %s incomplete after %g s", self.client.peername, limit)
-        io = self.handler.transports.get(self.client)
-        if io is not None and io.handler is not None:
-            io.handler.cancel("chainproxy: request read timeout")
+        self._cut("chainproxy: request read timeout")
 
 
 def take(
@@ -202,6 +223,7 @@ def take(
     limits: Limits,
     max_body: int,
     on_busy: Callable[[bool], None] = lambda busy: None,
+    slow: SlowRequests | None = None,
 ) -> DirectHttpReads | None:
     """The client's reads of ``flow``'s connection taken over (from its next
     request boundary on), or None where that is not safe (an untested
@@ -222,7 +244,7 @@ def take(
     if path is None or writer is None:
         log.debug("chainproxy: no direct HTTP reads (no HTTP/1 server layer found)")
         return None
-    reads = DirectHttpReads(handler, path, writer, on_request, limits, max_body, on_busy)
+    reads = DirectHttpReads(handler, path, writer, on_request, limits, max_body, on_busy, slow=slow)
     reads.install()
     return reads
 

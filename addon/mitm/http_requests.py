@@ -96,7 +96,9 @@ def parse_head(head: bytes) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
     parser = httptools.HttpRequestParser(cb)
     try:
         parser.feed_data(head)
-    except httptools.HttpParserError:  # the upgrade error too
+    except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+        # (``HttpParserUpgrade`` is no ``HttpParserError``: a POST with
+        # ``Connection: Upgrade`` and ``Upgrade`` raises it, mitmproxy's to answer)
         return None
     if not cb.done or parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
         return None

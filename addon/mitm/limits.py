@@ -48,7 +48,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,15 +252,32 @@ class SlowRequests:
         self.head_reader: Any = None  # the installed ``Http1Server.read_headers``
         self._open: dict[int, tuple[weakref.ref[Any], int, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        # a layer -> when the request handed to it began (``began``)
+        self._began: dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self._open)
+
+    @contextlib.contextmanager
+    def began(self, layer: Any, started: float) -> Iterator[None]:
+        """Bytes of a request whose first byte came at ``started`` (chainproxy's
+        direct reads read them, then hand them back) go to ``layer`` inside
+        this block: if the request is still incomplete, it is timed from
+        ``started``, not from now (else a hand-back would double its time)."""
+        self._began[id(layer)] = started
+        try:
+            yield
+        finally:
+            self._began.pop(id(layer), None)
 
     def track(self, layer: Any) -> None:
         entry, stream_id = self._open.get(id(layer)), layer.stream_id
         if entry is not None and entry[0]() is layer and entry[1] == stream_id:
             return  # timed since this request's first byte
-        self._open[id(layer)] = (weakref.ref(layer), stream_id, self.clock())
+        started = self._began.pop(id(layer), None)
+        if started is None:
+            started = self.clock()
+        self._open[id(layer)] = (weakref.ref(layer), stream_id, started)
         if self._timer is None:
             self._schedule()
 

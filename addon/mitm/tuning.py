@@ -80,6 +80,18 @@ UNLOADABLE: dict[str, tuple[str, ...]] = {
 }
 
 
+# The options by which mitmproxy's own addons change or record each flow
+# (``UNLOADABLE``'s, but printing: ``flow_detail`` only shows flows). Calls
+# chainproxy reads itself are no flows, so while one of these is in use every
+# call goes through mitmproxy (direct HTTP and WebSocket reads stay off).
+FLOW_OPTIONS = tuple(sorted({o for names in UNLOADABLE.values() for o in names} - {"flow_detail"}))
+
+
+def flows_acted_on(options: Any) -> list[str]:
+    """The ``FLOW_OPTIONS`` not at their defaults (the deployment uses them)."""
+    return [name for name in FLOW_OPTIONS if not _at_default(options, name)]
+
+
 def _at_default(options: Any, name: str) -> bool:
     if name not in options:
         return True

@@ -29,15 +29,18 @@ def deliver(flow: http.HTTPFlow, rpc: RpcContext, now: float) -> None:
     finish(flow, response, rpc, now=now, outcome=reply.outcome)
 
 
-def http_answer(rpc: RpcContext) -> bytes | None:
+def http_answer(rpc: RpcContext, *, close: bool = False) -> bytes | None:
     """The bytes of the HTTP response ``deliver`` gives mitmproxy for this
     call, as mitmproxy would send them (the direct HTTP reads write them);
-    None when the client went away."""
+    ``close``: with ``Connection: close`` (a drain). None when the client went
+    away."""
     reply = rpc.reply
     if reply is None:
         return None
     response = json_response(reply.status, reply.doc, reply.headers)
     _contract_headers(response, rpc)
+    if close:
+        response.headers["Connection"] = "close"
     return wire(response)
 
 

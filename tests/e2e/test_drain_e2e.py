@@ -16,14 +16,18 @@ import aiohttp
 import pytest
 
 from tests.e2e.harness import Stack, base_config
-from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip, post, with_wss
+from tests.e2e.helpers import DIRECT_ON, PROXY_DEFAULTS, call, next_client_ip, post, with_wss
+from tests.e2e.http_raw import Raw, port_of
+from tests.e2e.http_raw import post as raw_post
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def draining(tmp_path: Any) -> Iterator[Stack]:
+@pytest.fixture(params=[False, True], ids=["mitmproxy-reads", "direct-reads"])
+def draining(tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[Stack]:
     s = Stack(tmp_path)
+    # direct HTTP reads on or off, whatever a check run gives every proxy
+    s.proxy_sets = DIRECT_ON if request.param else ("chainproxy_http_direct=false",)
     try:
         epoch = time.time() - 600
         s.start_nodes(("alpha", "beta"), epoch=epoch, block_time=1.0)
@@ -84,3 +88,28 @@ async def test_sigterm_answers_what_is_in_flight_and_says_going_away(draining: S
         await post(stack.rpc_url(), call("system_health"), timeout=2)
     stack.proxy.popen.wait(timeout=10)
     assert time.monotonic() - t0 < 8 + 2  # on its own, within drain_s
+
+
+async def test_a_kept_alive_connection_is_told_to_close_with_its_answer(draining: Stack) -> None:
+    """The call in flight on a kept-alive connection is answered with
+    ``Connection: close`` and the connection ends: its next call goes to
+    another proxy (read by chainproxy itself or by mitmproxy alike)."""
+    stack = draining
+    c = Raw(port_of(stack.proxy_url))
+    try:
+        c.send(raw_post(call("system_health", id_="warm")))  # chainproxy takes the reads after it
+        assert b"200 OK" in c.response()
+        for n in stack.nodes:
+            n.control(latency_ms=800)
+        c.send(raw_post(call("state_getStorage", ["0x" + "dd" * 32], id_=1)))
+        await asyncio.sleep(0.3)  # it waits on a node
+        stack.proxy.popen.send_signal(signal.SIGTERM)
+        answer = await asyncio.to_thread(c.response, 5.0)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert b"\r\nconnection: close" in head.lower(), head
+        assert b'"result"' in body
+        assert await asyncio.to_thread(c.wait_closed, 5.0)
+    finally:
+        c.close()
+    stack.proxy.popen.wait(timeout=10)

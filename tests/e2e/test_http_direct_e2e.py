@@ -110,6 +110,13 @@ HANDED_BACK = [
     b"POST /rpc/v1/finney HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}",
     post(call("system_health", id_=3), headers="Connection: close\r\n"),
     b"POST /rpc/v1/finney HTTP/1.1\r\nBad Header\r\n\r\n",  # 400
+    # an upgrade on a POST (httptools raises its own error for these: it once
+    # crashed the connection's handler)
+    post(call("system_health", id_=4), headers="Connection: Upgrade\r\nUpgrade: h2c\r\n"),
+    post(
+        call("system_health", id_=5),
+        headers="Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n",
+    ),
 ]
 
 
@@ -143,6 +150,23 @@ def test_a_slow_body_gets_the_408_and_the_connection_closes(pair: Pair) -> None:
     r = c.response(timeout=READ_TIMEOUT_S + 3)
     assert r.startswith(b"HTTP/1.1 408"), r
     assert READ_TIMEOUT_S - 0.2 <= time.monotonic() - started < READ_TIMEOUT_S + 2
+    assert c.wait_closed(2)
+
+
+def test_a_request_handed_back_keeps_the_time_since_its_first_byte(pair: Pair) -> None:
+    """A head trickled in, then found unusual (chunked) and handed to
+    mitmproxy: the 408 comes ``read_timeout_s`` after its first byte, as on
+    mitmproxy's path, not after the hand-back."""
+    c = Raw(pair.on)
+    c.send(WARM)
+    assert b"200 OK" in c.response()
+    started = time.monotonic()
+    c.send(b"POST /rpc/v1/finney HTTP/1.1\r\nHost: x\r\n")
+    time.sleep(READ_TIMEOUT_S * 0.7)
+    c.send(b"Transfer-Encoding: chunked\r\n\r\n5\r\n{")  # handed back here
+    r = c.response(timeout=READ_TIMEOUT_S + 3)
+    assert r.startswith(b"HTTP/1.1 408"), r
+    assert READ_TIMEOUT_S - 0.2 <= time.monotonic() - started < READ_TIMEOUT_S * 1.5
     assert c.wait_closed(2)
 
 

@@ -157,6 +157,11 @@ def test_what_is_handed_back() -> None:
         b"POST /rpc/v1/finney HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
         b"POST /rpc/v1/finney HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
         b"POST /rpc/v1/finney HTTP/1.1\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\n{}",
+        # httptools raises HttpParserUpgrade (no HttpParserError) for these two
+        b"POST /rpc/v1/finney HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
+        b"Content-Length: 2\r\n\r\n{}",
+        b"POST /rpc/v1/finney HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\n"
+        b"Upgrade: websocket\r\nContent-Length: 2\r\n\r\n{}",
         b"POST /rpc/v1/finney HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
         b"POST /rpc/v1/finney HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}",
         b"POST /rpc/v1/finney HTTP/1.1\r\nContent-Length: 02\r\n\r\n{}",  # mitmproxy: 400
