@@ -251,3 +251,45 @@ def test_unload_keeps_builtins_whose_options_are_in_use(dump_master: Any) -> Non
         assert name not in removed
         assert dump_master.addons.get(name) is not None
     assert "anticache" in removed  # at its default: goes
+
+
+def test_options_that_act_on_flows_are_named(dump_master: Any, tmp_path: Any) -> None:
+    options = dump_master.options
+    options.update(flow_detail=1)  # printing flows acts on none
+    assert lean.flows_acted_on(options) == []
+    saved = str(tmp_path / "x.flows")
+    options.update(modify_headers=["/~s/X-Operator/yes"], save_stream_file=saved)
+    assert lean.flows_acted_on(options) == ["modify_headers", "save_stream_file"]
+    assert "flow_detail" not in lean.FLOW_OPTIONS and "proxyauth" in lean.FLOW_OPTIONS
+
+
+def test_direct_reads_stay_off_while_an_option_acts_on_flows(tmp_path: Any) -> None:
+    """A flow chainproxy answered on a kept-alive connection is taken for
+    direct reads, unless a mitmproxy option changes or records every flow
+    (those reads make no flows)."""
+    from mitmproxy import ctx
+    from mitmproxy.addons.blocklist import BlockList
+    from mitmproxy.addons.modifyheaders import ModifyHeaders
+    from mitmproxy.addons.save import Save
+    from mitmproxy.test import tutils
+
+    from addon.hooks.http_direct import HttpDirect
+    from addon.mitm.tuning import HTTP_DIRECT_OPTION
+    from addon.pipeline.context import META_KEY
+
+    not_draining = type("D", (), {"draining": False})()
+    direct = HttpDirect(None, None, None, None, not_draining)  # type: ignore[arg-type]
+    flow = tflow.tflow(resp=tutils.tresp())
+    flow.metadata[META_KEY] = {}
+    with taddons.context(ModifyHeaders(), BlockList(), Save()) as tctx:
+        tctx.master.options.add_option(HTTP_DIRECT_OPTION, bool, True, "")
+        assert direct._takes(flow)
+        for option, value in (
+            ("modify_headers", ["/~s/X-Operator/yes"]),
+            ("block_list", ["/~q/403"]),
+            ("save_stream_file", str(tmp_path / "x.flows")),
+        ):
+            ctx.options.update(**{option: value})
+            assert not direct._takes(flow), option
+            ctx.options.update(**{option: ctx.options.default(option)})
+        assert direct._takes(flow)
