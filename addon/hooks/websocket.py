@@ -14,11 +14,11 @@ theirs fails).
 
 mitmproxy relays a WebSocket only between two connections, so the handshake
 goes to a sink of our own (``addon/sockets/sink.py``), which accepts and never
-speaks. Client
-messages are dropped before they reach it; answers are injected towards the
-client. Calls on one connection are answered concurrently (clients match
-answers by id), at most ``MAX_IN_FLIGHT`` at a time: past that, mitmproxy stops
-reading from that client until one is answered.
+speaks. Client messages are dropped before they reach it; answers are injected
+towards the client. Calls on one connection are answered concurrently (clients
+match answers by id), at most ``MAX_IN_FLIGHT`` at a time: past that,
+mitmproxy stops reading from that client until one is answered. A socket that
+ends ends what it holds: follows, subscriptions, storage operations.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from addon.sockets.direct import DirectAnswers, internal_error, reply
 from addon.sockets.keepalive import CLOSE_CODE, CLOSE_REASON, Pinger
 from addon.sockets.sink import FLOW_HEADER, Sink
 from addon.sockets.slots import LEASE_S, RETRY_AFTER_S
+from addon.steps import new_spec_reads
 from common.config.model import WebSocketConfig
 
 log = logging.getLogger("chainproxy")
@@ -89,22 +90,18 @@ class WebSocketRpc:
         read_limits: mitm_limits.ReadLimits | None = None,
     ) -> None:
         self.holder = holder
-        self.pipeline = (
-            pipeline  # the RPC pipeline (addon/hooks/pipeline.py): ``message`` per message
-        )
+        self.pipeline = pipeline  # the RPC pipeline (addon/hooks/pipeline.py)
         # refusals of the WebSocket message limit (by default one never installed: none)
         self.read_limits = read_limits if read_limits is not None else mitm_limits.ReadLimits()
         self.sink = Sink(on_pong=self._ponged)
-        # messages read straight from the socket, once it is open (the usual path)
-        self.direct = DirectAnswers(pipeline, self.read_limits.limits)
+        self.direct = DirectAnswers(pipeline, self.read_limits.limits)  # the usual reads
         self._conns: dict[str, ClientConn] = {}
         self._renewer: asyncio.Task[None] | None = None
         # pings to every client socket; one that stops answering is closed
         self.pinger = Pinger(self._conns.values, self._ping_settings, self._ping, self._dead)
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
-        # Synchronous for the plain POSTs that are nearly every request (no
-        # coroutine each); a handshake returns one, which mitmproxy awaits.
+        # Synchronous for plain POSTs (no coroutine each); a handshake returns one.
         rt = self.holder.runtime
         if flow.response or flow.error or not flow.live or rt is None:
             return None
@@ -239,7 +236,7 @@ class WebSocketRpc:
         if rt is not None:
             _count_messages(rt, conn)
             rt.ws_connections = max(0, rt.ws_connections - 1)
-            rt.release_socket(conn)  # its follows and subscriptions end
+            _release(rt, conn)  # what it holds ends
             rt.slots.release(flow.id)  # ... and frees its slot
         flow.comment = conn.describe()
 
@@ -249,7 +246,7 @@ class WebSocketRpc:
         conn.closing = True
         rt = self.holder.runtime
         if rt is not None:
-            rt.release_socket(conn)  # its follows and subscriptions end
+            _release(rt, conn)  # what it holds ends
         create_task(
             self.sink.close_flow(conn.flow.id, code, reason),
             name=f"chainproxy: close a WebSocket client ({code})",
@@ -297,7 +294,7 @@ class WebSocketRpc:
         rt = self.holder.runtime
         for conn in conns:
             if rt is not None:
-                rt.release_socket(conn)  # its follows and subscriptions end
+                _release(rt, conn)  # what it holds ends
         await asyncio.sleep(0)  # the writes queued for this loop turn go out first
         await asyncio.sleep(0)
         closed = await asyncio.gather(
@@ -316,7 +313,7 @@ class WebSocketRpc:
                 task.cancel()
             if rt is not None:
                 _count_messages(rt, conn)
-                rt.release_socket(conn)  # its follows and subscriptions end
+                _release(rt, conn)  # what it holds ends
                 rt.slots.release(conn.flow.id)
         self._conns.clear()
         if self._renewer is not None:
@@ -396,3 +393,8 @@ def _refuse(
     flow.comment = (
         f"WebSocket JSON-RPC, {route.network}: refused, {why or body['error']['message']}"
     )
+
+
+def _release(rt: Runtime, conn: ClientConn) -> None:
+    rt.release_socket(conn)
+    new_spec_reads.release(conn)

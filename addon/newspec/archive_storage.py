@@ -99,6 +99,13 @@ class StorageOperations:
         self._forget(op_id, op)
         return True
 
+    def release(self, owner: object) -> int:
+        """Stop every operation of ``owner`` (its socket closed); how many."""
+        mine = [op_id for op_id, op in self._ops.items() if op.owner is owner]
+        for op_id in mine:
+            self.stop(op_id, owner)
+        return len(mine)
+
     def _forget(self, op_id: str, op: _Op) -> None:
         if self._ops.pop(op_id, None) is None:
             return

@@ -44,6 +44,10 @@ from addon.rpc.new_spec import CallFailed, LegacyCaller
 VALUE, HASH = "value", "hash"
 RETURN_TYPES = (VALUE, HASH)
 MAX_ITEMS = 64  # items of one call: each is a walk of two blocks' keys
+# keys one call may walk (both blocks' together): ~4,000 legacy calls. A whole
+# trie has millions of keys; a pallet's map, thousands (a block's changes are
+# found only by walking every key under a prefix: legacy calls have no diff).
+MAX_WALKED_KEYS = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,18 +103,31 @@ async def storage_diff(
     page_items: int = 64,
 ) -> AsyncIterator[list[dict[str, str]]]:
     """Pages of at most ``page_items`` ``storageDiff`` events (the module's
-    docstring); ``CallFailed`` when a legacy call fails or a block is unknown."""
+    docstring), one at least per run of keys walked (maybe empty: its consumer
+    may stop between any two runs); ``CallFailed`` when a legacy call fails, a
+    block is unknown or more than ``MAX_WALKED_KEYS`` keys would be walked."""
     at = block_hash(at)
     previous = await _previous(legacy, network, at, previous)
     page: list[dict[str, str]] = []
-    for child in dict.fromkeys(item.child for item in items):
-        group = [item for item in items if item.child == child]
-        trie = child_key(child)
+    walked = 0
+    # one walk per trie, however the client spelled its key (the first spelling echoed)
+    tries: dict[str | None, str | None] = {}
+    for item in items:
+        tries.setdefault(child_key(item.child), item.child)
+    for trie, child in tries.items():
+        group = [item for item in items if child_key(item.child) == trie]
         new = LegacyReads(legacy, network, at, trie)
         old = LegacyReads(legacy, network, previous, trie)
         extra = {"childTrieKey": child} if child is not None else {}
         for prefix in walked_prefixes([item.prefix for item in group]):
             async for keys in _runs(new, old, prefix):
+                walked += len(keys)
+                if walked > MAX_WALKED_KEYS:
+                    raise CallFailed(
+                        INTERNAL_ERROR,
+                        f"more than {MAX_WALKED_KEYS} keys under the items' prefixes: "
+                        "ask for narrower ones",
+                    )
                 now = await _values(new, [k for k, in_new, _ in keys if in_new])
                 then = await _values(old, [k for k, _, in_old in keys if in_old])
                 for key, _, _ in keys:
@@ -118,12 +135,19 @@ async def storage_diff(
                 while len(page) >= page_items:
                     yield page[:page_items]
                     page = page[page_items:]
+                yield []  # a run walked: the operation may stop here
     if page:
         yield page
 
 
 async def _values(reads: LegacyReads, keys: list[str]) -> dict[str, str | None]:
-    return await reads.values(keys) if keys else {}
+    """The values of keys a node listed at this block: each must have one."""
+    if not keys:
+        return {}
+    got = await reads.values(keys)
+    if any(got.get(k) is None for k in keys):
+        raise CallFailed(INTERNAL_ERROR, "a node listed a key it has no value for")
+    return got
 
 
 async def _previous(legacy: LegacyCaller, network: str, at: str, previous: str | None) -> str:
@@ -131,6 +155,8 @@ async def _previous(legacy: LegacyCaller, network: str, at: str, previous: str |
     above ``at``), or ``at``'s parent."""
     header = await _header(legacy, network, at)
     if previous is None:
+        if header_number(header) == 0:
+            raise CallFailed(INTERNAL_ERROR, "block 0 has no parent: give a previousHash")
         parent = header.get("parentHash")
         return block_hash(parent, "the header's parentHash")
     previous = block_hash(previous, "previousHash")
@@ -192,7 +218,11 @@ class _Side:
     async def head(self) -> str | None:
         while self.at >= len(self.keys) and not self.done:
             listed = await self.reads.keys(self.prefix, self.start)
-            self.done = len(listed) < DESCENDANTS_KEYS
+            # a full page may go on; one that ends past the prefix (a node that
+            # lists on beyond it) ends the walk too
+            self.done = len(listed) < DESCENDANTS_KEYS or (
+                bool(listed) and listed[-1] > self.prefix and not listed[-1].startswith(self.prefix)
+            )
             if listed:
                 # the walk side by side needs key order: a node that pages
                 # otherwise would give a wrong diff (or never end)
@@ -218,7 +248,7 @@ def _events(
     group: Sequence[DiffItem],
     extra: dict[str, str],
 ) -> list[dict[str, str]]:
-    if now == then:  # unchanged, or listed but without a value at either block
+    if now == then:  # unchanged (None: not listed at that block)
         return []
     if then is None:
         kind, value = "added", now

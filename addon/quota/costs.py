@@ -6,7 +6,8 @@ are sent, and from the bytes they answer after:
 
 * ``state_getKeysPaged`` / ``childstate_getKeysPaged``: 1 unit per
   ``keys_per_unit`` (100) keys asked (``count``);
-* ``state_queryStorageAt``: 1 unit per ``storage_keys_per_unit`` (10) keys;
+* ``state_queryStorageAt`` (``childstate_getStorageEntries``): 1 unit per
+  ``storage_keys_per_unit`` (10) keys;
   ``state_queryStorage`` also times the blocks its range spans, when their
   heights are known (else the range is charged by its bytes);
 * an answer over ``free_bytes`` (64 KiB): 1 more unit per started
@@ -47,7 +48,12 @@ from common.jsontext import RawJson
 DESCENDANTS_KEYS = 100
 # method -> position of its ``count`` parameter
 _PAGED_COUNT = {"state_getKeysPaged": 1, "state_getKeysPagedAt": 1, "childstate_getKeysPaged": 2}
-_STORAGE_KEYS = frozenset({"state_queryStorageAt", "state_queryStorage"})
+# storage reads of a list of keys -> the position of that list
+_STORAGE_KEYS = {
+    "state_queryStorageAt": 0,
+    "state_queryStorage": 0,
+    "childstate_getStorageEntries": 1,
+}
 RUNTIME_API_CALLS = frozenset({"state_call", "state_callAt"})
 # the new spec's runtime calls -> position of their ``function`` param
 _NEW_SPEC_CALLS = {"archive_v1_call": 1, "chainHead_v1_call": 2}
@@ -129,7 +135,7 @@ def base_cost(
             return max(1, math.ceil(count / costs.keys_per_unit))
         return 1
     if method in _STORAGE_KEYS:
-        keys = _param(call, 0)
+        keys = _param(call, _STORAGE_KEYS[method])
         n = len(keys) if isinstance(keys, list) else 1
         span = _span(call, height, tip) if method == "state_queryStorage" else 1
         return max(1, math.ceil(n * span / costs.storage_keys_per_unit))

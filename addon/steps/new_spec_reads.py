@@ -159,6 +159,19 @@ def _start_operation(
     if legacy is None:
         return error_obj(call.id, INTERNAL_ERROR, "chainproxy is not configured")
     cfg = rt.config.proxy.new_spec
+    costs = rt.quotas.costs(rpc.tier)
+    client, tier, quotas = rpc.client, rpc.tier, rt.quotas
+    metered = MeteredCaller(
+        legacy, costs, base_cost(call, costs), lambda n: quotas.charge(client, n, tier)
+    )
+    page_items = cfg.storage_page_items
+    try:  # malformed params are -32602 first, whatever the socket holds
+        if call.method == ARCHIVE_STORAGE:
+            ops, (pages, child) = OPERATIONS, _storage_pages(rpc, metered, call, page_items)
+        else:
+            ops, pages, child = DIFFS, _diff_pages(rpc, metered, call, page_items), None
+    except CallFailed as e:
+        return error_obj(call.id, e.code, e.message, e.data)
     if OPERATIONS.held(sock) + DIFFS.held(sock) + opening >= cfg.operations:
         return error_obj(
             call.id,
@@ -171,19 +184,6 @@ def _start_operation(
                 "limit": cfg.operations,
             },
         )
-    costs = rt.quotas.costs(rpc.tier)
-    client, tier, quotas = rpc.client, rpc.tier, rt.quotas
-    metered = MeteredCaller(
-        legacy, costs, base_cost(call, costs), lambda n: quotas.charge(client, n, tier)
-    )
-    page_items = cfg.storage_page_items
-    try:
-        if call.method == ARCHIVE_STORAGE:
-            ops, (pages, child) = OPERATIONS, _storage_pages(rpc, metered, call, page_items)
-        else:
-            ops, pages, child = DIFFS, _diff_pages(rpc, metered, call, page_items), None
-    except CallFailed as e:
-        return error_obj(call.id, e.code, e.message, e.data)
     op_id = ops.new_id()
     origin = rpc.origin
 
@@ -220,6 +220,12 @@ def _diff_pages(rpc: RpcContext, legacy: LegacyCaller, call: Call, page_items: i
         previous = translate.block_hash(previous, "previousHash")
     items = parse_diff_items(raw_items)
     return storage_diff(legacy, rpc.network, at, previous, items, page_items=page_items)
+
+
+def release(sock: Socket) -> None:
+    """A socket closed: its storage operations stop (not at their next page)."""
+    OPERATIONS.release(sock)
+    DIFFS.release(sock)
 
 
 def _stop_operation(rpc: RpcContext, call: Call) -> dict[str, Any]:

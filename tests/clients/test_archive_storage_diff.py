@@ -51,16 +51,29 @@ def _diff(url: str, params: list[Any]) -> list[dict[str, Any]]:
         ws.close()
 
 
-def _values(chain: ChainStack, at: str) -> dict[str, str]:
-    """The System pallet's storage at ``at``, read from the node itself."""
+def _values(chain: ChainStack, at: str, prefix: str = SYSTEM) -> dict[str, str]:
+    """The storage under ``prefix`` at ``at``, read from the node itself."""
     keys: list[str] = []
     while True:
-        page = chain.node.rpc("state_getKeysPaged", [SYSTEM, 1000, keys[-1] if keys else None, at])
+        page = chain.node.rpc("state_getKeysPaged", [prefix, 1000, keys[-1] if keys else None, at])
         keys += page
         if len(page) < 1000:
             break
-    got = chain.node.rpc("state_queryStorageAt", [keys, at])
-    return {k: v for change in got for k, v in change["changes"] if v is not None}
+    out = {}
+    for n in range(0, len(keys), 1000):
+        got = chain.node.rpc("state_queryStorageAt", [keys[n : n + 1000], at])
+        out.update({k: v for change in got for k, v in change["changes"] if v is not None})
+    return out
+
+
+def _expected(now: dict[str, str], then: dict[str, str]) -> dict[str, dict[str, str]]:
+    want = {}
+    for key in sorted(set(now) | set(then)):
+        if now.get(key) != then.get(key):
+            kind = "added" if key not in then else "deleted" if key not in now else "modified"
+            value = now.get(key, then.get(key))
+            want[key] = {"event": "storageDiff", "key": key, "value": value, "type": kind}
+    return want
 
 
 def test_a_diff_matches_both_blocks_read_from_the_node(both_endpoints: ChainStack) -> None:
@@ -71,17 +84,7 @@ def test_a_diff_matches_both_blocks_read_from_the_node(both_endpoints: ChainStac
     items = [{"key": SYSTEM, "returnType": "value"}]
     events = _diff(chain.ws_rpc_url, [at, items])
     assert events[-1] == {"event": "storageDiffDone"}, events[-1]
-    now, then = _values(chain, at), _values(chain, parent)
-    want = {}
-    for key in sorted(set(now) | set(then)):
-        if now.get(key) != then.get(key):
-            kind = "added" if key not in then else "deleted" if key not in now else "modified"
-            want[key] = {
-                "event": "storageDiff",
-                "key": key,
-                "value": now.get(key, then.get(key)),
-                "type": kind,
-            }
+    want = _expected(_values(chain, at), _values(chain, parent))
     got = {e["key"]: e for e in events[:-1]}
     assert len(got) == len(events) - 1  # each key once
     assert got == want
@@ -96,6 +99,25 @@ def test_a_diff_matches_both_blocks_read_from_the_node(both_endpoints: ChainStac
     hashed = _diff(chain.ws_rpc_url, [at, [{"key": SYSTEM, "returnType": "hash"}], parent])
     assert [e["key"] for e in hashed[:-1]] == list(want)
     assert all(set(e) == {"event", "key", "hash", "type"} for e in hashed[:-1])
+
+
+def test_a_whole_trie_diff_pages_through_every_key(both_endpoints: ChainStack) -> None:
+    """No items: every key of the trie at both blocks, a page of 100 at a
+    time; 250 keys written between them (``dev_setStorage``) make it pages."""
+    chain = both_endpoints
+    before = chain.node.rpc("chain_getBlockHash", [chain.node.best() - 1])
+    mine = [("0xfeed" + f"{i:04x}", "0x" + f"{i:04x}") for i in range(250)]
+    chain.node.rpc("dev_setStorage", [[list(pair) for pair in mine]])
+    at = chain.node.rpc("chain_getBlockHash", [chain.node.new_blocks(1)])
+    now = _values(chain, at, "0x")
+    assert len(now) > 300  # pages of 100 on each side
+    events = _diff(chain.ws_rpc_url, [at, None, before])
+    assert events[-1] == {"event": "storageDiffDone"}, events[-1]
+    got = {e["key"]: e for e in events[:-1]}
+    assert got == _expected(now, _values(chain, before, "0x"))
+    assert all(
+        got[k] == {"event": "storageDiff", "key": k, "value": v, "type": "added"} for k, v in mine
+    )
 
 
 def test_an_unknown_block_ends_the_diff_in_an_error_event(both_endpoints: ChainStack) -> None:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from addon.newspec import storage_diff as storage_diff_module
 from addon.newspec.storage_diff import DiffItem, parse_diff_items, storage_diff, walked_prefixes
 from addon.newspec.storage_items import CHILD_PREFIX
 from addon.quota.costs import DESCENDANTS_KEYS
@@ -42,6 +43,8 @@ class DiffLegacy:
         self.children: dict[int, dict[str, dict[str, str]]] = {}
         self.calls: list[tuple[str, list[Any]]] = []
         self.reverse_pages = False  # a node that pages wrongly
+        self.past_prefix = False  # a node that lists on past the prefix asked
+        self.forgets: set[str] = set()  # keys it lists but has no value for
         self.genesis_for_unknown = False  # chopsticks: its genesis for a hash it does not know
 
     async def call(self, network: str, method: str, params: list[Any]) -> Any:
@@ -66,7 +69,8 @@ class DiffLegacy:
         return self.children.get(self._n(at), {}).get("0x" + child[len(CHILD_PREFIX) :], {})
 
     def _page(self, keys: dict[str, str], prefix: str, count: int, start: str | None) -> list[str]:
-        found = sorted(k for k in keys if k.startswith(prefix) and (start is None or k > start))
+        under = (lambda k: k >= prefix) if self.past_prefix else (lambda k: k.startswith(prefix))
+        found = sorted(k for k in keys if under(k) and (start is None or k > start))
         page = found[:count]
         return page[::-1] if self.reverse_pages else page
 
@@ -80,7 +84,8 @@ class DiffLegacy:
 
     def _state_queryStorageAt(self, keys: list[str], at: str) -> Any:
         state = self.states[self._n(at)]
-        return [{"block": at, "changes": [[k, state.get(k)] for k in keys]}]
+        changes = [[k, None if k in self.forgets else state.get(k)] for k in keys]
+        return [{"block": at, "changes": changes}]
 
     def _childstate_getStorageEntries(self, child: str, keys: list[str], at: str) -> Any:
         state = self._child(child, at)
@@ -93,7 +98,7 @@ async def diff(
     out: list[dict[str, str]] = []
     before = None if previous is None else block(previous)
     async for got in storage_diff(legacy, NET, block(at), before, items, page_items=page):
-        assert 0 < len(got) <= page
+        assert len(got) <= page  # (an empty page: a run walked, a point to stop at)
         out.extend(got)
     return out
 
@@ -134,14 +139,33 @@ item_lists = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(old=storages, changed=storages, dropped=st.sets(keys, max_size=40), items=item_lists)
+@given(
+    old=storages,
+    changed=storages,
+    dropped=st.sets(keys, max_size=40),
+    items=item_lists,
+    child=st.booleans(),
+    page=st.sampled_from([1, 7, 64]),
+)
 async def test_events_equal_a_diff_computed_apart(
-    old: dict[str, str], changed: dict[str, str], dropped: set[str], items: list[DiffItem]
+    old: dict[str, str],
+    changed: dict[str, str],
+    dropped: set[str],
+    items: list[DiffItem],
+    child: bool,
+    page: int,
 ) -> None:
     # the new block: some of the old keys kept, some changed or added, some dropped
     new = {k: v for k, v in {**old, **changed}.items() if k not in dropped}
-    legacy = DiffLegacy({1: old, 2: new})
-    assert await diff(legacy, 2, 1, items) == expected(new, old, items)
+    if child:  # the same, in a child trie (the main trie holds something else)
+        legacy = DiffLegacy({1: {"0x01": "0x01"}, 2: {"0x01": "0x02"}})
+        legacy.children = {1: {"0xc1": old}, 2: {"0xc1": new}}
+        items = [DiffItem(i.prefix, i.return_type, "0xc1") for i in items]
+        want = [{**e, "childTrieKey": "0xc1"} for e in expected(new, old, items)]
+    else:
+        legacy = DiffLegacy({1: old, 2: new})
+        want = expected(new, old, items)
+    assert await diff(legacy, 2, 1, items, page) == want
 
 
 async def test_keys_over_several_pages_are_walked_side_by_side() -> None:
@@ -200,12 +224,62 @@ async def test_child_tries_are_diffed_apart_and_say_which() -> None:
     ]
 
 
-async def test_unknown_blocks_and_a_previous_block_above_are_errors() -> None:
-    legacy = DiffLegacy({1: {}, 2: {}})
-    for at, previous in ((9, 1), (2, 9), (1, 2)):
+async def test_unknown_blocks_a_previous_block_above_and_no_parent_are_errors() -> None:
+    legacy = DiffLegacy({0: {}, 1: {}, 2: {}})
+    for at, previous, says in (
+        (9, 1, f"UnknownBlock: no node knows {block(9)}"),
+        (2, 9, f"UnknownBlock: no node knows {block(9)}"),
+        (1, 2, f"previousHash {block(2)} is above hash {block(1)}"),
+        (0, None, "block 0 has no parent: give a previousHash"),
+    ):
         with pytest.raises(CallFailed) as e:
             await diff(legacy, at, previous, parse_diff_items(None))
-        assert "UnknownBlock" in e.value.message or "above" in e.value.message
+        assert e.value.message == says
+    assert await diff(legacy, 0, 0, parse_diff_items(None)) == []  # a block against itself
+
+
+async def test_a_key_listed_without_a_value_is_an_error_not_an_event() -> None:
+    legacy = DiffLegacy({1: {"0x01": "0x01"}, 2: {"0x01": "0x01"}})
+    legacy.forgets = {"0x01"}
+    with pytest.raises(CallFailed, match="no value"):
+        await diff(legacy, 2, 1, parse_diff_items(None))
+
+
+async def test_a_node_listing_past_the_prefix_is_not_paged_to_the_end() -> None:
+    state = {f"0x{i:04x}": "0x01" for i in range(DESCENDANTS_KEYS * 5)}
+    legacy = DiffLegacy({1: state, 2: {**state, "0x0001": "0x02"}})
+    legacy.past_prefix = True
+    got = await diff(legacy, 2, 1, [DiffItem("0x0000", "value"), DiffItem("0x0001", "value")])
+    assert got == [{"event": "storageDiff", "key": "0x0001", "value": "0x02", "type": "modified"}]
+    listed = [p for m, p in legacy.calls if m == "state_getKeysPaged"]
+    assert len(listed) == 4  # one page per prefix and block, not the rest of the trie
+
+
+async def test_one_child_trie_spelled_two_ways_is_walked_once() -> None:
+    legacy = DiffLegacy({1: {}, 2: {}})
+    legacy.children = {1: {"0xc1": {"0x05": "0x01"}}, 2: {"0xc1": {"0x05": "0x02"}}}
+    items = parse_diff_items(
+        [
+            {"returnType": "value", "childTrieKey": "0xC1"},
+            {"returnType": "hash", "childTrieKey": CHILD_PREFIX + "c1"},
+        ]
+    )
+    got = await diff(legacy, 2, 1, items)
+    assert [(e["type"], e["childTrieKey"], "value" in e) for e in got] == [
+        ("modified", "0xC1", True),
+        ("modified", "0xC1", False),
+    ]
+    assert len([m for m, _ in legacy.calls if m == "childstate_getKeysPaged"]) == 2
+
+
+async def test_a_walk_past_the_bound_ends_in_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(storage_diff_module, "MAX_WALKED_KEYS", 250)
+    state = {f"0x{i:04x}": "0x01" for i in range(200)}
+    legacy = DiffLegacy({1: state, 2: state})
+    assert await diff(legacy, 2, 1, parse_diff_items(None)) == []  # 200 keys: within
+    legacy = DiffLegacy({1: state, 2: {f"0x{i:04x}": "0x01" for i in range(200, 400)}})
+    with pytest.raises(CallFailed, match="more than 250 keys"):
+        await diff(legacy, 2, 1, parse_diff_items(None))
 
 
 async def test_a_genesis_given_for_an_unknown_block_is_no_such_block() -> None:

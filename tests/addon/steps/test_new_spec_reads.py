@@ -225,6 +225,53 @@ async def test_archive_storage_diff_over_a_websocket() -> None:
     assert len(step.DIFFS) == 0
 
 
+async def test_storage_and_diff_operations_share_the_limit_and_stop_apart() -> None:
+    pipe, legacy, _ = _ws(new_spec={"operations": 2})
+    gate = asyncio.Event()
+
+    async def slow_call(network: str, method: str, params: list[Any]) -> Any:
+        if method in ("state_queryStorageAt", "state_getKeysPaged"):
+            await gate.wait()
+        return await FakeLegacy.call(legacy, network, method, params)
+
+    legacy.call = slow_call  # type: ignore[method-assign]
+    sock = FakeSocket()
+    h = legacy.hashes[5]
+    rpc, stored = await ws_message(
+        pipe, sock, call("archive_v1_storage", [h, [{"key": "0x01", "type": "value"}]])
+    )
+    for after in rpc.afters or ():
+        after()
+    rpc, diffed = await ws_message(pipe, sock, call("archive_v1_storageDiff", [h], id_=2))
+    for after in rpc.afters or ():
+        after()
+    _, refused = await ws_message(pipe, sock, call("archive_v1_storageDiff", [h], id_=3))
+    assert refused["error"]["data"] == {
+        "policy": "max_subscriptions",
+        "reason": "wait for one to end (or stop one with archive_v1_stopStorage "
+        "or archive_v1_stopStorageDiff)",
+        "limit": 2,
+    }
+    # malformed params are -32602 even at the limit
+    _, bad = await ws_message(pipe, sock, call("archive_v1_storageDiff", [h, 5], id_=4))
+    assert bad["error"]["code"] == -32602
+    diff_task = step.DIFFS._ops[diffed["result"]].task
+    # a stopStorage does not stop a diff (ids of one kind), a stopStorageDiff does
+    await ws_message(pipe, sock, call("archive_v1_stopStorage", [diffed["result"]], id_=5))
+    assert diffed["result"] in step.DIFFS._ops
+    await ws_message(pipe, sock, call("archive_v1_stopStorageDiff", [diffed["result"]], id_=6))
+    assert len(step.DIFFS) == 0 and len(step.OPERATIONS) == 1
+    # the socket closes: its operations end at once, not at their next page
+    step.release(sock)
+    assert len(step.OPERATIONS) == 0
+    gate.set()
+    assert diff_task is not None
+    with contextlib.suppress(asyncio.CancelledError):
+        await diff_task
+    assert diff_task.cancelled() and sock.sent == []
+    assert stored["result"] != diffed["result"]
+
+
 async def test_archive_storage_limits_and_stops() -> None:
     pipe, legacy, rt = _ws(new_spec={"operations": 1})
     gate = asyncio.Event()
