@@ -75,7 +75,8 @@ class RpcContext:
     client: str = ""  # whom the quota charges: an address, or ``key:<tier>:<digest>``
     address: str = ""  # the client's address (after the trusted X-Forwarded-For rules)
     request_id: str = ""  # X-Request-Id: the client's if sane, else made here
-    units: int = 0  # quota units charged (the access log)
+    units: int = 0  # quota units charged
+    item_units: dict[int, int] | None = None  # ... per item (the access log; None: none)
     tier: str | None = None  # the client's tier (None: the default quota)
     socket: Socket | None = None  # the client's WebSocket; None for a POST
     parsed: Parsed | None = None
@@ -122,6 +123,15 @@ class RpcContext:
     def pending(self) -> list[int]:
         """Indexes of the items that still need an answer."""
         return [i for i, a in enumerate(self.answers) if a is None]
+
+    def charged(self, units: dict[int, int], total: int) -> None:
+        """``units`` (per item, ``total`` of them) were taken from the client."""
+        self.units += total
+        if self.item_units is None:
+            self.item_units = dict(units)  # (``units`` may be ``reserved``: kept apart)
+            return
+        for i, n in units.items():
+            self.item_units[i] = self.item_units.get(i, 0) + n
 
     def refuse(self, status: int, doc: Any, headers: tuple[tuple[str, str], ...] = ()) -> None:
         """End the call with a policy refusal."""

@@ -3,7 +3,10 @@ know it from nginx, proxyd and dshackle, written off the event loop.
 
 A line per call item (a batch's items and WebSocket calls each get one):
 ``time, request_id, network, method, outcome, status, cache, upstream,
-attempts, latency_ms, upstream_ms, units, tier, client``. ``upstream_ms`` is
+attempts, latency_ms, upstream_ms, units, tier, client``. ``units`` are what
+the line's item was charged (a batch's lines add up to the batch's price, its
+answers' bytes included), so summing them by ``client`` finds who costs the
+most. ``upstream_ms`` is
 how long the attempt whose answer was used took (nginx's
 ``$upstream_response_time``; null when no node was asked): ``latency_ms``
 less it is the proxy's own share, waits for a node's budget included. The client's address is logged
@@ -92,7 +95,6 @@ class AccessLog:
             "attempts": len(rpc.attempts),
             "latency_ms": round(latency_s * 1000, 1),
             "upstream_ms": rpc.attempts[-1].latency_ms if rpc.attempts else None,
-            "units": rpc.units,
             "tier": rpc.tier or "default",
             "client": self._client(rpc.address),
             "transport": "ws" if rpc.websocket else "http",
@@ -102,9 +104,11 @@ class AccessLog:
                 failed, self._failed = self._failed, 0
             self._drop(failed)
         items = rpc.parsed.items if rpc.parsed is not None else ()
+        units = rpc.item_units or {}
         lines = []
         if not items:
-            lines.append(dumps({**base, "method": None, "outcome": outcome, "cache": None}))
+            line = {**base, "method": None, "outcome": outcome, "cache": None, "units": rpc.units}
+            lines.append(dumps(line))
         for i, item in enumerate(items):
             answer = rpc.answers[i] if i < len(rpc.answers) else None
             failed = outcome != "ok" or (answer is not None and "error" in answer)
@@ -115,6 +119,7 @@ class AccessLog:
                         "method": item.method if isinstance(item, Call) else None,
                         "outcome": outcome if outcome != "ok" else "error" if failed else "ok",
                         "cache": "HIT" if i in rpc.hits else "MISS",
+                        "units": units.get(i, 0),  # this item's: a batch's lines add up
                     }
                 )
             )

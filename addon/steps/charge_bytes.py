@@ -47,7 +47,7 @@ def charge_bytes(rpc: RpcContext, rt: ChargeBytesNeeds) -> None:
                 rt.sizes.learn(call, rpc.result.body_bytes, costs.free_bytes)
         return
     reserved = rpc.reserved or {}
-    units = 0
+    units: dict[int, int] = {}
     for i in rpc.forwarded:
         answer = rpc.answers[i]
         call = items[i]
@@ -57,8 +57,9 @@ def charge_bytes(rpc: RpcContext, rt: ChargeBytesNeeds) -> None:
         rt.sizes.learn(call, size, costs.free_bytes)
         n = bytes_cost(size, costs) - reserved.get(i, 0)
         if n > 0:
-            units += n
+            units[i] = n
             rt.metrics.count_units(call, n, rpc.tier, costs)
     if units:
-        rpc.units += units
-        rt.quotas.charge(rpc.client, units, rpc.tier)
+        total = sum(units.values())
+        rpc.charged(units, total)
+        rt.quotas.charge(rpc.client, total, rpc.tier)

@@ -48,36 +48,38 @@ def rate_limit(rpc: RpcContext, rt: RateLimitNeeds) -> Later[Decision] | None:
     costs = rt.quotas.costs(rpc.tier)
     chain = rt.chain
     tip = chain.tips.get(rpc.network)
-    units = 0
+    units: dict[int, int] = {}
     for i in rpc.pending():
         call = items[i]
         if isinstance(call, Call):
             n = base_cost(call, costs, height=chain.blocks.get, tip=tip)
             if n:
-                units += n
+                units[i] = n
                 rt.metrics.count_units(call, n, rpc.tier, costs)
     return take_units(rpc, rt, units)
 
 
-def take_units(rpc: RpcContext, rt: QuotaNeeds, units: int) -> Later[Decision] | None:
-    """Take ``units`` from the call's client, all or nothing, or refuse the call
-    (429, the batch whole); a ``Later`` when the quota is in Redis: the decision
-    is applied by its first callback, as the reply is read, and the runner goes
-    on from there (``addon/pipeline/runner.py``), so no coroutine per step."""
-    if units == 0:
+def take_units(rpc: RpcContext, rt: QuotaNeeds, units: dict[int, int]) -> Later[Decision] | None:
+    """Take ``units`` (per item) from the call's client, all or nothing, or
+    refuse the call (429, the batch whole); a ``Later`` when the quota is in
+    Redis: the decision is applied by its first callback, as the reply is
+    read, and the runner goes on from there (``addon/pipeline/runner.py``), so
+    no coroutine per step."""
+    total = sum(units.values())
+    if total == 0:
         return None
-    decision = rt.quotas.decide(rpc.client, units, rpc.tier)
+    decision = rt.quotas.decide(rpc.client, total, rpc.tier)
     if isinstance(decision, Decision):
-        _apply(rpc, decision, units)
+        _apply(rpc, decision, units, total)
         return None
-    decision.then(lambda done: _apply(rpc, done.result(), units))
+    decision.then(lambda done: _apply(rpc, done.result(), units, total))
     return decision
 
 
-def _apply(rpc: RpcContext, decision: Decision, units: int) -> None:
+def _apply(rpc: RpcContext, decision: Decision, units: dict[int, int], total: int) -> None:
     rpc.rate = decision
     if decision.allowed:
-        rpc.units += units
+        rpc.charged(units, total)
         return
     call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
-    rpc.refuse(429, quota_error(call_id, decision, units, rpc.client))
+    rpc.refuse(429, quota_error(call_id, decision, total, rpc.client))

@@ -50,4 +50,4 @@ def reserve_bytes(rpc: RpcContext, rt: ReserveBytesNeeds) -> Later[Decision] | N
         assert isinstance(call, Call)  # (heavy_units takes calls only)
         rt.metrics.count_units(call, n, rpc.tier, costs)
     rpc.reserved = reserved  # (a refused call ends here: nothing reads it then)
-    return take_units(rpc, rt, sum(reserved.values()))
+    return take_units(rpc, rt, reserved)

@@ -69,13 +69,50 @@ async def test_one_line_per_call_item_with_the_id_the_client_saw(tmp_path: Path)
     ]
     first = lines[0]
     assert first["network"] == "finney" and first["status"] == 200 and first["outcome"] == "ok"
-    assert first["units"] == 2 and first["tier"] == "default" and first["transport"] == "http"
+    assert first["tier"] == "default" and first["transport"] == "http"
+    # each line its item's units: a batch's lines add up to its price; a refusal took none
+    assert [x["units"] for x in lines] == [1, 1, 0]
     assert first["attempts"] >= 1 and first["cache"] in ("HIT", "MISS")
     assert isinstance(first["upstream_ms"], int) and 0 <= first["upstream_ms"]
     assert first["upstream_ms"] <= first["latency_ms"] + 1  # whole ms, rounded
     assert lines[2]["status"] == 403 and lines[2]["outcome"] == "refused"
     assert lines[2]["upstream_ms"] is None and lines[2]["attempts"] == 0  # no node asked
     assert body(f)[0]["id"] == 1
+
+
+BIG = "0x" + "ab" * 524_288  # ~1 MiB of JSON: 16 units of bytes
+HEAVY = "SubnetInfoRuntimeApi_get_all_metagraphs"
+
+
+def _answers(doc: Any) -> tuple[int, bytes]:
+    docs = doc if isinstance(doc, list) else [doc]
+    out = [
+        {"jsonrpc": "2.0", "id": d["id"], "result": BIG if d["method"] == "state_call" else 1}
+        for d in docs
+    ]
+    return 200, json.dumps(out if isinstance(doc, list) else out[0]).encode()
+
+
+async def test_each_line_carries_its_own_items_units_bytes_included(tmp_path: Path) -> None:
+    """Summing ``units`` by client is what the client was charged: a batch's
+    heavy item carries its bytes, its light one its single unit."""
+    log = tmp_path / "access.jsonl"
+    stages, fake, rt = make(access_log=str(log))
+    fake.behaviour = {url: _answers for url in ("http://a.example:9944", "http://b.example:9944")}
+    try:
+        await run(stages, rpc_flow(call("state_call", [HEAVY, "0x"], id_=1)))  # learns its size
+        batch = [call("state_call", [HEAVY, "0x01"], id_=2), call("system_health", id_=3)]
+        f = await run(stages, rpc_flow(batch))
+        lines = _lines(log, 3)
+    finally:
+        assert rt.access_log is not None
+        rt.access_log.close()
+    assert [(x["method"], x["units"]) for x in lines] == [
+        ("state_call", 1 + 16),  # charged its bytes after the answer
+        ("state_call", 1 + 16),  # reserved them before it was sent
+        ("system_health", 1),
+    ]
+    assert sum(x["units"] for x in lines) == 100 - int(f.response.headers["X-RateLimit-Remaining"])
 
 
 async def test_keys_never_reach_the_log(tmp_path: Path) -> None:
