@@ -283,12 +283,30 @@ def client_writer(master: Any, flow: http.HTTPFlow) -> Callable[[list[bytes]], i
     if stream is None:
         return None
     transport = stream[0]
+    activity = client_activity(master, flow)
 
     def write(messages: list[bytes]) -> int:
         transport.write(b"".join(frame for m in messages for frame in (text_frame(m), m)))
+        activity()
         return transport.get_write_buffer_size()
 
     return write
+
+
+def client_activity(master: Any, flow: http.HTTPFlow) -> Callable[[], None]:
+    """What tells mitmproxy's inactivity clock (``tcp_timeout``) that the
+    connection is in use: each message it injects does (``server_event``),
+    so each frame written directly must too, or a client that only listens to
+    its subscriptions is cut after ``tcp_timeout``. A no-op where unknown."""
+    try:
+        handler = master.addons.get("proxyserver").connections.get(flow.client_conn.id)
+        return handler.timeout_watchdog.register_activity
+    except AttributeError:
+        return _nothing
+
+
+def _nothing() -> None:
+    return None
 
 
 def text_frame(payload: bytes) -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,10 @@ class ClientConn:
         # sockets, a known mitmproxy); else mitmproxy's inject (what mitmweb shows).
         self._write = mitm_internals.client_writer(master, flow) if direct else None
         self._out: list[bytes] = []
+        # the sizes of the messages still (partly) in the socket's buffer,
+        # oldest first, while it holds any: a direct socket's unread messages
+        self._held: deque[int] = deque()
+        self._held_bytes = 0
         self.reads: Any = None  # addon/mitm/ws_reads.DirectReads, once its reads are taken over
         self.keepalive = Keepalive(time.monotonic())  # its pings (addon/sockets/keepalive.py)
 
@@ -102,6 +107,7 @@ class ClientConn:
         if stream is None:
             return False
         stream[0].write(ping_frame(payload))
+        mitm_internals.client_activity(self._master, self.flow)()  # as the sink's ping would
         return True
 
     def ponged(self) -> None:
@@ -110,16 +116,34 @@ class ClientConn:
 
     def _flush(self) -> None:
         out, self._out = self._out, []
-        if out and self.open and self._write is not None:
-            if self._write(out) > self._max_buffer:
-                self._too_slow(self._max_buffer)
+        if not (out and self.open and self._write is not None):
+            return
+        buffered = self._write(out)
+        held = self._held
+        if not buffered:  # all of it handed to the kernel (the usual case)
+            if held:
+                held.clear()
+                self._held_bytes = 0
+            return
+        # The buffer is first in, first out: the messages it still holds are
+        # the newest whose bytes add up to ``buffered`` (frame headers counted).
+        for m in out:
+            n = len(m)
+            n += 2 if n < 126 else 4 if n < 65536 else 10
+            held.append(n)
+            self._held_bytes += n
+        while held and self._held_bytes - held[0] >= buffered:
+            self._held_bytes -= held.popleft()
+        if buffered > self._max_buffer or len(held) > self._max_queued:
+            self._too_slow(len(held), buffered)
 
-    def _too_slow(self, queued: int) -> None:
+    def _too_slow(self, queued: int, nbytes: int | None = None) -> None:
         self.closing = True
         log.warning(
-            "WebSocket client %s does not read what it is sent (%d queued): closed",
+            "WebSocket client %s does not read what it is sent (%d messages%s queued): closed",
             self.client,
             queued,
+            "" if nbytes is None else f", {nbytes} bytes",
         )
         self._on_slow(self)
 

@@ -106,3 +106,51 @@ async def test_a_client_that_stops_answering_pings_is_closed_and_freed(pinged: S
         assert not good.closed
         answering.cancel()
         await good.close()
+
+
+@pytest.fixture(params=list(READ_WAYS))
+def unpinged(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Stack]:
+    """Pings off, and mitmproxy's inactivity timeout (``tcp_timeout``) short."""
+    sets = (*READ_WAYS[request.param], f"tcp_timeout={TCP_TIMEOUT_S}")
+    stack = Stack(tmp_path, proxy_sets=sets)
+    try:
+        stack.start_node("alpha", epoch=time.time() - 600, block_time=1.0)
+        config = base_config(
+            tmp_path,
+            stack.nodes,
+            **{**PROXY_DEFAULTS, "websocket": {"ping_interval_s": 0}},
+        )
+        stack.write_config(with_wss(config))
+        stack.start_sidecar()
+        stack.start_proxy()
+        yield stack
+    finally:
+        stack.stop()
+
+
+TCP_TIMEOUT_S = 2
+
+
+async def test_a_client_that_only_listens_outlives_the_inactivity_timeout(
+    unpinged: Stack,
+) -> None:
+    """Notifications written to a socket are activity, whoever writes them:
+    a subscriber that sends nothing after its subscribe is never cut for
+    being quiet (direct writes once let mitmproxy's ``tcp_timeout`` close it
+    with no close frame)."""
+    async with (
+        aiohttp.ClientSession() as s,
+        s.ws_connect(ws_url(unpinged), headers={"X-Forwarded-For": next_client_ip()}) as ws,
+    ):
+        await ws.send_json(call("chain_subscribeNewHeads", id_=1))
+        heads = 0
+        deadline = time.monotonic() + 3 * TCP_TIMEOUT_S + 1
+        while time.monotonic() < deadline:
+            try:
+                msg = await ws.receive(timeout=deadline - time.monotonic())
+            except TimeoutError:
+                break
+            assert msg.type is aiohttp.WSMsgType.TEXT, (msg.type, msg.data)
+            heads += "params" in msg.json()
+        assert not ws.closed
+        assert heads >= 2 * TCP_TIMEOUT_S  # a block a second, all the while

@@ -85,3 +85,37 @@ async def test_a_client_that_does_not_read_is_closed_on_the_inject_path() -> Non
         c2.send(b"x")
         c2.relayed += 1  # a reading client: each one relayed
     assert seen2["slow"] == 0 and len(seen2["injected"]) == 10
+
+
+async def test_a_direct_client_holding_too_many_messages_is_closed() -> None:
+    """``max_queued`` holds on the direct path too: the messages still in the
+    socket's buffer are counted (the newest whose bytes make up what it
+    holds), not only its bytes."""
+    c, seen = conn(direct_buffer=[15, 5, 18, 24], max_queued=3)
+    for m in (b"aaa", b"bbb", b"ccc"):  # 5 bytes each on the wire
+        c.send(m)
+    await asyncio.sleep(0)
+    assert list(c._held) == [5, 5, 5] and seen["slow"] == 0  # all three still there
+    c.send(b"ddd")
+    await asyncio.sleep(0)
+    assert list(c._held) == [5] and seen["slow"] == 0  # the client read three meanwhile
+    c.send(b"eee")
+    c.send(b"fff")
+    await asyncio.sleep(0)
+    assert len(c._held) == 3 and seen["slow"] == 0  # 18 bytes: ddd's tail, eee, fff
+    c.send(b"ggg")
+    c.send(b"hhh")
+    await asyncio.sleep(0)
+    assert len(c._held) == 5 and seen["slow"] == 1 and c.closing  # 24 bytes: 5 messages
+    assert [m for write in seen["writes"] for m in write] == [
+        x * 3 for x in (b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h")
+    ]
+
+
+async def test_a_direct_client_that_reads_is_never_counted_behind() -> None:
+    c, seen = conn(direct_buffer=[10, 0] * 50, max_queued=3)
+    for i in range(100):  # a burst now and then, read between them
+        for _ in range(2):
+            c.send(f"m{i}".encode())
+        await asyncio.sleep(0)
+    assert seen["slow"] == 0 and not c._held
