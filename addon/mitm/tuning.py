@@ -80,11 +80,14 @@ UNLOADABLE: dict[str, tuple[str, ...]] = {
 }
 
 
-# The options by which mitmproxy's own addons change or record each flow
-# (``UNLOADABLE``'s, but printing: ``flow_detail`` only shows flows). Calls
+# The options by which mitmproxy's own addons change, hold or record each flow
+# (``UNLOADABLE``'s, but printing: ``flow_detail`` only shows flows; and
+# ``intercept``, whose addon lean mode keeps). Calls
 # chainproxy reads itself are no flows, so while one of these is in use every
 # call goes through mitmproxy (direct HTTP and WebSocket reads stay off).
-FLOW_OPTIONS = tuple(sorted({o for names in UNLOADABLE.values() for o in names} - {"flow_detail"}))
+FLOW_OPTIONS = tuple(
+    sorted({o for names in UNLOADABLE.values() for o in names} - {"flow_detail"} | {"intercept"})
+)
 
 
 def flows_acted_on(options: Any) -> list[str]:
