@@ -12,7 +12,7 @@ may carry is ``common.metrics_wire``'s.
                   "endpoint": "endpoint-srf-<16 hex>" or null (answered from the cache),
                   "method": "chain_getHeader", "requests": 10, "errors": 1,
                   "failovers": 2, "cache_hits": 3, "latency_ms_sum": 123.0,
-                  "latency_hist": {"195": 4, "230": 6}}],
+                  "latency_hist": {"195": 4, "230": 6}, "units": 12}],
      "metrics": {...}}
 
 A rollup is the proxy's calls of one ``(minute, network, endpoint or None,
@@ -30,7 +30,8 @@ batch is refused whole with a 400):
   counts are integers 0..``MAX_COUNT`` with errors, failovers and cache_hits
   <= requests; ``latency_hist`` is ``latency_hist.to_wire`` of the calls'
   latencies (at most ``MAX_HIST_BUCKETS`` buckets) and holds exactly
-  ``requests`` of them;
+  ``requests`` of them; ``units`` (optional, 0 when absent: a proxy of
+  before 2026-11-29) the quota units the calls were charged, 0..``MAX_COUNT``;
 * ``metrics`` (optional): ``common.metrics_wire``; a batch with no rollups and
   a metrics section is a proxy's heartbeat.
 
@@ -108,6 +109,7 @@ class Rollup:
     cache_hits: int = 0
     latency_ms_sum: float = 0.0
     hist: Hist = field(default_factory=dict)
+    units: int = 0
 
     @property
     def key(self) -> tuple[int, str, str, str]:
@@ -125,8 +127,9 @@ def rollup_doc(
     method: str,
     counts: Counts,
     hist: Mapping[int, int],
+    units: int = 0,
 ) -> dict[str, Any]:
-    """One rollup on the wire."""
+    """One rollup on the wire (``units``: the quota units its calls were charged)."""
     return {
         "minute": minute,
         "network": network,
@@ -138,6 +141,7 @@ def rollup_doc(
         "cache_hits": counts.cache_hits,
         "latency_ms_sum": round(counts.latency_ms_sum, 3),
         "latency_hist": latency_hist.to_wire(hist),
+        "units": units,
     }
 
 
@@ -267,9 +271,12 @@ def _parse_rollup(
         raise BatchError(
             f"{where()}.latency_hist holds {total} latencies but requests is {requests}"
         )
+    units = doc.get("units", 0)
+    if type(units) is not int or not 0 <= units <= MAX_COUNT:
+        raise _int_error(units, f"{where()}.units", MAX_COUNT)
     return Rollup(
         minute, network, endpoint, method, requests, errors, failovers, cache_hits,
-        float(latency_sum), hist,
+        float(latency_sum), hist, units,
     )  # fmt: skip
 
 

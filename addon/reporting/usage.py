@@ -45,8 +45,9 @@ Key = tuple[int, str, str | None, str]  # minute, network, endpoint id, method
 
 
 @dataclass(slots=True)
-class _Rollup(Counts):  # the wire's counts (common/usage_wire.py) and the latencies
+class _Rollup(Counts):  # the wire's counts (common/usage_wire.py), latencies and units
     hist: dict[int, int] = field(default_factory=dict)
+    units: int = 0
 
 
 class UsageAggregator:
@@ -68,6 +69,7 @@ class UsageAggregator:
         error: bool,
         failover: bool,
         cache_hit: bool,
+        units: int = 0,
         at: float | None = None,
     ) -> None:
         minute = int((self._clock() if at is None else at) // 60)
@@ -80,12 +82,13 @@ class UsageAggregator:
         r.failovers += failover
         r.cache_hits += cache_hit
         r.latency_ms_sum += latency_ms
+        r.units += units
         latency_hist.add(r.hist, latency_ms)
         self.recorded += 1
 
     def drain(self) -> list[dict[str, Any]]:
         rollups, self._rollups = self._rollups, {}
-        return [rollup_doc(*key, r, r.hist) for key, r in rollups.items()]
+        return [rollup_doc(*key, r, r.hist, r.units) for key, r in rollups.items()]
 
 
 Deliver = Callable[[dict[str, Any]], Any]  # async: True when accepted

@@ -40,6 +40,7 @@ def record(rpc: RpcContext, rt: RecordNeeds) -> None:
     endpoint = rpc.upstream or (rpc.attempts[-1].endpoint if rpc.attempts else None)
     if rt.demand.enabled and (rpc.hits or rpc.coalesced):
         _used_prewarm(rpc, rt)
+    units = rpc.item_units or {}
     for i in (*rpc.hits, *rpc.forwarded, *rpc.subscribed):
         item, answer = rpc.parsed.items[i], rpc.answers[i]
         if not isinstance(item, Call) or answer is None:
@@ -54,6 +55,7 @@ def record(rpc: RpcContext, rt: RecordNeeds) -> None:
             error="error" in answer,
             failover=failover and not hit and not sub,
             cache_hit=hit,
+            units=units.get(i, 0),
         )
 
 

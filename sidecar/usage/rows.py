@@ -77,6 +77,8 @@ class BatchRows:
     hours: dict[tuple[int, str, str], Counts] = field(default_factory=dict)
     minute_hists: dict[tuple[int, str], Hist] = field(default_factory=dict)
     hour_hists: dict[tuple[int, str], Hist] = field(default_factory=dict)
+    # (hour, network, method) -> [requests, units]
+    method_hours: dict[tuple[int, str, str], list[int]] = field(default_factory=dict)
 
     def minute_rows(self) -> list[tuple[Any, ...]]:
         """For ``UPSERT_MINUTE``."""
@@ -88,6 +90,10 @@ class BatchRows:
             (*k, c.requests, c.errors, c.failovers, c.cache_hits, c.latency_ms_sum)
             for k, c in self.hours.items()
         ]
+
+    def method_hour_rows(self) -> list[tuple[Any, ...]]:
+        """For ``UPSERT_METHOD_HOUR``."""
+        return [(*k, *v) for k, v in self.method_hours.items()]
 
     def minute_hist_rows(self) -> list[tuple[Any, ...]]:
         """For ``UPSERT_HIST_MINUTE``."""
@@ -110,6 +116,7 @@ def batch_rows(batch: Batch, start: int) -> BatchRows:
     first) are dropped."""
     out = BatchRows()
     minutes, hours, minute_hists = out.minutes, out.hours, out.minute_hists
+    method_hours = out.method_hours
     for r in batch.rollups:
         if r.minute < start or not r.requests:
             continue
@@ -131,6 +138,12 @@ def batch_rows(batch: Batch, start: int) -> BatchRows:
         if c is None:
             c = hours[(hour, r.network, key[2])] = Counts()
         c.add(r)
+        m = method_hours.get((hour, r.network, r.method))
+        if m is None:
+            method_hours[(hour, r.network, r.method)] = [r.requests, r.units]
+        else:
+            m[0] += r.requests
+            m[1] += r.units
         _add(minute_hists.setdefault((r.minute, r.network), {}), r.hist)
     for (minute, net), h in minute_hists.items():
         _add(out.hour_hists.setdefault((minute // 60, net), {}), h)

@@ -174,6 +174,7 @@ class UsageService:
         store = self.open()
         now = self.clock()
         totals = await asyncio.to_thread(store.window_totals, now)
+        methods, units = await asyncio.to_thread(store.top_methods, now, network)
         return summarize(
             totals,
             networks=self.config.proxy.networks,
@@ -182,6 +183,8 @@ class UsageService:
             updated=store.updated,
             now=now,
             window_s=store.window_s,
+            methods=methods,
+            units=units,
         )
 
     async def hourly(self, network: str | None = None) -> list[tuple[int, int]]:

@@ -11,6 +11,9 @@ of distinct keys, never with the number of calls:
 * ``usage_hour`` / ``hist_hour`` — counts per ``(hour, network, endpoint)`` and
   the histogram per ``(hour, network)``, one row per bucket (merged by SQL
   alone: rewriting a histogram of hundreds of buckets on every batch is slow).
+* ``usage_method_hour`` — requests and quota units per ``(hour, network,
+  method)``: the top methods by units (rows from 2026-11-29 on; an older
+  proxy's rollups carry no units and count 0).
 * ``usage_batches`` — the batch ids seen (idempotency), kept 8 days.
 * ``usage_meta`` — ``updated``: the time of the last successful ingest.
 
@@ -58,6 +61,14 @@ CREATE TABLE IF NOT EXISTS hist_hour (
     count INTEGER NOT NULL,
     PRIMARY KEY (hour, network, bucket)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS usage_method_hour (
+    hour INTEGER NOT NULL,
+    network TEXT NOT NULL,
+    method TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    units INTEGER NOT NULL,
+    PRIMARY KEY (hour, network, method)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS usage_batches (
     batch_id TEXT PRIMARY KEY,
     received REAL NOT NULL
@@ -87,6 +98,11 @@ INSERT INTO usage_hour (hour, network, endpoint, requests, errors, failovers, ca
                         latency_ms_sum)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (hour, network, endpoint) DO UPDATE SET {_COUNT_SUMS}
+"""
+UPSERT_METHOD_HOUR = """
+INSERT INTO usage_method_hour (hour, network, method, requests, units) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (hour, network, method) DO UPDATE SET
+    requests = requests + excluded.requests, units = units + excluded.units
 """
 UPSERT_HIST_MINUTE = """
 INSERT INTO hist_minute (minute, network, hist) VALUES (?, ?, ?)

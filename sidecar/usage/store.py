@@ -166,6 +166,7 @@ class UsageStore:
         upserts = (
             (sql.UPSERT_MINUTE, rows.minute_rows()),
             (sql.UPSERT_HOUR, rows.hour_rows()),
+            (sql.UPSERT_METHOD_HOUR, rows.method_hour_rows()),
             (sql.UPSERT_HIST_MINUTE, rows.minute_hist_rows()),
             (sql.UPSERT_HIST_HOUR, rows.hour_hist_rows()),
         )
@@ -227,6 +228,7 @@ class UsageStore:
                         ("DELETE FROM hist_minute WHERE minute < ?", start),
                         ("DELETE FROM usage_hour WHERE hour < ?", old_hour),
                         ("DELETE FROM hist_hour WHERE hour < ?", old_hour),
+                        ("DELETE FROM usage_method_hour WHERE hour < ?", old_hour),
                         (
                             "DELETE FROM usage_batches WHERE received < ?",
                             now - self.batch_retention_s,
@@ -282,6 +284,30 @@ class UsageStore:
         sums = "SUM(requests), SUM(errors), SUM(cache_hits), SUM(latency_ms_sum)"
         return self._hourly(sums, now, network)
 
+    def top_methods(
+        self, now: float, network: str | None = None, limit: int = 10
+    ) -> tuple[list[tuple[str, int, int]], int]:
+        """(method, requests, units) of the methods that cost the most units over
+        the window's whole hours (then the most requests), at most ``limit``;
+        and the units of all methods over those hours."""
+        start = (int(now) - self.window_s) // 3600
+        where, args = "hour >= ?", list[Any]([start])
+        if network is not None:
+            where += " AND network = ?"
+            args.append(network)
+        query = (
+            f"SELECT method, SUM(requests), SUM(units) FROM usage_method_hour WHERE {where}"
+            " GROUP BY method ORDER BY SUM(units) DESC, SUM(requests) DESC, method LIMIT ?"
+        )
+        total = f"SELECT COALESCE(SUM(units), 0) FROM usage_method_hour WHERE {where}"
+        with self._lock:
+            try:
+                rows = self._db.execute(query, [*args, limit]).fetchall()
+                units = self._db.execute(total, args).fetchone()[0]
+            except sqlite3.Error as e:
+                raise self._fail("methods read", e) from e
+        return [(str(m), int(n), int(u)) for m, n, u in rows], int(units)
+
     def _hourly(self, sums: str, now: float, network: str | None) -> list[tuple[Any, ...]]:
         """(hour, *sums) per hour of the window, oldest first (``sums``: SQL of ours)."""
         start = (int(now) - self.window_s) // 3600
@@ -306,6 +332,7 @@ class UsageStore:
                     "hist_minute",
                     "usage_hour",
                     "hist_hour",
+                    "usage_method_hour",
                     "usage_batches",
                 )
             }

@@ -229,7 +229,8 @@ def _rate_limited(stack: Stack) -> int:
 
 
 def _check_usage(page: Any, sent: Sent, usage: dict[str, Any]) -> None:
-    """The KPIs, the by-network and the by-endpoint tables say what was sent."""
+    """The KPIs, the by-network, by-endpoint and top-methods tables say what
+    was sent."""
     kpis = dict(
         zip(
             page.locator("#usage .kpi span").all_inner_texts(),
@@ -252,6 +253,12 @@ def _check_usage(page: Any, sent: Sent, usage: dict[str, Any]) -> None:
     assert shown["epsilon-test-rpc"] == ("epsilon", sent.test)
     assert sum(n for _, n in shown.values()) == sent.total - sent.hits
     assert {"alpha-finney-rpc", "beta-finney-rpc"} <= set(shown)
+    # the methods by quota units: plain reads cost a unit each, so as many as calls
+    top = _rows(page, "#usage table:has(caption:text('Top methods by quota units'))")
+    shown_top = [(r[0], _num(r[1]), _num(r[2])) for r in top]
+    assert shown_top == [(m["method"], m["requests"], m["units"]) for m in usage["methods"]]
+    assert {"chain_getHeader", "chain_getBlock", "system_health"} <= {m for m, _, _ in shown_top}
+    assert all(units == n for _, n, units in shown_top), shown_top
     # Beside the longer endpoint table, the network table's rows keep their height.
     net_row, ep_row = (
         page.locator(f"#usage table:has(caption:text('{c}')) tbody tr").first
@@ -306,7 +313,7 @@ def test_dashboard_after_real_traffic(tmp_path: Path) -> None:
             page.goto(stack.proxy_url + "/", wait_until="load")  # through the proxy
             # Every table has rows, none of them an "empty" placeholder.
             tables = page.locator("main table")
-            assert tables.count() == 10
+            assert tables.count() == 11
             for t in tables.all():
                 assert t.locator("tbody tr").count() >= 1, t.inner_html()[:300]
                 assert t.locator("td.empty").count() == 0, t.inner_text()

@@ -18,6 +18,14 @@ def schemas() -> dict[str, Schema]:
             "avg_latency_ms": js.integer(),
         }
     )
+    method = js.obj(
+        {
+            "method": js.string(),
+            "requests": js.integer(),
+            "units": js.integer(desc="quota units its calls were charged (answer bytes included)"),
+            "units_pct": js.PCT,
+        }
+    )
     return {
         "Usage": js.obj(
             {
@@ -35,10 +43,12 @@ def schemas() -> dict[str, Schema]:
                     "description": "requests per configured network",
                 },
                 "endpoints": js.arr(row),
+                "methods": js.arr(method),
                 "updated": js.nullable(js.ISO, "string"),
                 "freshness": js.enum("fresh", "unknown"),
             },
-            "Proxy usage over the last 7 days; endpoints by requests, descending.",
+            "Proxy usage over the last 7 days; endpoints by requests, descending; the ten"
+            " methods that cost the most quota units (whole hours), descending.",
         ),
     }
 

@@ -19,6 +19,11 @@ Definitions:
   config has provider ``unknown``), in id order: the first keeps the plain
   label, the next ones get ``-2``, ``-3`` … So a label does not depend on the
   ``?network=`` filter or on which endpoints happen to have traffic.
+* **methods**: the (at most 10) methods that cost the most quota units over
+  the window's whole hours, then the most requests: ``method``,
+  ``requests``, ``units`` and ``units_pct`` (its units / all units of the
+  methods in scope over those hours; 0 when none). Units count from
+  2026-11-29 on (older rollups carry none).
 * **updated**: the time of the last successful (non-duplicate) ingest, UTC
   ISO-8601 ``…Z``; null when nothing was ever ingested. An empty batch counts,
   so the addon can use one as a heartbeat when it has no traffic.
@@ -92,11 +97,15 @@ def summarize(
     updated: float | None,
     now: float,
     window_s: int = WINDOW_S,
+    methods: Sequence[tuple[str, int, int]] = (),
+    units: int | None = None,
 ) -> dict[str, Any]:
     """The ``GET /api/v1/usage`` document (see the module docstring).
 
     ``networks`` are the configured networks (``by_network`` lists each of
     them); ``network`` narrows everything but ``by_network`` to one of them.
+    ``methods``: (method, requests, units), the top ones; ``units``: all units
+    in scope (default: those of ``methods``).
     """
     scope = (network,) if network is not None else tuple(networks)
     by_network = {n: 0 for n in networks}
@@ -162,6 +171,14 @@ def summarize(
         "cache_hits": {"count": total.cache_hits, "pct": pct(total.cache_hits, n)},
         "by_network": by_network,
         "endpoints": rows,
+        "methods": _methods(methods, units),
         "updated": iso(updated),
         "freshness": freshness(updated, now),
     }
+
+
+def _methods(methods: Sequence[tuple[str, int, int]], units: int | None) -> list[dict[str, Any]]:
+    total = sum(u for _, _, u in methods) if units is None else units
+    return [
+        {"method": m, "requests": n, "units": u, "units_pct": pct(u, total)} for m, n, u in methods
+    ]

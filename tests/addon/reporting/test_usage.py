@@ -101,3 +101,16 @@ async def test_stop_spools_what_is_pending_and_a_new_process_sends_it(tmp_path: 
     )
     assert await later.deliver_spooled() is True
     assert sum(r["requests"] for b in got for r in b["rollups"]) == 2
+
+
+async def test_a_calls_units_reach_its_rollup() -> None:
+    """What each call item was charged is summed into its method's rollup
+    (the sidecar's top methods by units); a batch's items each their own."""
+    from tests.addon.helpers import call, make, rpc_flow, run
+
+    stages, _, rt = make()
+    await run(stages, rpc_flow(call("system_health", id_=1)))
+    batch = [call("state_getKeysPaged", ["0x", 1000], id_=2), call("system_health", id_=3)]
+    await run(stages, rpc_flow(batch))
+    units = {r["method"]: r["units"] for r in rt.usage.drain()}
+    assert units == {"system_health": 2, "state_getKeysPaged": 10}  # 1000 keys: 10 units

@@ -162,3 +162,27 @@ async def test_wss_pools_serve_the_proxys_subscriptions(
     assert row and "<td>Proxy</td>" in row.group(0)
     totals = await (await client.get("/api/v1/registry/totals")).json()
     assert (totals["rpc_pools"], totals["rpc_pools_proxy_eligible"]) == (3, 3)
+
+
+async def test_the_methods_that_cost_most_units_are_listed(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    from tests.sidecar.usage.stats.helpers import wire_batch, wire_rollup
+
+    cfg = config(tmp_path)
+    _app, client, clock = await start(aiohttp_client, cfg)
+    assert "Top methods by quota units" not in section(await get(client), "usage")
+    clock.t = T0
+    ep = next(e.id for e in cfg.endpoints if e.kind == "node-rpc")
+    minute = int(T0 // 60)
+    rollups = [
+        {**wire_rollup(minute, [5] * 2, endpoint=ep, method="state_getKeysPaged"), "units": 20},
+        {**wire_rollup(minute, [5] * 30, endpoint=ep), "units": 30},
+    ]
+    batch = {**wire_batch(rollups), "sent_at": T0}
+    assert (await client.post(USAGE, json=batch)).status == 200
+    usage = section(await get(client), "usage")
+    table = usage[usage.index("Top methods by quota units") :]
+    rows = re.findall(r"<tr><td>([^<]+)</td><td class=\"num\">([\d,]+)</td>", table)
+    assert rows == [("chain_getHeader", "30"), ("state_getKeysPaged", "2")]
+    assert "60.0%" in table and "40.0%" in table

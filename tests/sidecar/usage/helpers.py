@@ -33,8 +33,9 @@ def r(
     method: str = "chain_getHeader",
     errors: int = 0,
     bucket: int = 250,
+    units: int = 0,
 ) -> Rollup:
-    return Rollup(minute, network, endpoint, method, n, errors, 0, 0, n * 100.0, {bucket: n})
+    return Rollup(minute, network, endpoint, method, n, errors, 0, 0, n * 100.0, {bucket: n}, units)
 
 
 def usage_config(tmp: Path, token: str | None = None) -> Config:

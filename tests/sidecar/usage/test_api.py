@@ -70,6 +70,7 @@ async def test_empty_usage_has_the_contract_shape(
         "cache_hits": {"count": 0, "pct": 0},
         "by_network": {"finney": 0, "test": 0},
         "endpoints": [],
+        "methods": [],
         "updated": None,
         "freshness": "unknown",
     }
@@ -146,6 +147,34 @@ async def test_counts_labels_and_types_for_known_batches(
     assert (await get_usage(client, "?network="))["requests"] == 31  # empty = all
 
 
+async def test_the_methods_that_cost_most_units(
+    aiohttp_client: Any, config: Config, clock: FakeClock
+) -> None:
+    """``methods``: the top methods by quota units, their share of all units;
+    a rollup without ``units`` (a proxy of before) counts none."""
+    client = await usage_client(aiohttp_client, config, clock)
+    ids = _ids(config)
+    old = wire_rollup(MINUTE, [5] * 4, endpoint=ids["1"], method="system_health")
+    rollups = [
+        {**wire_rollup(MINUTE, [5] * 3, endpoint=ids["1"], method="state_call"), "units": 51},
+        {**wire_rollup(MINUTE, [5] * 9, endpoint=ids["1"]), "units": 9},
+        {**wire_rollup(MINUTE, [5] * 2, network="test", endpoint=ids["5"]), "units": 2},
+        old,
+    ]
+    r = await _post(client, wire_batch(rollups))
+    assert r.status == 200
+    doc = await get_usage(client)
+    assert doc["methods"] == [
+        {"method": "state_call", "requests": 3, "units": 51, "units_pct": 82.26},
+        {"method": "chain_getHeader", "requests": 11, "units": 11, "units_pct": 17.74},
+        {"method": "system_health", "requests": 4, "units": 0, "units_pct": 0.0},
+    ]
+    test = await get_usage(client, "?network=test")
+    assert test["methods"] == [
+        {"method": "chain_getHeader", "requests": 2, "units": 2, "units_pct": 100.0}
+    ]
+
+
 async def test_unknown_network_is_a_404_json_error(
     aiohttp_client: Any, config: Config, clock: FakeClock
 ) -> None:
@@ -213,6 +242,8 @@ def _bad_docs(ids: dict[str, str]) -> list[tuple[str, Any, str]]:
         ("errors > requests", one(errors=3), "errors (3) > requests (2)"),
         ("failovers > requests", one(failovers=3), "failovers"),
         ("cache_hits > requests", one(cache_hits=3), "cache_hits"),
+        ("units type", one(units=1.5), "rollups[1].units"),
+        ("units negative", one(units=-1), "rollups[1].units"),
         ("hist total", one(latency_hist={"5": 1}), "latency_hist"),
         ("hist bucket", one(latency_hist={"abc": 2}), "bucket"),
         ("network", one(network="mars"), "rollups[1].network"),

@@ -142,6 +142,7 @@ def test_rows_grow_with_keys_not_with_requests(store: UsageStore) -> None:
         "hist_minute": 1,
         "usage_hour": 3,
         "hist_hour": 6,  # buckets 250 and 100..104
+        "usage_method_hour": 2,
     }
     assert store.window_totals(NOW).counts[("finney", "")].requests == 2 + 2 * 20 * 1000
 
@@ -242,3 +243,32 @@ def test_in_memory_totals_match_a_naive_recount(tmp_path: Path, steps: list) -> 
         assert_same_totals(s.window_totals(now), totals_of(kept, now))
     assert_same_totals(s.rebuild_totals(now), totals_of(kept, now))
     s.close()
+
+
+def test_the_methods_that_cost_most_units_over_the_window(store: UsageStore) -> None:
+    store.ingest(
+        batch(
+            r(MINUTE, 10, method="state_call", units=170),
+            r(MINUTE, 5, method="state_call", endpoint=None, units=5),  # cache hits: 1 each
+            r(MINUTE, 100, method="chain_getHeader", units=100),
+            r(MINUTE, 3, method="state_getKeysPaged", network="test", units=300),
+            r(MINUTE, 7, method="system_health"),  # an older proxy: no units
+        ),
+        NOW,
+    )
+    store.ingest(batch(r(MINUTE + 1, 2, method="chain_getHeader", units=2)), NOW)
+    methods, units = store.top_methods(NOW)
+    assert methods == [
+        ("state_getKeysPaged", 3, 300),
+        ("state_call", 15, 175),
+        ("chain_getHeader", 102, 102),
+        ("system_health", 7, 0),
+    ]
+    assert units == 577
+    assert store.top_methods(NOW, "test") == ([("state_getKeysPaged", 3, 300)], 300)
+    assert store.top_methods(NOW, limit=1)[0] == [("state_getKeysPaged", 3, 300)]
+    # a week and an hour later the hour has left the window, and is pruned
+    later = NOW + store.window_s + 3600
+    assert store.top_methods(later) == ([], 0)
+    store.prune(later + 3600)
+    assert store.row_counts()["usage_method_hour"] == 0

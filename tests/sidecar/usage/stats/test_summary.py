@@ -89,6 +89,7 @@ def test_empty_summary_has_the_contract_shape() -> None:
         "cache_hits": {"count": 0, "pct": 0.0},
         "by_network": {"finney": 0, "test": 0},
         "endpoints": [],
+        "methods": [],
         "updated": None,
         "freshness": "unknown",
     }
