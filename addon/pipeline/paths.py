@@ -78,7 +78,10 @@ def classify(method: str, raw_path: str, networks: tuple[str, ...]) -> Route:
         return RpcRoute(parts[1])
     if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
         return Refusal(404, METHOD_NOT_FOUND, "not found")
-    # Re-encoded exactly once: the sidecar's single decode sees the checked path.
+    # Re-encoded exactly once: the sidecar's single decode sees the checked path,
+    # with the trailing slash it came with (the sidecar's routes tell them apart)
+    if path != "/" and raw_path.partition("?")[0].endswith("/"):
+        path += "/"
     return SidecarRoute(_encoded(path) + (f"?{_ascii(query)}" if query else ""))
 
 

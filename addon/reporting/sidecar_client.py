@@ -80,5 +80,11 @@ class SidecarClient:
             async with self._session().request(
                 method, url, data=body, headers=dict(headers), allow_redirects=False
             ) as resp:
-                data = await resp.content.read(_MAX_PASSTHROUGH_BODY)
-                return resp.status, data, list(resp.headers.items())
+                # the whole body: ``content.read(n)`` gives what has arrived so far
+                chunks, size = [], 0
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    size += len(chunk)
+                    if size > _MAX_PASSTHROUGH_BODY:
+                        raise SidecarError(f"the answer is over {_MAX_PASSTHROUGH_BODY} bytes")
+                    chunks.append(chunk)
+                return resp.status, b"".join(chunks), list(resp.headers.items())

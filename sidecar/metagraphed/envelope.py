@@ -3,7 +3,9 @@
 From Metagraphed's ``workers/responses.ts`` and ``workers/http.ts``:
 
 * success: ``{"ok": true, "schema_version": 1, "data": …, "meta": {"contract_version", …}}``
-  with a weak ETag (``W/"<32 hex of the body's SHA-256>"``); a request whose
+  with a weak ETag (``W/"<32 hex of the body's SHA-256>"``, here without
+  the data's ``generated_at`` / ``observed_at``: the time a document was
+  made is no change of what it says); a request whose
   ``If-None-Match`` names it (weak comparison, ``*``, lists) gets 304 and no body;
 * error: ``{"ok": false, "schema_version": 1, "data": null, "error": {"code", "message"},
   "meta": {"contract_version", …}}`` with a string ``code`` (``not_found``,
@@ -96,13 +98,24 @@ def success(
         "meta": {"contract_version": CONTRACT_VERSION, **(meta or {})},
     }
     body = _dumps(doc)
-    etag = weak_etag(body)
+    etag = weak_etag(_dumps({**doc, "data": _timeless(data)}))
     headers = [*_common(), ("Cache-Control", "public, no-cache"), ("ETag", etag)]
     if link:
         headers.append(("Link", link))
     if none_match(if_none_match, etag):
         return Answer(304, b"", tuple(headers))
     return Answer(200, body, tuple(headers))
+
+
+# when the document was made: not what it says (a weak ETag leaves it out, or
+# it would change every second and no client would ever get a 304)
+_MADE_AT = ("generated_at", "observed_at")
+
+
+def _timeless(data: Any) -> Any:
+    if isinstance(data, dict) and any(k in data for k in _MADE_AT):
+        return {k: v for k, v in data.items() if k not in _MADE_AT}
+    return data
 
 
 def error(

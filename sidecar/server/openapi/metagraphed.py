@@ -338,6 +338,11 @@ def _op(summary: str, data: str, coll: Collection | None, path: str) -> Schema:
                 "304": {"description": "Not modified"},
                 "400": js.content(err, "invalid_query: a parameter the path does not take"),
                 "404": js.content(err, "not_found"),
+                **(
+                    {"503": js.content(err, "unavailable: the usage store cannot be read")}
+                    if path.endswith("/rpc/usage")
+                    else {}
+                ),
             },
         }
     }

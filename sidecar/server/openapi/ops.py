@@ -27,6 +27,10 @@ def schemas() -> dict[str, Schema]:
 
 def paths() -> dict[str, Schema]:
     page = js.param("query", "page", {"type": "integer", "minimum": 1})
+    network = js.param(
+        "query", "network", {"type": "string"}, "one of the configured networks; absent: all"
+    )
+    html_error = js.content({"type": "string"}, "an HTML error page", "text/html")
     return {
         "/healthz": js.get("Liveness", js.ref("Healthz")),
         "/api/v1/openapi.json": js.get(
@@ -34,9 +38,14 @@ def paths() -> dict[str, Schema]:
         ),
         "/": {
             "get": {
-                "summary": "The dashboard (server-rendered HTML; ?page=N pages the callable list)",
-                "parameters": [page],
-                "responses": {"200": js.content({"type": "string"}, "HTML page", "text/html")},
+                "summary": "The dashboard (server-rendered HTML; ?page=N pages the callable list,"
+                " ?network= shows one network)",
+                "parameters": [page, network],
+                "responses": {
+                    "200": js.content({"type": "string"}, "HTML page", "text/html"),
+                    "400": {**html_error, "description": "a page that is not a whole number >= 1"},
+                    "404": {**html_error, "description": "an unknown network, a page past the end"},
+                },
             }
         },
         "/metrics": {

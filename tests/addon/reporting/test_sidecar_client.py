@@ -36,3 +36,39 @@ async def test_a_503_from_the_sidecar_keeps_the_batch(
         batch = new_batch([{"requests": 1}], 1.0)
         assert await client.post_usage(batch) is leaves_the_spool
     assert seen == [batch]
+
+
+async def test_a_passthrough_answer_in_slow_pieces_is_read_whole(aiohttp_server: Any) -> None:
+    """A sidecar on another host sends a large page in pieces: the whole body
+    is relayed (a single read once gave what had arrived: 16 KiB of 92, a 200
+    with broken JSON); one over the bound is an error, never cut short."""
+    import asyncio
+
+    from addon.reporting import sidecar_client
+
+    piece = b"x" * 16_384
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        for _ in range(int(request.query.get("n", "6"))):
+            await resp.write(piece)
+            await asyncio.sleep(0.005)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/page", slow)
+    server = await aiohttp_server(app)
+    client = SidecarClient(SidecarConfig(url=str(server.make_url(""))), passthrough_timeout_s=5)
+    async with aiohttp.ClientSession() as session:
+        client.session = session
+        status, body, _ = await client.passthrough("GET", "/page", None, {})
+        assert status == 200 and body == piece * 6
+        bound = sidecar_client._MAX_PASSTHROUGH_BODY
+        sidecar_client._MAX_PASSTHROUGH_BODY = 5 * len(piece)
+        try:
+            with pytest.raises(sidecar_client.SidecarError, match="over"):
+                await client.passthrough("GET", "/page?n=6", None, {})
+        finally:
+            sidecar_client._MAX_PASSTHROUGH_BODY = bound

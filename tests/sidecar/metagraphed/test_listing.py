@@ -110,6 +110,14 @@ def test_envelopes_etag_and_304() -> None:
     assert success({"x": 1}, if_none_match=headers["ETag"].removeprefix("W/")).status == 304
     assert success({"x": 2}, if_none_match=headers["ETag"]).status == 200
     assert none_match("*", 'W/"a"') and none_match('"b", W/"a"', 'W/"a"')
+    # the time a document was made is not a change of it: a second later, still a 304
+    now = success({"generated_at": "2026-11-29T01:00:00Z", "items": [1]})
+    etag = dict(now.headers)["ETag"]
+    later = {"generated_at": "2026-11-29T01:00:01Z", "items": [1]}
+    assert success(later, if_none_match=etag).status == 304
+    assert success({**later, "observed_at": "x"}, if_none_match=etag).status == 304
+    assert success({**later, "items": [2]}, if_none_match=etag).status == 200
+    assert b"2026-11-29T01:00:01Z" in success(later).body  # the body keeps its time
     e = error(400, "invalid_query", "bad", meta={"parameter": "p"})
     assert e.status == 400 and dict(e.headers)["X-Metagraph-Error-Code"] == "invalid_query"
     assert b'"ok":false' in e.body and b'"code":"invalid_query"' in e.body
