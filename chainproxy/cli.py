@@ -20,6 +20,7 @@ import sys
 from importlib import metadata
 
 from chainproxy import launch
+from chainproxy.commands import tcp_port
 from chainproxy.reload_command import DEFAULT_TIMEOUT_S, reload_command
 from chainproxy.summary import describe
 from common.config import ConfigError, load_config
@@ -31,7 +32,7 @@ def _stack_options(ap: argparse.ArgumentParser, default_config: str) -> None:
     ap.add_argument("--config", default=default_config, help=f"(default {default_config})")
     ap.add_argument("--workers", type=int, default=1, help="proxy processes behind one address")
     ap.add_argument("--listen-host", default=None)
-    ap.add_argument("--listen-port", type=int, default=None)
+    ap.add_argument("--listen-port", type=tcp_port, default=None)
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE")
 
 

@@ -74,3 +74,15 @@ def add_set_option(ap: argparse.ArgumentParser, example: str) -> None:
         metavar="NAME=VALUE",
         help=f"a mitmproxy option for the proxy, e.g. {example} (repeatable)",
     )
+
+
+def tcp_port(text: str) -> int:
+    """An argparse type: a TCP port, 1-65535 (argparse answers anything else
+    with its one usage line and exit 2)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {n}")
+    return n

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from chainproxy.commands import add_set_option, proxy_argv, sidecar_argv
+from chainproxy.commands import add_set_option, proxy_argv, sidecar_argv, tcp_port
 from chainproxy.reload import Reloader, ReloadRequest
 from chainproxy.supervisor import StartError, StopRequest, Supervisor, wait_http
 from chainproxy.worker_stack import start_workers, worker_tools
@@ -55,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m chainproxy.launch", description=__doc__)
     ap.add_argument("--config", default="configs/finney.yaml")
     ap.add_argument("--listen-host", default=os.environ.get("PROXY_HOST", "127.0.0.1"))
-    ap.add_argument("--listen-port", type=int, default=int(os.environ.get("PROXY_PORT", "8080")))
+    ap.add_argument(
+        "--listen-port", type=tcp_port, default=int(os.environ.get("PROXY_PORT", "8080"))
+    )
     ap.add_argument("--simulate", action="store_true", help="start simulated upstream nodes")
     ap.add_argument("--inspect", action="store_true", help="mitmweb instead of mitmdump")
     ap.add_argument("--web-port", type=int, default=8082)

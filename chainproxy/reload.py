@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from chainproxy.rolling import RollError, WorkerPool
 from chainproxy.supervisor import Child
 from common.atomic_file import write_atomic
 from common.config import Config, ConfigError, load_config
+from common.config.restart import restart_only
 
 PID_FILE = "chainproxy.pid"
 STATUS_FILE = "reload.json"
@@ -48,20 +50,6 @@ FINAL = ("done", "refused", "failed")
 
 def run_dir(config: Config) -> Path:
     return (config.data_dir / "run").resolve()
-
-
-def restart_only(running: Config, new: Config) -> str | None:
-    """What ``new`` changes that a reload cannot apply, as ``key: problem``."""
-    fixed: list[tuple[str, Any, Any]] = [
-        ("sidecar.host", running.sidecar.host, new.sidecar.host),
-        ("sidecar.port", running.sidecar.port, new.sidecar.port),
-        ("sidecar.url", running.sidecar.url, new.sidecar.url),
-        ("data_dir", running.data_dir.resolve(), new.data_dir.resolve()),
-    ]
-    for key, was, now in fixed:
-        if was != now:
-            return f"{key}: a reload cannot change it ({was} -> {now}); restart the stack"
-    return None
 
 
 def validate(path: str, running: Config) -> Config:
@@ -144,6 +132,10 @@ class Reloader:
             new = validate(self.config_path, self.config)
         except ConfigError as e:
             return self._end("refused", f"{self.config_path}: {e}; nothing changed")
+        except Exception as e:  # a reader's bug: the stack keeps running all the same
+            traceback.print_exc()
+            why = f"cannot be read ({type(e).__name__})"
+            return self._end("refused", f"{self.config_path}: {why}; nothing changed")
         self.sidecar.signal_group(signal.SIGHUP)  # its registry, in place
         if self.pool is None:
             assert self.proxy is not None

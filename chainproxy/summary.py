@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from common.config import Config
+from common.config.readers import shown_url
 
 
 def describe(config: Config, path: str) -> str:
@@ -80,7 +81,7 @@ def describe(config: Config, path: str) -> str:
         f"{f'{tiers}; ' if tiers else ''}{sockets}; "
         f"failover up to {fo.max_attempts} attempts ({fo.attempt_timeout_s:g} s each, "
         f"{fo.deadline_s:g} s deadline); {upstream}; {cache}; {subs}; {scale}. "
-        f"Sidecar on {sidecar.host}:{sidecar.port} (proxies reach it at {sidecar.url}, "
+        f"Sidecar on {sidecar.host}:{sidecar.port} (proxies reach it at {shown_url(sidecar.url)}, "
         f"{token}); probes every {config.probe.interval_s:g} s (heads every "
         f"{config.probe.head_interval_s:g} s); data in {config.data_dir}."
     )

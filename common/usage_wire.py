@@ -30,8 +30,8 @@ batch is refused whole with a 400):
   counts are integers 0..``MAX_COUNT`` with errors, failovers and cache_hits
   <= requests; ``latency_hist`` is ``latency_hist.to_wire`` of the calls'
   latencies (at most ``MAX_HIST_BUCKETS`` buckets) and holds exactly
-  ``requests`` of them; ``units`` (optional, 0 when absent: a proxy of
-  before 2026-11-29) the quota units the calls were charged, 0..``MAX_COUNT``;
+  ``requests`` of them; ``units`` (optional, 0 when absent: a proxy older
+  than the field) the quota units the calls were charged, 0..``MAX_COUNT``;
 * ``metrics`` (optional): ``common.metrics_wire``; a batch with no rollups and
   a metrics section is a proxy's heartbeat.
 

@@ -31,6 +31,7 @@ from addon.mitm import limits as mitm_limits
 from addon.mitm import versions as mitm_versions
 from addon.runtime import Runtime
 from common.config import ConfigError, load_config, with_overrides
+from common.config.restart import restart_only
 
 log = logging.getLogger("chainproxy")
 
@@ -111,7 +112,16 @@ class Settings:
         except ConfigError as e:
             self._refuse(str(e))
             return False
+        except Exception as e:  # a reader's bug: the running config stays
+            log.exception("chainproxy: %s cannot be read", path)
+            self._refuse(f"config error: {path}: cannot be read ({type(e).__name__})")
+            return False
         old = self.holder.runtime
+        if old is not None and (problem := restart_only(old.config, config)) is not None:
+            # as the launcher refuses it: the sidecar this process reports to,
+            # and the disk it shares with the machine's other processes, stay
+            self._refuse(f"config error: {problem}")
+            return False
         if old is not None and old.config == config:
             return False  # unchanged (or a rolled-back bad change): keep limiter and health state
         if old is None:

@@ -53,9 +53,37 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
             "chainproxy_config", f"{str(path)!r} is not UTF-8 text (byte {e.start})"
         ) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeys)  # a SafeLoader: no Python objects
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError("(file)", f"{path} is not valid YAML{where}") from None
-    return parse_config(raw, env)
+        problem = getattr(e, "problem", None)
+        why = f": {problem}" if isinstance(problem, str) and problem else ""
+        raise ConfigError("(file)", f"{path} is not valid YAML{where}{why}") from None
+    except RecursionError:
+        raise ConfigError("(file)", f"{path} is YAML nested deeper than any config is") from None
+    try:
+        return parse_config(raw, env)
+    except RecursionError:
+        raise ConfigError("(file)", f"{path} is YAML nested deeper than any config is") from None
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error:
+    the plain loader keeps the last one, so a second ``proxy:`` section
+    silently replaced the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # an unhashable key: the safe loader's own error says so
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)

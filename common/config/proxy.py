@@ -87,6 +87,9 @@ def parse_proxy(
             )
     if not nets:
         raise ConfigError("proxy.networks", "must name at least one network")
+    if len(set(nets)) != len(nets):
+        twice = next(n for n in nets if nets.count(n) > 1)
+        raise ConfigError("proxy.networks", f"names {twice!r} twice")
 
     allow = (
         frozenset(str_list(p["allowlist"], "proxy.allowlist"))

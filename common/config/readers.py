@@ -47,6 +47,8 @@ def get_num(
     value = section.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(key, f"must be a number, got {value!r}")
+    if isinstance(value, int) and value.bit_length() > 64:  # no float holds it exactly
+        raise ConfigError(key, f"must be a number below 2**64, got one of {len(str(value))} digits")
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
         raise ConfigError(key, f"must be {'>=' if zero_ok else '>'} 0, got {value}")
     return float(value)
@@ -90,14 +92,38 @@ def expand_env(value: str, key: str, env: Mapping[str, str]) -> str:
 def get_url(value: Any, key: str, schemes: tuple[str, ...]) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(key, "must be a non-empty URL string")
+    need = f"need {'/'.join(schemes)}://host"
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as e:
-        raise ConfigError(key, f"bad URL ({e})") from None
+    except ValueError:  # (its message may quote a password: not shown)
+        raise ConfigError(key, f"bad URL {shown_url(value)!r}: {need}[:port]") from None
     if parts.scheme not in schemes or not parts.hostname:
-        raise ConfigError(key, f"bad URL {redact_url(value)!r}: need {'/'.join(schemes)}://host")
+        raise ConfigError(key, f"bad URL {shown_url(value)!r}: {need}")
+    if "@" in parts.path or "@" in parts.query:
+        # ``user:pa/ss@host`` parses as host ``user``: a password's own '/' or '@'
+        # must be percent-encoded (%2F, %40)
+        raise ConfigError(
+            key, f"bad URL {shown_url(value)!r}: an '@' after the host (percent-encode it: %40)"
+        )
     return value
+
+
+def shown_url(url: str) -> str:
+    """A URL as an error message or a summary may show it: nothing of what
+    comes before its last '@' (a password, however malformed the URL), secret
+    path segments and query values redacted; only scheme and host of one
+    that cannot be parsed."""
+    if "@" in url:
+        scheme, sep, _ = url.partition("://")
+        tail = url.rsplit("@", 1)[1]
+        url = f"{scheme}://***@{tail}" if sep else f"***@{tail}"
+    try:
+        return redact_url(url)
+    except ValueError:
+        scheme, sep, rest = url.partition("://")
+        host = rest.split("/", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
+        return f"{scheme}://{host}…" if sep else "…"
 
 
 def parse_trusted(

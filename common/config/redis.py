@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from redis.connection import parse_url
+
 from common.config.errors import ConfigError
 from common.config.model import RedisConfig
 from common.config.readers import (
@@ -39,6 +41,19 @@ def _check_userinfo(url: str) -> None:
         )
 
 
+def _check_options(url: str) -> None:
+    """What redis-py makes of the URL's database and options, checked now (it
+    would refuse them only when the proxy connects; a database that is no
+    number it silently reads as 0)."""
+    path = urlsplit(url).path.strip("/")
+    if path and not path.isdigit():
+        raise ConfigError("redis.url", f"the database must be a number, got {path[:20]!r}")
+    try:
+        parse_url(url)
+    except ValueError as e:  # redis-py's message names the option, never the password
+        raise ConfigError("redis.url", str(e)) from None
+
+
 def parse_redis(raw: Any, env: Mapping[str, str]) -> RedisConfig | None:
     if raw is None:
         return None
@@ -52,6 +67,7 @@ def parse_redis(raw: Any, env: Mapping[str, str]) -> RedisConfig | None:
     expanded = expand_env(raw_url, "redis.url", env)
     _check_userinfo(expanded)
     url = get_url(expanded, "redis.url", ("redis", "rediss"))
+    _check_options(url)
     prefix = get_str(r, "key_prefix", "chainproxy:", "redis.key_prefix")
     if not prefix or len(prefix) > _KEY_PREFIX_MAX or any(c.isspace() for c in prefix):
         raise ConfigError(

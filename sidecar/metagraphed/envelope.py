@@ -4,8 +4,8 @@ From Metagraphed's ``workers/responses.ts`` and ``workers/http.ts``:
 
 * success: ``{"ok": true, "schema_version": 1, "data": …, "meta": {"contract_version", …}}``
   with a weak ETag (``W/"<32 hex of the body's SHA-256>"``, here without
-  the data's ``generated_at`` / ``observed_at``: the time a document was
-  made is no change of what it says); a request whose
+  the ``generated_at`` / ``observed_at`` of the data and the meta: the time
+  a document was made is no change of what it says); a request whose
   ``If-None-Match`` names it (weak comparison, ``*``, lists) gets 304 and no body;
 * error: ``{"ok": false, "schema_version": 1, "data": null, "error": {"code", "message"},
   "meta": {"contract_version", …}}`` with a string ``code`` (``not_found``,
@@ -98,7 +98,7 @@ def success(
         "meta": {"contract_version": CONTRACT_VERSION, **(meta or {})},
     }
     body = _dumps(doc)
-    etag = weak_etag(_dumps({**doc, "data": _timeless(data)}))
+    etag = weak_etag(_dumps({**doc, "data": _timeless(data), "meta": _timeless(doc["meta"])}))
     headers = [*_common(), ("Cache-Control", "public, no-cache"), ("ETag", etag)]
     if link:
         headers.append(("Link", link))

@@ -113,6 +113,9 @@ def reload_from(app: web.Application, path: str) -> bool:
     except ConfigError as e:
         log.error("reload of %s refused, the running config stays: %s", path, e)
         return False
+    except Exception:  # a reader's bug: the running config stays all the same
+        log.exception("reload of %s refused, the running config stays", path)
+        return False
     added, removed = apply(app, new)
     log.warning(
         "reloaded %s: %d endpoints (%d added, %d removed)",

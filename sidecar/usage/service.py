@@ -174,7 +174,10 @@ class UsageService:
         store = self.open()
         now = self.clock()
         totals = await asyncio.to_thread(store.window_totals, now)
-        methods, units = await asyncio.to_thread(store.top_methods, now, network)
+        try:
+            methods, units = await asyncio.to_thread(store.top_methods, now, network)
+        except StoreUnavailable:  # the in-memory totals still answer; the methods wait
+            methods, units = [], 0
         return summarize(
             totals,
             networks=self.config.proxy.networks,

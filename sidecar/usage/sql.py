@@ -12,8 +12,9 @@ of distinct keys, never with the number of calls:
   the histogram per ``(hour, network)``, one row per bucket (merged by SQL
   alone: rewriting a histogram of hundreds of buckets on every batch is slow).
 * ``usage_method_hour`` — requests and quota units per ``(hour, network,
-  method)``: the top methods by units (rows from 2026-11-29 on; an older
-  proxy's rollups carry no units and count 0).
+  method)``: the top methods by units (a database of an older release gets
+  the table, empty, when it is opened; an older proxy's rollups carry no
+  units and count 0).
 * ``usage_batches`` — the batch ids seen (idempotency), kept 8 days.
 * ``usage_meta`` — ``updated``: the time of the last successful ingest.
 

@@ -304,7 +304,7 @@ class UsageStore:
             try:
                 rows = self._db.execute(query, [*args, limit]).fetchall()
                 units = self._db.execute(total, args).fetchone()[0]
-            except sqlite3.Error as e:
+            except (sqlite3.Error, OSError) as e:
                 raise self._fail("methods read", e) from e
         return [(str(m), int(n), int(u)) for m, n, u in rows], int(units)
 

@@ -320,3 +320,27 @@ def test_cli_run_refuses_bad_workers(capsys: pytest.CaptureFixture[str]) -> None
     code = cli.main(["run", "--config", str(CONFIGS / "finney.yaml"), "--workers", "0"])
     assert code == 2
     assert len(capsys.readouterr().err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("port", ["70000", "0", "-1", "x"])
+def test_a_listen_port_out_of_range_is_one_usage_line(
+    capsys: pytest.CaptureFixture[str], port: str
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["run", "--config", str(CONFIGS / "finney.yaml"), "--listen-port", port])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--listen-port" in err and "Traceback" not in err
+
+
+def test_check_config_never_shows_the_sidecar_urls_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "sidecar: {url: 'http://admin:SuperSecretPw1@127.0.0.1:8081'}\nregistry: {endpoints: []}\n",
+        encoding="utf-8",
+    )
+    code, out, err = _check(capsys, path)
+    assert code == 0, err
+    assert "127.0.0.1:8081" in out and "SuperSecretPw1" not in out + err

@@ -61,6 +61,15 @@ def test_what_cannot_be_reloaded_is_one_line_naming_the_key(
     assert e.value.key == key and "\n" not in str(e.value)
 
 
+def test_a_sidecar_url_change_is_refused_without_its_password(tmp_path: Path) -> None:
+    running = load_config(_write(tmp_path, sidecar={"url": "http://a:OldSecret1@127.0.0.1:8081"}))
+    path = _write(tmp_path, "new.yaml", sidecar={"url": "http://a:NewSecret2@127.0.0.1:8081/x"})
+    with pytest.raises(ConfigError) as e:
+        validate(str(path), running)
+    assert e.value.key == "sidecar.url"
+    assert "Secret" not in str(e.value) and "127.0.0.1:8081" in str(e.value)
+
+
 def test_the_status_file_is_replaced_whole(tmp_path: Path) -> None:
     status = StatusFile(tmp_path / STATUS_FILE)
     assert read_status(status.path) is None

@@ -156,6 +156,10 @@ def test_unreadable_file_not_utf8(tmp_path: Path) -> None:
         "proxy:\n\tmax_batch: 5\n",
         "a: b: c\n",
         "key: !!python/object:os.system echo\n",
+        "proxy: {}\nproxy: {networks: [test]}\n",  # a key given twice: once last-wins
+        "proxy:\n  max_batch: 5\n  max_batch: 6\n",
+        "? [a, b]\n: 1\n",
+        "a: " + "[" * 5000 + "]" * 5000 + "\n",  # deeper than the parser's stack
     ],
 )
 def test_invalid_yaml(tmp_path: Path, text: str) -> None:

@@ -259,3 +259,35 @@ def test_websocket_keep_alive_and_stall_defaults_and_off() -> None:
     raw = {"proxy": {"websocket": {"ping_interval_s": 0, "ping_timeout_s": 5}}}
     ws = parse_config(raw, env={}).proxy.websocket
     assert (ws.ping_interval_s, ws.ping_timeout_s) == (0.0, 5.0)  # 0: no pings
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https//alice:SuperSecretPw1@host.example",  # a scheme without its colon
+        "http:/alice:SuperSecretPw1@host.example",
+        "alice:SuperSecretPw1@host.example",
+        "https://alice:Super/SecretPw1@host.example",  # a '/' in the password
+        "https://alice:SuperSecretPw1/x@host.example",  # parses as host 'alice'
+        "https://host.example:SuperSecretPw1",  # (a variable's value as the port)
+    ],
+)
+def test_a_malformed_url_never_echoes_its_password(url: str) -> None:
+    for raw in (with_endpoints(ep(url=url)), {"sidecar": {"url": url}}):
+        key = "registry.endpoints[0].url" if "registry" in raw else "sidecar.url"
+        message = assert_one_line_error(raw, key)
+        assert "SuperSecretPw1" not in message and "Secret" not in message, message
+
+
+def test_a_huge_number_is_one_line_not_a_traceback() -> None:
+    huge = 10**400
+    message = assert_one_line_error(
+        {"proxy": {"rate_limit": {"window_s": huge}}}, "proxy.rate_limit.window_s"
+    )
+    assert "401 digits" in message
+    assert_one_line_error({"probe": {"interval_s": -huge}}, "probe.interval_s")
+
+
+def test_a_network_named_twice_is_refused() -> None:
+    message = assert_one_line_error({"proxy": {"networks": ["finney", "finney"]}}, "proxy.networks")
+    assert "'finney' twice" in message

@@ -266,3 +266,19 @@ def test_bad_trusted_override_names_the_option(trusted: str) -> None:
     assert "\n" not in message
     assert "chainproxy_trusted_proxies" in message
     assert info.value.key.startswith("chainproxy_trusted_proxies")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://127.0.0.1:6379/0?db=abc", "'db'"),
+        ("redis://127.0.0.1:6379/0?socket_timeout=abc", "'socket_timeout'"),
+        ("redis://127.0.0.1:6379/notadb", "the database must be a number"),
+    ],
+)
+def test_options_redis_would_refuse_later_are_refused_now(url: str, says: str) -> None:
+    """redis-py refuses these only when the proxy connects (a traceback and
+    exit 1 after check-config said OK), or reads a named database as 0."""
+    with pytest.raises(ConfigError) as e:
+        parse_config({"redis": {"url": url}, "registry": {"endpoints": []}}, env={})
+    assert e.value.key == "redis.url" and says in str(e.value)

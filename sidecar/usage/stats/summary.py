@@ -22,8 +22,8 @@ Definitions:
 * **methods**: the (at most 10) methods that cost the most quota units over
   the window's whole hours, then the most requests: ``method``,
   ``requests``, ``units`` and ``units_pct`` (its units / all units of the
-  methods in scope over those hours; 0 when none). Units count from
-  2026-11-29 on (older rollups carry none).
+  methods in scope over those hours; 0 when none). An older proxy's rollups
+  carry no units.
 * **updated**: the time of the last successful (non-duplicate) ingest, UTC
   ISO-8601 ``…Z``; null when nothing was ever ingested. An empty batch counts,
   so the addon can use one as a heartbeat when it has no traffic.

@@ -94,3 +94,34 @@ def test_sighup_rereads_the_same_file_in_place(tmp_path: Any, caplog: Any) -> No
         settings.reload()  # refused: logged, the last good config serves
         assert settings.holder.runtime is new
         assert "proxy.max_batch" in caplog.text and "refused" in caplog.text
+
+
+def test_sighup_refuses_what_only_a_restart_can_change(tmp_path: Any, caplog: Any) -> None:
+    """systemd's ``ExecReload`` signals each process: a file that moves the
+    sidecar or ``data_dir`` is refused here as the launcher refuses it (this
+    process once reported to a sidecar that was not there, and the sidecar
+    kept the old one); nothing of the password in a sidecar URL is logged."""
+    from mitmproxy.addons.proxyserver import Proxyserver
+
+    body_ = (
+        f"data_dir: {tmp_path / 'data'}\n"
+        "registry:\n  endpoints:\n"
+        "    - {url: 'http://127.0.0.1:1', provider: p, kind: node-rpc, network: finney}\n"
+    )
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(body_)
+    addons = build_addons()
+    settings = addons[0]
+    with taddons.context(Proxyserver(), *addons) as tctx:
+        tctx.configure(settings, chainproxy_config=str(cfg))
+        rt = settings.holder.runtime
+        moved = body_.replace(str(tmp_path / "data"), str(tmp_path / "elsewhere"))
+        for text, key in (
+            (body_ + "sidecar: {url: 'http://a:Secret9@127.0.0.1:9999'}\n", "sidecar.url"),
+            (moved, "data_dir"),
+        ):
+            cfg.write_text(text)
+            settings.reload()
+            assert settings.holder.runtime is rt, key
+            assert f"{key}: a reload cannot change it" in caplog.text
+        assert "Secret9" not in caplog.text

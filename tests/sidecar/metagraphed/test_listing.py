@@ -111,12 +111,17 @@ def test_envelopes_etag_and_304() -> None:
     assert success({"x": 2}, if_none_match=headers["ETag"]).status == 200
     assert none_match("*", 'W/"a"') and none_match('"b", W/"a"', 'W/"a"')
     # the time a document was made is not a change of it: a second later, still a 304
-    now = success({"generated_at": "2026-11-29T01:00:00Z", "items": [1]})
+    now = success(
+        {"generated_at": "2026-11-29T01:00:00Z", "items": [1]},
+        meta={"generated_at": "2026-11-29T01:00:00Z", "source": "chainproxy"},
+    )
     etag = dict(now.headers)["ETag"]
     later = {"generated_at": "2026-11-29T01:00:01Z", "items": [1]}
-    assert success(later, if_none_match=etag).status == 304
-    assert success({**later, "observed_at": "x"}, if_none_match=etag).status == 304
-    assert success({**later, "items": [2]}, if_none_match=etag).status == 200
+    meta = {"generated_at": "2026-11-29T01:00:01Z", "source": "chainproxy"}
+    assert success(later, meta=meta, if_none_match=etag).status == 304  # meta's time too
+    assert success({**later, "observed_at": "x"}, meta=meta, if_none_match=etag).status == 304
+    assert success({**later, "items": [2]}, meta=meta, if_none_match=etag).status == 200
+    assert success(later, meta={**meta, "source": "x"}, if_none_match=etag).status == 200
     assert b"2026-11-29T01:00:01Z" in success(later).body  # the body keeps its time
     e = error(400, "invalid_query", "bad", meta={"parameter": "p"})
     assert e.status == 400 and dict(e.headers)["X-Metagraph-Error-Code"] == "invalid_query"
