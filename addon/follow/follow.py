@@ -54,6 +54,9 @@ class Follow:
         self.max_pinned = max_pinned
         self.max_operations = max_operations
         self.pinned: set[str] = set()
+        # the blocks announced (newBlock) and not finalized or pruned yet: those
+        # a ``finalized`` event must name as pruned, pinned still or not
+        self.announced: set[str] = set()
         self.operations: dict[str, Operation] = {}
         self.ended = False
         self._send = send
@@ -111,6 +114,7 @@ class Follow:
 
     def _announce(self, block: Block, new_runtime: Any) -> None:
         self.pinned.add(block.hash)
+        self.announced.add(block.hash)
         text = block.texts.get(self.with_runtime)
         if text is None:  # encoded once per block and kind of follow, not per follow
             ev = events.new_block(block.hash, block.parent, new_runtime, self.with_runtime)
@@ -121,9 +125,12 @@ class Follow:
         self.emit(events.best_changed_text(block_hash))
 
     def finalized(self, hashes: list[str], pruned: list[str]) -> None:
-        # only what this follow was told of: a block pruned before it started
-        # was never announced to it
-        told = tuple(h for h in pruned if h in self.pinned)
+        # only what this follow was told of (a block pruned before it started
+        # was never announced to it), whether the client unpinned it or not
+        announced = self.announced
+        told = tuple(h for h in pruned if h in announced)
+        announced.difference_update(hashes)
+        announced.difference_update(pruned)
         self.emit(events.finalized_text(tuple(hashes), told))
 
     def stop(self, reason: str) -> None:

@@ -57,6 +57,7 @@ TRANSACTION: tuple[str, ...] = (
 
 # error codes of the spec (chainHead_v1_*)
 INVALID_BLOCK = -32801  # a hash not reported by the follow, or unpinned
+NO_RUNTIME = -32802  # chainHead_v1_call on a follow without withRuntime
 NOT_WAITING = -32803  # continue on an operation that is not waiting for it
 DUPLICATE_HASHES = -32804  # unpin with a hash twice
 

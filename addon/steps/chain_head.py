@@ -35,6 +35,7 @@ from addon.rpc.new_spec import (
     CHAIN_HEAD_FOLLOW,
     DUPLICATE_HASHES,
     INVALID_BLOCK,
+    NO_RUNTIME,
     NOT_WAITING,
     CallFailed,
     LegacyCaller,
@@ -174,7 +175,7 @@ def _operation(
             queries = parse_items(args.get("items"))
             child_key(args.get("childTrie"))  # checked now: a bad one is -32602, not an event
         except BadParams as e:
-            raise _Bad(str(e)) from None
+            raise _Bad(_reason(e)) from None
         child = args.get("childTrie")
         free = follow.free_slots()
         if free <= 0 and queries:
@@ -211,13 +212,15 @@ def _operation(
             ),
         )
     else:
+        if not follow.with_runtime:
+            raise _Error(NO_RUNTIME, "chainHead_v1_call needs a follow with withRuntime: true")
         function = args.get("function")
         if not isinstance(function, str) or not function:
             raise _Bad("function must be a runtime entry point's name")
         try:
             params = call_parameters(args.get("callParameters"))
         except BadParams as e:
-            raise _Bad(str(e)) from None
+            raise _Bad(_reason(e)) from None
         op = follow.new_operation("call", 1)
         _after(
             rpc,
@@ -233,13 +236,13 @@ def _operation(
 
 def _unpin(follow: Follow | None, value: Any) -> None:
     hashes = value if isinstance(value, list) else [value]
-    if not hashes or not all(isinstance(h, str) and is_block_hash(h) for h in hashes):
+    if not all(isinstance(h, str) and is_block_hash(h) for h in hashes):
         raise _Bad("hashOrHashes must be a block hash or a list of them")
+    if follow is None:
+        return None  # a stale follow: ignored, as the spec says (duplicates too)
     lowered = [h.lower() for h in hashes]
     if len(set(lowered)) != len(lowered):
         raise _Error(DUPLICATE_HASHES, "a block hash is given twice")
-    if follow is None:
-        return None  # a stale follow: ignored, as the spec says
     if any(h not in follow.pinned for h in lowered):
         raise _Error(INVALID_BLOCK, "invalid block hash: not pinned by this follow")
     follow.unpin(lowered)
@@ -256,9 +259,9 @@ def _steer(follow: Follow | None, method: str, op_id: Any) -> None:
                 op.task.cancel()
             follow.operations.pop(op_id, None)
         return None
-    if follow is None:
-        return None
-    if op is None or not op.waiting:
+    if follow is None or op is None:
+        return None  # an unknown or finished operation: no effect (the spec)
+    if not op.waiting:
         raise _Error(NOT_WAITING, "the operation is not waiting for a continue")
     op.resume.set()
     return None
@@ -298,3 +301,8 @@ def _after(rpc: RpcContext, fn: Callable[[], object]) -> None:
     if rpc.afters is None:
         rpc.afters = []
     rpc.afters.append(run)
+
+
+def _reason(e: BadParams) -> str:
+    """A ``BadParams``' reason alone (``_answer`` adds the prefix once)."""
+    return e.message.removeprefix("invalid params: ")

@@ -46,8 +46,10 @@ def parse_new_spec(raw: Any) -> NewSpecConfig:
         follows_per_socket=get_int(
             n, "follows_per_socket", d.follows_per_socket, key + "follows_per_socket", minimum=2
         ),
+        # a follow starts with the last 5 finalized blocks pinned: fewer than
+        # 16 would stop every follow at its first blocks
         pinned_blocks=get_int(
-            n, "pinned_blocks", d.pinned_blocks, key + "pinned_blocks", minimum=1
+            n, "pinned_blocks", d.pinned_blocks, key + "pinned_blocks", minimum=16
         ),
         operations=get_int(n, "operations", d.operations, key + "operations", minimum=1),
         view=_view(n.get("view", d.view)),

@@ -31,6 +31,7 @@ def test_defaults_and_values() -> None:
         ({"follows_per_socket": 1}, "proxy.new_spec.follows_per_socket"),
         ({"operations": 0}, "proxy.new_spec.operations"),
         ({"pinned_blocks": 1.5}, "proxy.new_spec.pinned_blocks"),
+        ({"pinned_blocks": 15}, "proxy.new_spec.pinned_blocks"),  # a follow starts with 5
         ({"storage_page_items": 0}, "proxy.new_spec.storage_page_items"),
         ({"transaction": True}, "proxy.new_spec.transaction"),
         ([1], "proxy.new_spec"),

@@ -138,6 +138,10 @@ async def test_without_runtime_no_runtime_is_sent(stack: Stack) -> None:
         await wait_events(c, sid, "newBlock", 1)
         assert "finalizedBlockRuntime" not in events(c, sid)[0]
         assert all("newRuntime" not in e for e in events(c, sid, "newBlock"))
+        # and a runtime call on it is the spec's -32802, not an operation
+        block = events(c, sid)[0]["finalizedBlockHashes"][-1]
+        call = await c.ask("chainHead_v1_call", [sid, block, "Core_version", "0x"])
+        assert call["error"]["code"] == -32802
 
 
 async def test_operations_answer_what_the_legacy_calls_answer(stack: Stack) -> None:
@@ -211,6 +215,8 @@ async def test_pins_and_their_errors(stack: Stack) -> None:
         assert again["error"]["code"] == -32801
         # a stale follow id: ignored / null / limitReached, as the spec says
         assert (await c.ask("chainHead_v1_unpin", ["nope", block]))["result"] is None
+        assert (await c.ask("chainHead_v1_unpin", ["nope", [block, block]]))["result"] is None
+        assert (await c.ask("chainHead_v1_unpin", [sid, []]))["result"] is None  # nothing to do
         assert (await c.ask("chainHead_v1_header", ["nope", block]))["result"] is None
         body = await c.ask("chainHead_v1_body", ["nope", block])
         assert body["result"] == {"result": "limitReached"}
@@ -238,8 +244,8 @@ async def test_limits_refuse_as_the_spec_says(stack: Stack) -> None:
         )
         full = await c.ask("chainHead_v1_body", [sid, block])
         assert full["result"] == {"result": "limitReached"}
-        bad = await c.ask("chainHead_v1_continue", [sid, "no-such-op"])
-        assert bad["error"]["code"] == -32803
+        # an unknown operation: no effect, as the spec says (not an error)
+        assert (await c.ask("chainHead_v1_continue", [sid, "no-such-op"]))["result"] is None
         assert (await c.ask("chainHead_v1_continue", [sid, started["operationId"]]))[
             "result"
         ] is None
@@ -381,6 +387,8 @@ async def test_call_parameters_may_be_empty_or_unprefixed(stack: Stack) -> None:
         assert outputs[0] == outputs[1]
         bad = await c.ask("chainHead_v1_call", [sid, block, "Core_version", "0xzz"])
         assert bad["error"]["code"] == -32602
+        message = bad["error"]["message"]  # its prefix once, no code inside
+        assert message.count("invalid params") == 1 and "-32602" not in message, message
 
 
 async def _at_least(blocks: Any, n: int) -> set[str] | None:
@@ -410,4 +418,4 @@ async def test_a_stopped_operation_says_nothing_more_and_frees_its_slots(stack: 
         of_op = [e for e in events(c, sid) if e.get("operationId") == op]
         assert of_op[-1]["event"] == "operationWaitingForContinue"  # nothing after the stop
         late = await c.ask("chainHead_v1_continue", [sid, op])
-        assert late["error"]["code"] == -32803
+        assert late["result"] is None  # a stopped operation: no effect

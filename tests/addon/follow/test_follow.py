@@ -85,6 +85,15 @@ def test_a_follow_is_told_only_of_pruned_blocks_it_was_told_of() -> None:
     follow.new_block(Block(h(12, "f"), h(11), 12), None)
     follow.finalized([h(12)], [h(12, "f")])
     assert sent[-1]["prunedBlockHashes"] == [h(12, "f")]
+    # a block the client unpinned is still named when it is pruned (it was told
+    # of it), and only once
+    follow.new_block(Block(h(13, "f"), h(12), 13), None)
+    follow.new_block(Block(h(13), h(12), 13), None)
+    follow.unpin([h(13, "f")])
+    follow.finalized([h(13)], [h(13, "f")])
+    assert sent[-1]["prunedBlockHashes"] == [h(13, "f")]
+    follow.finalized([h(14)], [h(13, "f")])
+    assert sent[-1]["prunedBlockHashes"] == []
 
 
 def test_operations_take_slots_until_they_finish() -> None:
