@@ -74,7 +74,7 @@ class RedisLink:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            async with asyncio.timeout(started + self.timeout_s) as cm:
+            async with asyncio.timeout_at(started + self.timeout_s) as cm:
                 guard = _LagGuard(loop, cm, started, self.timeout_s)
                 try:
                     result = await op()
@@ -131,7 +131,10 @@ class RedisLink:
             await asyncio.sleep(_PING_EVERY_S)
             try:
                 async with asyncio.timeout(max(self.timeout_s, 0.5)):
-                    await self.pipe.ping()
+                    # a write, not a PING: a full Redis (noeviction) answers PING
+                    # and refuses every write, which sent the link up and down
+                    # again every second
+                    await self.pipe.submit("SET", self.key("alive"), "1", "PX", "10000")
             except (TimeoutError, redis_errors.RedisError, OSError):
                 continue
             self._failures = 0

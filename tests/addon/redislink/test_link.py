@@ -122,3 +122,59 @@ async def test_a_call_queued_while_connecting_is_bounded_by_redis_time() -> None
         await link.close()
         filler.close()
         listener.close()
+
+
+async def test_an_awaited_run_is_bounded_by_timeout_ms_on_an_idle_loop(
+    redis_server: RedisServer,
+) -> None:
+    """``run`` (the shared budgets, socket slots, cache purges): a Redis that
+    holds the reply (a SIGSTOPped server: here a blocking command ahead of it)
+    ends the call at ``timeout_ms``, not never. Its deadline was once taken as
+    a delay from now: about one uptime away, so an idle loop waited forever."""
+    from addon.redislink.link import RedisUnavailable
+
+    link = RedisLink(
+        RedisConfig(url=redis_server.url, key_prefix="r:", timeout_ms=50, safe_url="r")
+    )
+    assert await link.run("budgets", lambda: link.pipe.submit("ECHO", "up")) == b"up"
+    held = link.pipe.submit("BLPOP", "never", "3")  # the connection answers nothing for 3 s
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(RedisUnavailable):
+        await link.run("budgets", lambda: link.pipe.submit("ECHO", "stuck"))
+    assert loop.time() - started < _HARD_CAP_S  # the bound (50 ms, or the cap when loaded)
+    held.cancel()
+    await link.close()
+
+
+async def test_a_full_redis_stays_down_until_it_takes_writes_again(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis at its ``maxmemory`` (noeviction) answers PING and refuses every
+    write: the link is down until a write works, with one line each way (it
+    went up and down again every second, saying "shared again" while not)."""
+    from addon.redislink.link import RedisUnavailable
+
+    link = RedisLink(
+        RedisConfig(url=redis_server.url, key_prefix="f:", timeout_ms=50, safe_url="r")
+    )
+    redis_server.command("CONFIG", "SET", "maxmemory", "1")  # full: every write refused
+    try:
+        with caplog.at_level(logging.WARNING):
+            while link.up:
+                with pytest.raises(RedisUnavailable):
+                    await link.run("quota", lambda: link.pipe.submit("SET", "f:k", "v"))
+            await asyncio.sleep(2.5)  # two of the watcher's looks: still full
+            assert not link.up
+            redis_server.command("CONFIG", "SET", "maxmemory", "0")
+            for _ in range(40):
+                if link.up:
+                    break
+                await asyncio.sleep(0.1)
+            assert link.up
+        lines = [r.getMessage() for r in caplog.records]
+        assert sum("unavailable" in m for m in lines) == 1
+        assert sum("answers again: the quota" in m for m in lines) == 1
+    finally:
+        redis_server.command("CONFIG", "SET", "maxmemory", "0")
+        await link.close()
