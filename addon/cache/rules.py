@@ -88,6 +88,10 @@ def plan(
     if heights is not None:
         if not heights or finalized is None or max(heights) > finalized:
             return None
+        if _decimal_text(params[0]):
+            # a node refuses "5" (Substrate's NumberOrHex: a number or 0x hex),
+            # or answers it otherwise: it must not share height 5's entry
+            return None
         keys = tuple(f"{KEY_VERSION}|{network}|blockhash|{n}" for n in heights)
         return Plan(keys, is_list=call.facts.height_list)
     idx = _hash_index(call.method, extra)
@@ -111,3 +115,9 @@ def entries_to_store(p: Plan, result: Any) -> list[tuple[str, Any]]:
             return []
         return [(k, v) for k, v in zip(p.keys, result, strict=True) if v is not None]
     return [(p.keys[0], result)]
+
+
+def _decimal_text(arg: Any) -> bool:
+    """A height given as a decimal string (alone or in a list)."""
+    values = arg if isinstance(arg, list) else [arg]
+    return any(isinstance(v, str) and v[:2].lower() != "0x" for v in values)

@@ -7,6 +7,8 @@ notifications of shared subscriptions. The highest number wins, so the head
 used for pinning is never older than a head the proxy has already shown a
 client. It is used only while fresh: seen within ``max_age_s`` and not behind
 the probes' tip (the sidecar saw a higher block whose hash we do not know).
+A head the probes' tip falls two blocks below is forgotten: the chain moved
+back to a shorter fork (the next header is the head, whatever its height).
 
 A best-block *hash* can also be shown without its header (``chain_getHead``,
 ``chain_getBlockHash``, which async-substrate-interface and bittensor use to
@@ -25,6 +27,9 @@ from typing import Any
 
 from addon.chain.header_hash import header_hash
 from addon.rpc.blocks import parse_height
+
+# the probes' tip this many blocks below the head: the head was abandoned
+ABANDONED_BELOW = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +58,7 @@ class _Shown:
 
 class HeadBook:
     def __init__(self) -> None:
-        self._best: dict[str, Head] = {}
+        self._best: dict[str, Head] = {}  # (the highest; see ``fresh`` for a chain that moved back)
         self._unseen: dict[str, _Shown] = {}
         # a head a node did not know when a read was pinned to it (reorged away,
         # or announced by a node the others have not caught up with): not pinned
@@ -102,6 +107,15 @@ class HeadBook:
             del self._unseen[network]  # its header never came: the probes' tip decides
         if probe_tip is not None and probe_tip > head.number:
             return None  # a newer block exists whose hash this proxy has not seen
+        if probe_tip is not None and probe_tip <= head.number - ABANDONED_BELOW:
+            # The nodes' best is well below the head (probes lag a head by a
+            # block at most): the chain moved back to a shorter fork and the
+            # head is abandoned. Forgotten, so the next header is the head
+            # whatever its height (the highest-wins rule would keep the
+            # abandoned one until it aged out, answering from it meanwhile).
+            del self._best[network]
+            self._unseen.pop(network, None)
+            return None
         return head
 
     def distrust(self, network: str, block_hash: str) -> None:

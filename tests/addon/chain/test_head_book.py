@@ -47,6 +47,21 @@ def test_a_head_is_used_only_while_fresh_and_not_behind_the_probes() -> None:
     assert book.fresh("finney", 65.0, max_age_s=30, probe_tip=100) is not None
 
 
+def test_a_head_the_chain_moved_back_from_is_forgotten() -> None:
+    """The best block moved back to a shorter fork (the probes' tip two
+    blocks below the head): the head is dropped, so reads go unpinned, and
+    the next header is the head though it is lower (highest-wins kept the
+    abandoned head, and its cached state, until it aged out)."""
+    book = HeadBook()
+    book.learn("finney", header(7), now=0.0)
+    assert book.fresh("finney", 1.0, max_age_s=30, probe_tip=6) is not None  # a block behind
+    assert book.fresh("finney", 1.0, max_age_s=30, probe_tip=5) is None  # moved back
+    assert book.get("finney") is None
+    assert book.learn("finney", header(6, parent=OTHER), now=2.0)  # lower: the head now
+    head = book.fresh("finney", 2.0, max_age_s=30, probe_tip=6)
+    assert head is not None and head.number == 6
+
+
 def test_a_reorg_at_the_same_height_replaces_the_head() -> None:
     book = HeadBook()
     book.learn("finney", header(5, parent=H), now=0.0)
