@@ -22,15 +22,30 @@ class ChainState:
     finalized: dict[str, int] = field(default_factory=dict)
     blocks: BlockIndex = field(default_factory=BlockIndex)
     best: HeadBook = field(default_factory=HeadBook)
+    # when each network's heights last came (a sidecar down keeps its last ones)
+    heights_at: dict[str, float] = field(default_factory=dict)
 
     def heights(self, network: str) -> tuple[int | None, int | None]:
         """(tip, finalized) from the probes; None where unknown."""
         return self.tips.get(network), self.finalized.get(network)
 
-    def set_heights(self, network: str, tip: int | None, finalized: int | None) -> None:
-        """Heights from the latest snapshot (None: unknown, forget the old)."""
+    def set_heights(
+        self, network: str, tip: int | None, finalized: int | None, at: float | None = None
+    ) -> None:
+        """Heights from the latest snapshot (None: unknown, forget the old),
+        taken at ``at``."""
         for store, value in ((self.tips, tip), (self.finalized, finalized)):
             if value is None:
                 store.pop(network, None)
             else:
                 store[network] = value
+        if at is not None:
+            self.heights_at[network] = at
+
+    def current_tip(self, network: str, now: float, max_age_s: float) -> int | None:
+        """The probes' tip, if it came within ``max_age_s`` (or its time is
+        unknown); None when it is older: a sidecar that stopped reporting."""
+        at = self.heights_at.get(network)
+        if at is not None and now - at > max_age_s:
+            return None
+        return self.tips.get(network)

@@ -62,7 +62,7 @@ class SnapshotRefresher:
             ws_rows = doc.get("ws_upstreams")  # node-wss endpoints (subscriptions)
             if isinstance(ws_rows, list) and network in rt.ws_pools:
                 apply_snapshot(rt.ws_pools[network], {"upstreams": ws_rows})
-            rt.chain.set_heights(network, tip, finalized)
+            rt.chain.set_heights(network, tip, finalized, at=rt.clock())
         self.applied += 1
 
     async def run(self) -> None:

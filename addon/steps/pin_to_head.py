@@ -151,6 +151,8 @@ def _best_asked(params: object) -> bool:
 
 def _fresh_head(rt: HeadNeeds, network: str, max_age_s: float) -> Head | None:
     """The best head while it may be used: both steps' one rule (``HeadBook.fresh``)."""
-    return rt.chain.best.fresh(
-        network, rt.clock(), max_age_s=max_age_s, probe_tip=rt.chain.tips.get(network)
-    )
+    now = rt.clock()
+    # a tip the sidecar stopped refreshing says nothing of the chain now (the
+    # head would be dropped as "moved back" at every block)
+    tip = rt.chain.current_tip(network, now, max_age_s)
+    return rt.chain.best.fresh(network, now, max_age_s=max_age_s, probe_tip=tip)

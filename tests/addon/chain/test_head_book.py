@@ -117,3 +117,17 @@ def test_a_distrusted_head_is_not_pinned_to_until_another_comes() -> None:
     book.learn("finney", header(11), now=3.0, block_hash=OTHER)  # a new head: pinned again
     head = book.fresh("finney", 4.0, max_age_s=30, probe_tip=None)
     assert head is not None and head.hash == OTHER
+
+
+def test_a_tip_the_sidecar_stopped_refreshing_is_not_believed() -> None:
+    """With the sidecar down its last tip stays: it would soon be two blocks
+    below every head learned from subscriptions and drop each as abandoned.
+    Past ``max_age_s`` it says nothing (pinning goes on from the heads)."""
+    from addon.chain.state import ChainState
+
+    chain = ChainState()
+    chain.set_heights("finney", 5, 3, at=100.0)
+    assert chain.current_tip("finney", 110.0, 30) == 5
+    assert chain.current_tip("finney", 131.0, 30) is None
+    chain.set_heights("test", 9, 8)  # no time given (tests, tools): believed
+    assert chain.current_tip("test", 1e9, 30) == 9
