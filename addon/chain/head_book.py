@@ -7,8 +7,9 @@ notifications of shared subscriptions. The highest number wins, so the head
 used for pinning is never older than a head the proxy has already shown a
 client. It is used only while fresh: seen within ``max_age_s`` and not behind
 the probes' tip (the sidecar saw a higher block whose hash we do not know).
-A head the probes' tip falls two blocks below is forgotten: the chain moved
-back to a shorter fork (the next header is the head, whatever its height).
+A head the probes' tip stays below for ``ABANDONED_AFTER_S`` with no newer
+header is forgotten: the chain moved back to a shorter fork (the next
+header is the head, whatever its height).
 
 A best-block *hash* can also be shown without its header (``chain_getHead``,
 ``chain_getBlockHash``, which async-substrate-interface and bittensor use to
@@ -28,8 +29,8 @@ from typing import Any
 from addon.chain.header_hash import header_hash
 from addon.rpc.blocks import parse_height
 
-# the probes' tip this many blocks below the head: the head was abandoned
-ABANDONED_BELOW = 2
+# the probes' tip below a head not replaced for this long: the head was abandoned
+ABANDONED_AFTER_S = 6.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +108,17 @@ class HeadBook:
             del self._unseen[network]  # its header never came: the probes' tip decides
         if probe_tip is not None and probe_tip > head.number:
             return None  # a newer block exists whose hash this proxy has not seen
-        if probe_tip is not None and probe_tip <= head.number - ABANDONED_BELOW:
-            # The nodes' best is well below the head (probes lag a head by a
-            # block at most): the chain moved back to a shorter fork and the
-            # head is abandoned. Forgotten, so the next header is the head
-            # whatever its height (the highest-wins rule would keep the
-            # abandoned one until it aged out, answering from it meanwhile).
+        if (
+            probe_tip is not None
+            and probe_tip < head.number
+            and now - head.seen > ABANDONED_AFTER_S
+        ):
+            # The nodes' best stayed below the head while no header replaced
+            # it (probes lag a new head by a probe, not seconds): the chain
+            # moved back to a shorter fork and the head is abandoned.
+            # Forgotten, so the next header is the head whatever its height
+            # (highest-wins kept the abandoned one, and answered from it,
+            # until it aged out).
             del self._best[network]
             self._unseen.pop(network, None)
             return None

@@ -48,17 +48,19 @@ def test_a_head_is_used_only_while_fresh_and_not_behind_the_probes() -> None:
 
 
 def test_a_head_the_chain_moved_back_from_is_forgotten() -> None:
-    """The best block moved back to a shorter fork (the probes' tip two
-    blocks below the head): the head is dropped, so reads go unpinned, and
+    """The best block moved back to a shorter fork (the probes' tip below a
+    head no header replaced for seconds): the head is dropped, so reads go unpinned, and
     the next header is the head though it is lower (highest-wins kept the
     abandoned head, and its cached state, until it aged out)."""
     book = HeadBook()
     book.learn("finney", header(7), now=0.0)
-    assert book.fresh("finney", 1.0, max_age_s=30, probe_tip=6) is not None  # a block behind
-    assert book.fresh("finney", 1.0, max_age_s=30, probe_tip=5) is None  # moved back
+    # just learned: the probes lag a new head (a fast chain, several blocks)
+    assert book.fresh("finney", 1.0, max_age_s=30, probe_tip=3) is not None
+    assert book.fresh("finney", 7.0, max_age_s=30, probe_tip=7) is not None  # caught up
+    assert book.fresh("finney", 7.0, max_age_s=30, probe_tip=5) is None  # moved back
     assert book.get("finney") is None
-    assert book.learn("finney", header(6, parent=OTHER), now=2.0)  # lower: the head now
-    head = book.fresh("finney", 2.0, max_age_s=30, probe_tip=6)
+    assert book.learn("finney", header(6, parent=OTHER), now=8.0)  # lower: the head now
+    head = book.fresh("finney", 8.0, max_age_s=30, probe_tip=6)
     assert head is not None and head.number == 6
 
 
