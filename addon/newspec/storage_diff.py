@@ -111,11 +111,11 @@ async def storage_diff(
     page: list[dict[str, str]] = []
     walked = 0
     # one walk per trie, however the client spelled its key (the first spelling echoed)
-    tries: dict[str | None, str | None] = {}
+    tries: dict[str | None, list[DiffItem]] = {}
     for item in items:
-        tries.setdefault(child_key(item.child), item.child)
-    for trie, child in tries.items():
-        group = [item for item in items if child_key(item.child) == trie]
+        tries.setdefault(child_key(item.child), []).append(item)
+    for trie, group in tries.items():
+        child = group[0].child
         new = LegacyReads(legacy, network, at, trie)
         old = LegacyReads(legacy, network, previous, trie)
         extra = {"childTrieKey": child} if child is not None else {}

@@ -124,9 +124,9 @@ class RpcContext:
         """Indexes of the items that still need an answer."""
         return [i for i, a in enumerate(self.answers) if a is None]
 
-    def charged(self, units: dict[int, int], total: int) -> None:
-        """``units`` (per item, ``total`` of them) were taken from the client."""
-        self.units += total
+    def charged(self, units: dict[int, int]) -> None:
+        """``units`` (per item) were taken from the client."""
+        self.units += sum(units.values())
         if self.item_units is None:
             self.item_units = dict(units)  # (``units`` may be ``reserved``: kept apart)
             return

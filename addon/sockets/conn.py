@@ -128,8 +128,7 @@ class ClientConn:
         # The buffer is first in, first out: the messages it still holds are
         # the newest whose bytes add up to ``buffered`` (frame headers counted).
         for m in out:
-            n = len(m)
-            n += 2 if n < 126 else 4 if n < 65536 else 10
+            n = len(mitm_internals.text_frame(m)) + len(m)
             held.append(n)
             self._held_bytes += n
         while held and self._held_bytes - held[0] >= buffered:

@@ -60,6 +60,5 @@ def charge_bytes(rpc: RpcContext, rt: ChargeBytesNeeds) -> None:
             units[i] = n
             rt.metrics.count_units(call, n, rpc.tier, costs)
     if units:
-        total = sum(units.values())
-        rpc.charged(units, total)
-        rt.quotas.charge(rpc.client, total, rpc.tier)
+        rpc.charged(units)
+        rt.quotas.charge(rpc.client, sum(units.values()), rpc.tier)

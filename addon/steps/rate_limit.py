@@ -79,7 +79,7 @@ def take_units(rpc: RpcContext, rt: QuotaNeeds, units: dict[int, int]) -> Later[
 def _apply(rpc: RpcContext, decision: Decision, units: dict[int, int], total: int) -> None:
     rpc.rate = decision
     if decision.allowed:
-        rpc.charged(units, total)
+        rpc.charged(units)
         return
     call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
     rpc.refuse(429, quota_error(call_id, decision, total, rpc.client))
