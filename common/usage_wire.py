@@ -31,7 +31,9 @@ batch is refused whole with a 400):
   <= requests; ``latency_hist`` is ``latency_hist.to_wire`` of the calls'
   latencies (at most ``MAX_HIST_BUCKETS`` buckets) and holds exactly
   ``requests`` of them; ``units`` (optional, 0 when absent: a proxy older
-  than the field) the quota units the calls were charged, 0..``MAX_COUNT``;
+  than the field) the quota units the calls were charged, 0..``MAX_COUNT``
+  (a rollup of ``requests`` 0 carries units charged after its calls were
+  recorded: a long operation's later pages; only its method's units count it);
 * ``metrics`` (optional): ``common.metrics_wire``; a batch with no rollups and
   a metrics section is a proxy's heartbeat.
 

@@ -46,6 +46,7 @@ log = logging.getLogger("chainproxy")
 
 OnMessage = Callable[[bytes], Awaitable[None] | None]
 OnPong = Callable[[], None]
+MaxMessage = Callable[[], int]  # the limit in force: a reload may change it mid-socket
 
 
 class DirectReads:
@@ -57,7 +58,7 @@ class DirectReads:
         path: list[Any],
         writer: Any,
         on_message: OnMessage,
-        max_message: int,
+        max_message: MaxMessage,
         on_pong: OnPong | None = None,
     ) -> None:
         self.handler = handler
@@ -66,7 +67,8 @@ class DirectReads:
         self.writer = writer
         self.on_message = on_message
         self.on_pong = on_pong
-        self.reader = FrameReader(max_message)
+        self.max_message = max_message
+        self.reader = FrameReader(max_message())
         self.ready = False  # mitmproxy's layer was once at a frame boundary, idle
         self.released = False
         self.messages = 0  # read here (the tests and the flow's comment)
@@ -99,6 +101,7 @@ class DirectReads:
             self.ready = True
         self.handler.timeout_watchdog.register_activity()
         reader = self.reader
+        reader.max_message = self.max_message()  # a reload's limit, as mitmproxy's path applies it
         for opcode, payload in reader.feed(event.data):
             if opcode == PING:
                 self.writer.write(pong_frame(payload))
@@ -121,7 +124,7 @@ def take(
     master: Any,
     flow: http.HTTPFlow,
     on_message: OnMessage,
-    max_message: int,
+    max_message: MaxMessage,
     on_pong: OnPong | None = None,
 ) -> DirectReads | None:
     """The client's reads of ``flow``'s socket taken over, or None where that

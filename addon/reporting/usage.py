@@ -86,6 +86,17 @@ class UsageAggregator:
         latency_hist.add(r.hist, latency_ms)
         self.recorded += 1
 
+    def add_units(self, *, network: str, method: str, units: int, at: float | None = None) -> None:
+        """Units charged after a call's record (a long operation's later
+        pages): its method's units of this minute, in no call's count and on no
+        endpoint (the pages went through chainproxy's own legacy calls)."""
+        minute = int((self._clock() if at is None else at) // 60)
+        key = (minute, network, None, method)
+        r = self._rollups.get(key)
+        if r is None:
+            r = self._rollups[key] = _Rollup()
+        r.units += units
+
     def drain(self) -> list[dict[str, Any]]:
         rollups, self._rollups = self._rollups, {}
         return [rollup_doc(*key, r, r.hist, r.units) for key, r in rollups.items()]

@@ -53,14 +53,16 @@ class DirectAnswers:
         (a socket whose answers are written directly: plain text, a known
         mitmproxy, ``chainproxy_ws_direct`` on)."""
         if conn.reads is None and conn.direct:
-            max_message = self.limits.ws_message_bytes or DEFAULT_MAX_MESSAGE
             conn.reads = ws_reads.take(
                 master,
                 conn.flow,
                 lambda payload: self.message(conn, payload),
-                max_message,
+                self.max_message,
                 conn.ponged,
             )
+
+    def max_message(self) -> int:
+        return self.limits.ws_message_bytes or DEFAULT_MAX_MESSAGE
 
     def message(self, conn: ClientConn, payload: bytes) -> Awaitable[None] | None:
         conn.calls += 1

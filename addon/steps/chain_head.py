@@ -28,6 +28,7 @@ from addon.pipeline.context import RpcContext, Socket
 from addon.quota.costs import base_cost
 from addon.quota.quotas import Quotas
 from addon.reporting.live_metrics import LiveMetrics
+from addon.reporting.usage import UsageAggregator
 from addon.rpc.blocks import is_block_hash
 from addon.rpc.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, Call, error_obj
 from addon.rpc.new_spec import (
@@ -40,6 +41,7 @@ from addon.rpc.new_spec import (
     CallFailed,
     LegacyCaller,
 )
+from addon.steps.record import page_charge
 
 _METHODS = frozenset(CHAIN_HEAD)
 _BEGIN = "chainproxy: a follow's first events"
@@ -72,6 +74,9 @@ class ChainHeadNeeds(Protocol):
 
     @property
     def quotas(self) -> Quotas: ...
+
+    @property
+    def usage(self) -> UsageAggregator: ...
 
 
 class _Bad(ValueError):
@@ -186,10 +191,8 @@ def _operation(
         page = rt.follows.settings.storage_page_items
         # its descendants' pages are priced as they are read, like archive_v1_storage's
         costs = rt.quotas.costs(rpc.tier)
-        client, tier, quotas = rpc.client, rpc.tier, rt.quotas
-        legacy = MeteredCaller(
-            legacy, costs, base_cost(call, costs), lambda n: quotas.charge(client, n, tier)
-        )
+        charge = page_charge(rpc, rt.quotas, rt.usage, call.method)
+        legacy = MeteredCaller(legacy, costs, base_cost(call, costs), charge)
 
         def pages() -> AsyncIterator[list[dict[str, Any]]]:
             return storage_items(legacy, network, block, taken, child_trie=child, page_items=page)

@@ -40,8 +40,10 @@ from addon.newspec.storage_items import child_key, parse_items, storage_items
 from addon.pipeline.context import RpcContext, Socket
 from addon.quota.costs import base_cost
 from addon.quota.quotas import Quotas
+from addon.reporting.usage import UsageAggregator
 from addon.rpc.jsonrpc import INTERNAL_ERROR, POLICY_REFUSED, Call, error_obj
 from addon.rpc.new_spec import ARCHIVE, CHAIN_SPEC, CallFailed, LegacyCaller
+from addon.steps.record import page_charge
 from addon.subs.hub import SubscriptionHub
 from common.config import Config
 
@@ -72,6 +74,9 @@ class NewSpecReadsNeeds(Protocol):
 
     @property
     def subs(self) -> SubscriptionHub: ...
+
+    @property
+    def usage(self) -> UsageAggregator: ...
 
 
 def new_spec_reads(rpc: RpcContext, rt: NewSpecReadsNeeds) -> Any:
@@ -160,10 +165,8 @@ def _start_operation(
         return error_obj(call.id, INTERNAL_ERROR, "chainproxy is not configured")
     cfg = rt.config.proxy.new_spec
     costs = rt.quotas.costs(rpc.tier)
-    client, tier, quotas = rpc.client, rpc.tier, rt.quotas
-    metered = MeteredCaller(
-        legacy, costs, base_cost(call, costs), lambda n: quotas.charge(client, n, tier)
-    )
+    charge = page_charge(rpc, rt.quotas, rt.usage, call.method)
+    metered = MeteredCaller(legacy, costs, base_cost(call, costs), charge)
     page_items = cfg.storage_page_items
     try:  # malformed params are -32602 first, whatever the socket holds
         if call.method == ARCHIVE_STORAGE:

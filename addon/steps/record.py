@@ -7,6 +7,7 @@ from typing import Protocol
 
 from addon.chain.demand import Demand
 from addon.pipeline.context import RpcContext
+from addon.quota.quotas import Quotas
 from addon.reporting.live_metrics import PREWARM, LiveMetrics
 from addon.reporting.usage import UsageAggregator
 from addon.rpc.jsonrpc import Call
@@ -57,6 +58,21 @@ def record(rpc: RpcContext, rt: RecordNeeds) -> None:
             cache_hit=hit,
             units=units.get(i, 0),
         )
+
+
+def page_charge(
+    rpc: RpcContext, quotas: Quotas, usage: UsageAggregator, method: str
+) -> Callable[[int], None]:
+    """What a long operation's later pages cost, as they are read (after the
+    call's own record): taken from the client's quota and added to the
+    method's units in the usage statistics (the top methods by units)."""
+    client, tier, network = rpc.client, rpc.tier, rpc.network
+
+    def charge(units: int) -> None:
+        quotas.charge(client, units, tier)
+        usage.add_units(network=network, method=method, units=units)
+
+    return charge
 
 
 def _used_prewarm(rpc: RpcContext, rt: RecordNeeds) -> None:

@@ -118,7 +118,16 @@ def batch_rows(batch: Batch, start: int) -> BatchRows:
     minutes, hours, minute_hists = out.minutes, out.hours, out.minute_hists
     method_hours = out.method_hours
     for r in batch.rollups:
-        if r.minute < start or not r.requests:
+        if r.minute < start:
+            continue
+        hour = r.minute // 60
+        m = method_hours.get((hour, r.network, r.method))
+        if m is None:
+            method_hours[(hour, r.network, r.method)] = [r.requests, r.units]
+        else:
+            m[0] += r.requests
+            m[1] += r.units
+        if not r.requests:  # units charged after a call's record: its method's units only
             continue
         out.stored += 1
         key = r.key
@@ -133,17 +142,10 @@ def batch_rows(batch: Batch, start: int) -> BatchRows:
             row[3] += r.cache_hits
             row[4] += r.latency_ms_sum
             _add(row[5], r.hist)
-        hour = r.minute // 60
         c = hours.get((hour, r.network, key[2]))
         if c is None:
             c = hours[(hour, r.network, key[2])] = Counts()
         c.add(r)
-        m = method_hours.get((hour, r.network, r.method))
-        if m is None:
-            method_hours[(hour, r.network, r.method)] = [r.requests, r.units]
-        else:
-            m[0] += r.requests
-            m[1] += r.units
         _add(minute_hists.setdefault((r.minute, r.network), {}), r.hist)
     for (minute, net), h in minute_hists.items():
         _add(out.hour_hists.setdefault((minute // 60, net), {}), h)

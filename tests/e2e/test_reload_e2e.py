@@ -302,10 +302,13 @@ async def _in_place(launcher: Launcher) -> None:
         await ws.send_str(json.dumps(call("chain_subscribeNewHeads", id_=1)))
         heads: list[int] = []
         sub_ids: set[str] = set()
+        answers: list[dict[str, Any]] = []
 
         async def read() -> None:
             async for msg in ws:
                 doc = json.loads(msg.data)
+                if "method" not in doc:
+                    answers.append(doc)
                 if doc.get("method") == "chain_newHead":
                     sub_ids.add(doc["params"]["subscription"])
                     heads.append(int(doc["params"]["result"]["number"], 16))
@@ -326,6 +329,7 @@ async def _in_place(launcher: Launcher) -> None:
         added = {**nodes[0], "url": nodes[0]["url"].replace("127.0.0.1", "localhost")}
         doc["registry"]["endpoints"].append(added)
         doc["proxy"]["max_batch"] = 2
+        doc["proxy"]["max_body_bytes"] = 4096
         launcher.config.write_text(yaml.safe_dump(doc))
         done = await asyncio.to_thread(launcher.reload)
         assert done.returncode == 0, done.stderr
@@ -336,6 +340,13 @@ async def _in_place(launcher: Launcher) -> None:
         assert (await post(launcher.url, batch, client_ip=next_client_ip())).status == 413
         later = await post(launcher.url, call("system_health"), client_ip=ip)
         assert later.headers["X-RateLimit-Remaining"] == "96"
+        # the new message limit holds on the socket opened before the reload
+        answers.clear()
+        await ws.send_str(json.dumps({**call("system_health", id_=77), "pad": "x" * 5000}))
+        async with asyncio.timeout(10):
+            while not answers:  # noqa: ASYNC110 - the reader fills it
+                await asyncio.sleep(0.05)
+        assert answers[0]["error"]["data"] == {"limit": 4096}, answers
         # the subscription goes on: same id, no gap, no duplicate, not closed
         seen = len(heads)
         async with asyncio.timeout(15):

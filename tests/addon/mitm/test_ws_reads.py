@@ -96,3 +96,38 @@ def test_the_layer_is_found_down_the_tree() -> None:
     path = ws_reads.find_layer(Handler(), layer.flow)
     assert path is not None and path[-1] is layer and len(path) == 4
     assert ws_reads.find_layer(Handler(), tflow.twebsocketflow()) is None
+
+
+async def test_the_message_limit_in_force_is_read_at_each_read() -> None:
+    """A reload that raises the limit (``max_body_bytes``) lets a socket opened
+    before it keep reading larger messages directly, where the limit it
+    opened with would have handed the socket to mitmproxy for good."""
+    client = tflow.tclient_conn()
+    handed: list[events.Event] = []
+
+    class Watchdog:
+        def register_activity(self) -> None:
+            pass
+
+    class Handler:
+        timeout_watchdog = Watchdog()
+
+        def __init__(self) -> None:
+            self.client = client
+
+        async def server_event(self, event: events.Event) -> None:
+            handed.append(event)
+
+    limit = [1000]
+    got: list[bytes] = []
+    handler = Handler()
+    reads = ws_reads.DirectReads(handler, [], None, got.append, lambda: limit[0])
+    reads.install()
+    reads.ready = True
+    await handler.server_event(events.DataReceived(client, frame(0x1, b"a" * 900)))
+    limit[0] = 4000  # the reload
+    await handler.server_event(events.DataReceived(client, frame(0x1, b"b" * 3000)))
+    assert got == [b"a" * 900, b"b" * 3000] and handed == []
+    limit[0] = 2000  # lowered: a larger message is mitmproxy's (its limit refuses it)
+    await handler.server_event(events.DataReceived(client, frame(0x1, b"c" * 3000)))
+    assert len(got) == 2 and len(handed) == 1 and reads.reader.stopped

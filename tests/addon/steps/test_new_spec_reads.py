@@ -174,6 +174,27 @@ async def test_archive_storage_over_a_websocket() -> None:
     assert rpc.rate is not None and rpc.rate.remaining == 100 - 1 - 11  # 1 value item, 1 page
 
 
+async def test_later_pages_are_charged_and_counted_in_the_usage_units() -> None:
+    pipe, legacy, rt = _ws()
+    legacy.storage.update({f"0x01{i:04x}": "0x55" for i in range(250)})
+    sock = FakeSocket()
+    items = [{"key": "0x01", "type": "descendantsValues"}]
+    rpc, _ = await ws_message(pipe, sock, call("archive_v1_storage", [legacy.hashes[5], items]))
+    for after in rpc.afters or ():
+        after()
+    await _wait(lambda: sock.sent and b"storageDone" in sock.sent[-1])
+    assert len(sock.sent) == 253  # 0x01, 0x0102, 250 more, done
+    assert rpc.rate is not None
+    charged = 100 - rpc.rate.remaining
+    later = await ws_message(pipe, sock, call("system_name", id_=2))
+    assert later[0].rate is not None
+    # three pages of keys and values: more than the one page paid up front
+    taken = 100 - later[0].rate.remaining - 1
+    assert taken > charged == 11
+    units = {r["method"]: r.get("units", 0) for r in rt.usage.drain()}
+    assert units["archive_v1_storage"] == taken  # the statistics see what the quota took
+
+
 async def test_archive_storage_diff_over_a_websocket() -> None:
     pipe, legacy, _ = _ws(new_spec={"operations": 2})
     sock = FakeSocket()

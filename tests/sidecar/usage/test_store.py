@@ -11,8 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.usage_wire import Rollup
+from addon.reporting.usage import UsageAggregator
+from common.usage_wire import Rollup, decode_batch, new_batch
 from sidecar.usage.rows import hist_json
+from sidecar.usage.stats.batch import Batch
 from sidecar.usage.stats.window import WINDOW_S, WindowTotals, totals_of, window_start_minute
 from sidecar.usage.store import StoreUnavailable, UsageStore
 from tests.examples import examples
@@ -272,3 +274,37 @@ def test_the_methods_that_cost_most_units_over_the_window(store: UsageStore) -> 
     assert store.top_methods(later) == ([], 0)
     store.prune(later + 3600)
     assert store.row_counts()["usage_method_hour"] == 0
+
+
+def test_units_charged_after_a_call_count_in_no_request(store: UsageStore) -> None:
+    """A long operation's later pages (``UsageAggregator.add_units``): the
+    proxy's rollup of units alone passes the wire and adds to its method's
+    units, and to no count, endpoint or latency."""
+    agg = UsageAggregator(clock=lambda: NOW)
+    agg.record(
+        network="finney",
+        method="archive_v1_storage",
+        endpoint=None,
+        latency_ms=3.0,
+        error=False,
+        failover=False,
+        cache_hit=False,
+        units=12,
+    )
+    store.ingest(batch(r(MINUTE, 4, method="chain_getHeader", units=4)), NOW)
+    before = store.window_totals(NOW)
+    agg.add_units(network="finney", method="archive_v1_storage", units=30, at=NOW + 1)
+    agg.add_units(network="finney", method="state_call", units=5, at=NOW + 1)
+    decoded = decode_batch(new_batch(agg.drain(), NOW + 2), ["finney"], NOW + 2)
+    assert [(x.method, x.requests, x.units) for x in decoded.rollups] == [
+        ("archive_v1_storage", 1, 42),
+        ("state_call", 0, 5),
+    ]
+    store.ingest(Batch(decoded.batch_id, decoded.sent_at, decoded.rollups), NOW + 2)
+    after = store.window_totals(NOW + 2)
+    assert sum(c.requests for c in after.counts.values()) == 5
+    assert sum(c.requests for c in before.counts.values()) == 4
+    assert store.top_methods(NOW + 2) == (
+        [("archive_v1_storage", 1, 42), ("state_call", 0, 5), ("chain_getHeader", 4, 4)],
+        51,
+    )
