@@ -70,7 +70,12 @@ def install_outer_guard() -> None:
 
 
 def build_addons() -> list[Any]:
-    refuse_repeated_options()
+    problem = repeated_options()
+    if problem is not None:
+        # an error log at start-up makes mitmdump exit 1 with this one line
+        # (an exception here would be logged as the script's, with a traceback)
+        log.error("%s", problem)
+        return []
     install_outer_guard()
     holder = RuntimeHolder()
     limits = ReadLimits()
@@ -99,17 +104,16 @@ def build_addons() -> list[Any]:
     ]
 
 
-def refuse_repeated_options() -> None:
+def repeated_options() -> str | None:
     """An option of chainproxy's given twice (``--set chainproxy_http_direct=false``
-    twice) stops the start with one line naming it. mitmproxy keeps options of a
+    twice), as the one line that stops the start. mitmproxy keeps options of a
     script not loaded yet aside, and when one of them has two values it applies
     none of them and says nothing: the proxy would start with no config and pass
-    every call to the sidecar. The error raised here is logged as the script's
-    (an error log at start-up makes mitmdump exit 1)."""
+    every call to the sidecar."""
     try:
         deferred = ctx.options.deferred
     except AttributeError:  # no running mitmproxy (the addons built in a test)
-        return
+        return None
     repeated = {
         name: values
         for name, value in deferred.items()
@@ -117,6 +121,7 @@ def refuse_repeated_options() -> None:
         and isinstance(values := getattr(value, "val", None), list)
         and len(values) > 1
     }
-    if repeated:
-        given = "; ".join(f"{k} = {', '.join(map(str, v))}" for k, v in sorted(repeated.items()))
-        raise ValueError(f"chainproxy: an option given more than once ({given}): give each once")
+    if not repeated:
+        return None
+    given = "; ".join(f"{k} = {', '.join(map(str, v))}" for k, v in sorted(repeated.items()))
+    return f"chainproxy: an option given more than once ({given}): give each once"
