@@ -228,20 +228,14 @@ def take(
     """The client's reads of ``flow``'s connection taken over (from its next
     request boundary on), or None where that is not safe (an untested
     mitmproxy, a TLS client, no handler or HTTP/1 server layer)."""
-    if not mitm_internals.KNOWN or getattr(flow.client_conn, "tls", False):
+    found = mitm_internals.plain_client(master, flow)
+    if found is None:
         return None
-    try:
-        handler = master.addons.get("proxyserver").connections.get(flow.client_conn.id)
-        if handler is None:
-            return None
-        writer = handler.transports[handler.client].writer
-    except (AttributeError, KeyError, TypeError) as e:
-        log.debug("chainproxy: no direct HTTP reads (%s)", e)
-        return None
+    handler, writer = found
     if "server_event" in vars(handler):
         return None  # taken already (or another mechanism's)
     path = find_server(handler)
-    if path is None or writer is None:
+    if path is None:
         log.debug("chainproxy: no direct HTTP reads (no HTTP/1 server layer found)")
         return None
     reads = DirectHttpReads(handler, path, writer, on_request, limits, max_body, on_busy, slow=slow)

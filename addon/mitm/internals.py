@@ -321,6 +321,29 @@ def text_frame(payload: bytes) -> bytes:
     return b"\x81\x7f" + n.to_bytes(8, "big")
 
 
+def plain_client(master: Any, flow: http.HTTPFlow) -> tuple[Any, Any] | None:
+    """The connection handler of ``flow``'s client and its socket's writer,
+    where chainproxy may read that socket itself (``http_reads``, ``ws_reads``):
+    a tested mitmproxy and a plain-text client (mitmproxy decrypts TLS in a
+    layer of its own); else None."""
+    if not KNOWN or getattr(flow.client_conn, "tls", False):
+        return None
+    return handler_writer(master, flow.client_conn.id)
+
+
+def handler_writer(master: Any, conn_id: str) -> tuple[Any, Any] | None:
+    """A client connection's handler and its socket's writer, or None (gone,
+    or another mitmproxy)."""
+    try:
+        handler = master.addons.get("proxyserver").connections.get(conn_id)
+        if handler is None:
+            return None
+        writer = handler.transports[handler.client].writer
+    except (AttributeError, KeyError, TypeError):
+        return None
+    return (handler, writer) if writer is not None else None
+
+
 # --- 5. Idle connections -----------------------------------------------------------
 
 
@@ -328,15 +351,10 @@ def close_client(master: Any, conn_id: str) -> bool:
     """Close a client connection by id (one that sent nothing for too long):
     its writer is closed and mitmproxy's handler ends as on a client's close.
     False where that is not possible (another mitmproxy, already gone)."""
-    if not KNOWN:
+    found = handler_writer(master, conn_id) if KNOWN else None
+    if found is None:
         return False
-    try:
-        handler = master.addons.get("proxyserver").connections.get(conn_id)
-        if handler is None:
-            return False
-        writer = handler.transports[handler.client].writer
-    except (AttributeError, KeyError, TypeError):
-        return False
+    writer = found[1]
     if writer.is_closing():
         return False
     writer.close()

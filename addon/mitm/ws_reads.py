@@ -129,18 +129,12 @@ def take(
 ) -> DirectReads | None:
     """The client's reads of ``flow``'s socket taken over, or None where that
     is not safe (an untested mitmproxy, a TLS client, no handler or layer)."""
-    if not mitm_internals.KNOWN or getattr(flow.client_conn, "tls", False):
+    found = mitm_internals.plain_client(master, flow)
+    if found is None:
         return None
-    try:
-        handler = master.addons.get("proxyserver").connections.get(flow.client_conn.id)
-        if handler is None:
-            return None
-        writer = handler.transports[handler.client].writer
-    except (AttributeError, KeyError, TypeError) as e:
-        log.debug("chainproxy: no direct WebSocket reads (%s)", e)
-        return None
+    handler, writer = found
     path = find_layer(handler, flow)
-    if path is None or writer is None:
+    if path is None:
         log.debug("chainproxy: no direct WebSocket reads (no WebSocket layer found)")
         return None
     reads = DirectReads(handler, path, writer, on_message, max_message, on_pong)
