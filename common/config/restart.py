@@ -1,7 +1,8 @@
 """What a reload cannot change (pure): the keys a running stack was started
-with and keeps until it restarts. The launcher's ``chainproxy reload`` and a
-SIGHUP straight to a proxy process (systemd's ``ExecReload``) both refuse a
-file that changes one, with the same one line, and keep the running config."""
+with and keeps until it restarts, and a served network's last node-rpc
+endpoint. The launcher's ``chainproxy reload`` and a SIGHUP straight to a
+proxy or sidecar process (systemd's ``ExecReload``) all refuse such a file,
+with the same one line, and keep the running config."""
 
 from __future__ import annotations
 
@@ -24,4 +25,20 @@ def restart_only(running: Config, new: Config) -> str | None:
             if key == "sidecar.url":  # it may carry a password: never shown
                 was, now = shown_url(str(was)), shown_url(str(now))
             return f"{key}: a reload cannot change it ({was} -> {now}); restart the stack"
+    return lost_network(running, new)
+
+
+def lost_network(running: Config, new: Config) -> str | None:
+    """A served network ``new`` leaves with no node-rpc endpoint where the
+    running config has some, as ``key: problem`` (the sidecar's own check: it
+    may run with ``--port``/``--data-dir`` overrides the file does not hold)."""
+    for network in new.proxy.networks:
+        had = len(running.rpc_endpoints(network))
+        if had and not new.rpc_endpoints(network):
+            # a file cut short (or an edit gone wrong) would leave every call
+            # of a network that is served "no upstream available"
+            return (
+                f"registry.endpoints: a reload cannot leave {network} with no node-rpc "
+                f"endpoint (it has {had}); restart the stack to serve it with none"
+            )
     return None

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from aiohttp import web
 
 from common.config import Config, ConfigError, Endpoint, load_config
+from common.config.restart import lost_network
 from sidecar.metrics.collector import collector_registry
 from sidecar.probing.prober import Prober
 from sidecar.probing.results import NODE_KINDS
@@ -115,6 +116,9 @@ def reload_from(app: web.Application, path: str) -> bool:
         return False
     except Exception:  # a reader's bug: the running config stays all the same
         log.exception("reload of %s refused, the running config stays", path)
+        return False
+    if (problem := lost_network(app[CONFIG_KEY], new)) is not None:
+        log.error("reload of %s refused, the running config stays: config error: %s", path, problem)
         return False
     added, removed = apply(app, new)
     log.warning(

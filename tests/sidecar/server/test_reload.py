@@ -1,7 +1,8 @@
 """SIGHUP's reload of the sidecar (``sidecar/server/reload.py``), in-process
 with a fake probe: endpoints added are probed at once, endpoints removed are
 gone from the views, the routing snapshot and /metrics; a bad file changes
-nothing; where it listens and its data_dir stay until a restart."""
+nothing, nor does one that leaves a served network with no node; where it
+listens and its data_dir stay until a restart."""
 
 from __future__ import annotations
 
@@ -87,6 +88,21 @@ async def test_a_bad_file_changes_nothing(aiohttp_client: Any, tmp_path: Path) -
     good.write_text(yaml.safe_dump(_doc(tmp_path, [1])))
     assert reload_from(app, str(good)) is True
     assert len(app[CONFIG_KEY].endpoints) == 1
+
+
+async def test_a_file_that_leaves_a_network_with_no_node_is_refused(
+    aiohttp_client: Any, tmp_path: Path, caplog: Any
+) -> None:
+    """A registry cut short (a truncated file): every finney call would be
+    "no upstream available"; the running registry stays."""
+    app = create_app(_config(tmp_path, [1, 2]), probing=False, probe_factory=fake_factory({}))
+    await aiohttp_client(app)
+    before = app[CONFIG_KEY]
+    cut = tmp_path / "cut.yaml"
+    cut.write_text(yaml.safe_dump(_doc(tmp_path, [])))
+    assert reload_from(app, str(cut)) is False
+    assert app[CONFIG_KEY] is before
+    assert "a reload cannot leave finney with no node-rpc endpoint (it has 2)" in caplog.text
 
 
 def test_where_it_listens_and_its_data_dir_stay(tmp_path: Path) -> None:
