@@ -16,14 +16,12 @@ from addon.rpc.jsonrpc import (
     error_obj,
 )
 from addon.rpc.sub_methods import SUBSCRIBE, UNSUBSCRIBE, BadParams, canonical_params
-from addon.subs.hub import NoUpstream, SubscriptionHub
+from addon.steps.subscription_limits import SubscriptionLimitsNeeds, over_limit
+from addon.subs.hub import NoUpstream
 
 
-class SubscribeNeeds(Protocol):
-    """What the subscribe step reads of the runtime."""
-
-    @property
-    def subs(self) -> SubscriptionHub: ...
+class SubscribeNeeds(SubscriptionLimitsNeeds, Protocol):
+    """What the subscribe step reads of the runtime (the limits, asked again)."""
 
 
 def subscribe(rpc: RpcContext, rt: SubscribeNeeds) -> Any:
@@ -73,6 +71,8 @@ async def _subscribe(
         canon = canonical_params(kind, call.params)
     except BadParams as e:
         return error_obj(call.id, INVALID_PARAMS, f"invalid params: {e}")
+    if (refused := over_limit(rt, sock, rpc.tier, call.id, 0)) is not None:
+        return refused  # another message took the last place while this one waited
     try:
         shared, sub = await rt.subs.subscribe(sock.network, kind, canon, sock.send, sock)
     except NoUpstream as e:

@@ -6,10 +6,10 @@ raise it). A ``chainHead_v1_follow`` counts as one subscription."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from addon.follow.book import FollowBook
-from addon.pipeline.context import RpcContext
+from addon.pipeline.context import RpcContext, Socket
 from addon.quota.quotas import Quotas
 from addon.rpc.jsonrpc import (
     METHOD_NOT_FOUND,
@@ -45,10 +45,6 @@ def subscription_limits(rpc: RpcContext, rt: SubscriptionLimitsNeeds) -> None:
         return
     items = rpc.parsed.items
     opening = 0
-    ws = rt.config.proxy.websocket
-    limit = ws.max_subscriptions
-    per_client = _client_cap(rt, rpc.tier)
-    held = rt.subs.client_subscriptions(sock.client) + rt.follows.client_follows(sock.client)
     for i in rpc.pending():
         call = items[i]
         if not isinstance(call, Call) or (
@@ -65,32 +61,51 @@ def subscription_limits(rpc: RpcContext, rt: SubscriptionLimitsNeeds) -> None:
                     "reason": f"no node-wss endpoint is configured for {sock.network}",
                 },
             )
-        elif len(sock.subscriptions) + opening >= limit:
-            rpc.answers[i] = error_obj(
-                call.id,
-                POLICY_REFUSED,
-                f"too many subscriptions on this socket (limit {limit})",
-                {
-                    "policy": "max_subscriptions",
-                    "reason": "unsubscribe some, or open another socket",
-                    "limit": limit,
-                },
-            )
-        elif held + opening >= per_client:
-            rpc.answers[i] = error_obj(
-                call.id,
-                POLICY_REFUSED,
-                f"too many subscriptions for this client (limit {per_client} across its sockets)",
-                {
-                    "policy": "max_subscriptions",
-                    "reason": "unsubscribe some: one subscription serves any number of reads",
-                    "limit": per_client,
-                },
-            )
+        elif (refused := over_limit(rt, sock, rpc.tier, call.id, opening)) is not None:
+            rpc.answers[i] = refused
         else:
             opening += 1
     if not rpc.parsed.is_batch and rpc.answers[0] is not None:
         rpc.refuse(403, rpc.answers[0])
+
+
+def over_limit(
+    rt: SubscriptionLimitsNeeds, sock: Socket, tier: str | None, call_id: Any, opening: int
+) -> dict[str, Any] | None:
+    """The refusal of one more subscription on ``sock`` (``opening`` more are
+    admitted before it in its batch), or None. Counted: what the socket and
+    its client hold, and their subscribes still waiting for a node (other
+    messages of theirs, sent before these were answered). The subscribe step
+    asks again right before it subscribes: a message may have waited for the
+    quota (Redis) while another took the last place."""
+    limit = rt.config.proxy.websocket.max_subscriptions
+    subs = rt.subs
+    if len(sock.subscriptions) + subs.opening.get(sock, 0) + opening >= limit:
+        return error_obj(
+            call_id,
+            POLICY_REFUSED,
+            f"too many subscriptions on this socket (limit {limit})",
+            {
+                "policy": "max_subscriptions",
+                "reason": "unsubscribe some, or open another socket",
+                "limit": limit,
+            },
+        )
+    client = sock.client
+    per_client = _client_cap(rt, tier)
+    held = subs.client_subscriptions(client) + subs.client_opening.get(client, 0)
+    if held + rt.follows.client_follows(client) + opening >= per_client:
+        return error_obj(
+            call_id,
+            POLICY_REFUSED,
+            f"too many subscriptions for this client (limit {per_client} across its sockets)",
+            {
+                "policy": "max_subscriptions",
+                "reason": "unsubscribe some: one subscription serves any number of reads",
+                "limit": per_client,
+            },
+        )
+    return None
 
 
 def _client_cap(rt: SubscriptionLimitsNeeds, tier: str | None) -> int:

@@ -89,6 +89,10 @@ class SubscriptionHub(Watchdog):
         self.shared: dict[str, SharedSubscription] = {}
         self.by_id: dict[str, SharedSubscription] = {}  # client subscription id -> shared
         self.per_client: dict[str, int] = {}  # client -> subscriptions across its sockets
+        # subscribes still waiting for a node, by socket and by client: the
+        # limits count them (a socket may send many before any is answered)
+        self.opening: dict[object, int] = {}
+        self.client_opening: dict[str, int] = {}
         self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
         self._connecting: dict[str, asyncio.Task[UpstreamSocket]] = {}
         self._watchdog: asyncio.Task[None] | None = None
@@ -110,42 +114,48 @@ class SubscriptionHub(Watchdog):
         time. The caller answers the client, then calls ``shared.greet``."""
         if not self.serves(network):
             raise NoUpstream(f"no node-wss endpoint configured for network {network}")
-        key = share_key(network, kind, params)
-        sh = self.shared.get(key)
-        if sh is None:
-            sh = SharedSubscription(
-                key,
-                network,
-                kind,
-                params,
-                clock=self._clock,
-                call_timeout_s=self.settings.call_timeout_s,
-                on_deliver=self._head_delivered if kind.kind == "new_heads" else None,
-            )
-            self.shared[key] = sh
-            sh.start()
-            self._move(sh, "new")
-        if sh.linger is not None:
-            sh.linger.cancel()
-            sh.linger = None
-        if not sh.live.is_set() and sh.delivered == 0:
-            # a new upstream subscription: answer only once a node took it
-            try:
-                async with asyncio.timeout(self.settings.establish_s):
-                    await sh.live.wait()
-            except TimeoutError:
-                if not sh.subscribers:
-                    await self._drop(sh)
-                raise NoUpstream(
-                    f"no node took the subscription within {self.settings.establish_s:g}s"
-                ) from None
-        sub = Subscriber(secrets.token_hex(8), send, owner)
-        sh.subscribers[sub.sub_id] = sub
-        self.by_id[sub.sub_id] = sh
         client = _client_of(owner)
-        self.per_client[client] = self.per_client.get(client, 0) + 1
-        self._ensure_watchdog()
-        return sh, sub
+        _count(self.opening, owner, 1)
+        _count(self.client_opening, client, 1)
+        try:
+            key = share_key(network, kind, params)
+            sh = self.shared.get(key)
+            if sh is None:
+                sh = SharedSubscription(
+                    key,
+                    network,
+                    kind,
+                    params,
+                    clock=self._clock,
+                    call_timeout_s=self.settings.call_timeout_s,
+                    on_deliver=self._head_delivered if kind.kind == "new_heads" else None,
+                )
+                self.shared[key] = sh
+                sh.start()
+                self._move(sh, "new")
+            if sh.linger is not None:
+                sh.linger.cancel()
+                sh.linger = None
+            if not sh.live.is_set() and sh.delivered == 0:
+                # a new upstream subscription: answer only once a node took it
+                try:
+                    async with asyncio.timeout(self.settings.establish_s):
+                        await sh.live.wait()
+                except TimeoutError:
+                    if not sh.subscribers:
+                        await self._drop(sh)
+                    raise NoUpstream(
+                        f"no node took the subscription within {self.settings.establish_s:g}s"
+                    ) from None
+            sub = Subscriber(secrets.token_hex(8), send, owner)
+            sh.subscribers[sub.sub_id] = sub
+            self.by_id[sub.sub_id] = sh
+            self.per_client[client] = self.per_client.get(client, 0) + 1
+            self._ensure_watchdog()
+            return sh, sub
+        finally:
+            _count(self.opening, owner, -1)
+            _count(self.client_opening, client, -1)
 
     def client_subscriptions(self, client: str) -> int:
         """Subscriptions ``client`` holds across its sockets on this proxy."""
@@ -355,6 +365,13 @@ class SubscriptionHub(Watchdog):
 
 def _client_of(owner: object) -> str:
     return str(getattr(owner, "client", ""))
+
+
+def _count(counts: dict[Any, int], key: Any, n: int) -> None:
+    if (left := counts.get(key, 0) + n) > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 OWN_PREFIX = "chainproxy:"  # the client name of the proxy's own subscribers

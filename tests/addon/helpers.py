@@ -148,6 +148,8 @@ class FakeHub:
         self.subscribed: list[tuple[str, list[Any]]] = []
         self.unsubscribed: list[str] = []
         self.greeted = 0
+        self.opening: dict[object, int] = {}  # as the hub's: subscribes waiting for a node
+        self.client_opening: dict[str, int] = {}
 
     def serves(self, network: str) -> bool:
         return self._serves

@@ -6,11 +6,13 @@ bound, HTTP refusal). Everything on 127.0.0.1, every wait bounded."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
+from unittest.mock import ANY
 
 import aiohttp
 import pytest
@@ -148,6 +150,20 @@ async def test_per_socket_bound_and_write_subscriptions(stack: Stack) -> None:
         assert refused["error"]["data"]["policy"] == "max_subscriptions"
         write = await c.ask("author_submitAndWatchExtrinsic", ["0x00"])
         assert write["error"]["code"] == -32601
+
+
+async def test_the_bound_holds_for_subscribes_sent_at_once(stack: Stack) -> None:
+    """Eight subscribes to new keys sent without waiting: each waits for a node
+    to take its upstream subscription, and the bound counts those waiting."""
+    async with client(stack) as c:
+        keys = [[f"0x{i:02x}c0ffee"] for i in range(8)]
+        answers = await asyncio.gather(*(c.ask("state_subscribeStorage", k) for k in keys))
+        taken = [a["result"] for a in answers if "result" in a]
+        refused = [a["error"]["data"] for a in answers if "error" in a]
+        assert len(taken) == 4 and len(set(taken)) == 4, answers
+        assert refused == [{"policy": "max_subscriptions", "reason": ANY, "limit": 4}] * 4
+        for sid in taken:
+            assert (await c.ask("state_unsubscribeStorage", [sid]))["result"] is True
 
 
 async def test_a_handshake_over_quota_is_429_not_upgraded(stack: Stack) -> None:

@@ -3,6 +3,8 @@ is charged."""
 
 from __future__ import annotations
 
+from addon.rpc.jsonrpc import Call
+from addon.steps import subscribe as subscribe_step
 from tests.addon.helpers import (
     FakeHub,
     FakeSocket,
@@ -31,3 +33,28 @@ async def test_subscription_policies_refuse_before_the_quota() -> None:
     }
     assert rpc.rate is not None and rpc.rate.remaining == 99  # only the one admitted
     assert request_counts(rt)[("chain_subscribeAllHeads", "refused")] == 1
+
+
+async def test_subscribes_waiting_for_a_node_count_and_are_counted_again() -> None:
+    """The bounds count what the socket and its client hold and their
+    subscribes still waiting for a node; the subscribe step asks again right
+    before it subscribes (a message that waited for a Redis quota may find
+    the last place taken by then)."""
+    hub = FakeHub()
+    pipe, rt = pipeline_with_hub(
+        hub, websocket={"max_subscriptions": 2, "max_subscriptions_per_client": 3}
+    )
+    sock = FakeSocket()
+    hub.opening[sock] = 2  # two of this socket's subscribes wait for a node
+    _, doc = await ws_message(pipe, sock, call("chain_subscribeNewHeads"))
+    assert doc["error"]["data"]["limit"] == 2 and hub.subscribed == []
+    del hub.opening[sock]
+    hub.client_opening[sock.client] = 3  # its other sockets' do
+    _, doc = await ws_message(pipe, sock, call("chain_subscribeNewHeads"))
+    assert doc["error"]["data"]["limit"] == 3 and "client" in doc["error"]["message"]
+    del hub.client_opening[sock.client]
+    rpc, doc = await ws_message(pipe, sock, call("chain_subscribeNewHeads"))
+    assert doc["result"] == "sub1"
+    hub.opening[sock] = 1  # taken while a message waited past the limits step
+    late = await subscribe_step._subscribe(rpc, rt, sock, 0, Call(7, "chain_subscribeAllHeads", []))
+    assert late["error"]["data"]["policy"] == "max_subscriptions" and len(hub.subscribed) == 1
