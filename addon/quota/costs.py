@@ -46,9 +46,11 @@ from common.jsontext import RawJson
 # ``chainHead_v1_storage``) is read a page of this many keys at a time
 # (``state_getKeysPaged``, then their values): its base price is one such page.
 DESCENDANTS_KEYS = 100
-# method -> position of its ``count`` parameter
+# method -> position of its ``count`` parameter. Named params (an object) are
+# read by the names Substrate's RPC gives them (its Rust arguments': a node
+# answers ``{"prefix": …, "count": 1000}`` as it answers the list).
 _PAGED_COUNT = {"state_getKeysPaged": 1, "state_getKeysPagedAt": 1, "childstate_getKeysPaged": 2}
-# storage reads of a list of keys -> the position of that list
+# storage reads of a list of keys (named ``keys``) -> the position of that list
 _STORAGE_KEYS = {
     "state_queryStorageAt": 0,
     "state_queryStorage": 0,
@@ -94,7 +96,7 @@ def runtime_api(call: Call) -> str | None:
     new-spec call (its ``function``)."""
     method = call.method
     if method in RUNTIME_API_CALLS:
-        api = _param(call, 0)
+        api = _param(call, 0, "name")
     elif method in _NEW_SPEC_CALLS:
         api = _param(call, _NEW_SPEC_CALLS[method], "function")
     else:
@@ -130,12 +132,12 @@ def base_cost(
         return 2 + n * 2 * _page_cost(costs)
     position = _PAGED_COUNT.get(method)
     if position is not None:
-        count = _param(call, position)
+        count = _param(call, position, "count")
         if isinstance(count, int) and not isinstance(count, bool) and count > 0:
             return max(1, math.ceil(count / costs.keys_per_unit))
         return 1
     if method in _STORAGE_KEYS:
-        keys = _param(call, _STORAGE_KEYS[method])
+        keys = _param(call, _STORAGE_KEYS[method], "keys")
         n = len(keys) if isinstance(keys, list) else 1
         span = _span(call, height, tip) if method == "state_queryStorage" else 1
         return max(1, math.ceil(n * span / costs.storage_keys_per_unit))
@@ -196,7 +198,7 @@ def _span(call: Call, height: Heights | None, tip: int | None) -> int:
     """Blocks a ``state_queryStorage(keys, from, to?)`` range covers, when known."""
     if height is None:
         return 1
-    start, end = _param(call, 1), _param(call, 2)
+    start, end = _param(call, 1, "block"), _param(call, 2, "hash")
     first = height(start) if isinstance(start, str) else None
     last = height(end) if isinstance(end, str) else tip if end is None else None
     if first is None or last is None:

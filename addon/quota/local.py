@@ -136,6 +136,21 @@ class RateLimiter:
         self._clients.move_to_end(client)
         self._evict(idx)
 
+    def refund(self, client: str, units: int) -> None:
+        """Give back ``units`` taken moments ago for a call refused later in its
+        run (its heavy read did not fit): from the newest buckets back."""
+        w = self._clients.get(client)
+        if w is None or units <= 0:
+            return
+        self._advance(w, math.floor(self._clock() / self.bucket_s))
+        for back in range(self.buckets):
+            b = (w.last - back) % self.buckets
+            given = min(units, w.counts[b])
+            w.counts[b] -= given
+            units -= given
+            if not units:
+                return
+
     def _bucket_expiry(self, bucket_idx: int, now: float) -> float:
         """Seconds until calls counted in ``bucket_idx`` leave the window."""
         return max(0.0, (bucket_idx + self.buckets) * self.bucket_s - now)

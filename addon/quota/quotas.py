@@ -60,6 +60,10 @@ class Quotas:
             return limiter.decide(client, cost, take=take)
         return limiter.check(client, cost, take=take)
 
+    def refund(self, client: str, units: int, tier: str | None = None) -> None:
+        """Units taken for a call that was refused later in its run, given back."""
+        self._limiter(tier).refund(client, units)
+
     def charge(self, client: str, units: int, tier: str | None = None) -> None:
         """Units known only after the answer (its bytes), taken whatever is left;
         in Redis without holding up the answer (a callback, no task)."""

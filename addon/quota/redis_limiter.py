@@ -22,7 +22,8 @@ from addon.redislink.pipe import bulk
 from addon.rpc.later import Later
 
 # KEYS[1]: the client's list. ARGV: limit, window (ms), cost, take (1: if it fits,
-# 0: only say, 2: whatever is left, a cost known after the answer).
+# 0: only say, 2: whatever is left, a cost known after the answer, 3: give back
+# the newest ``cost``, taken for a call refused later in its run).
 # Returns {allowed, used, newest_ms, retry_at_ms, now_ms}.
 _SCRIPT = """
 local t = redis.call('TIME')
@@ -39,6 +40,10 @@ while true do
   redis.call('RPOP', KEYS[1])
 end
 local used = redis.call('LLEN', KEYS[1])
+if take == 3 then
+  for i = 1, math.min(cost, used) do redis.call('LPOP', KEYS[1]) end
+  return {1, math.max(used - cost, 0), now, 0, now}
+end
 local allowed = used + cost <= limit
 if take == 2 then
   for i = 1, math.min(cost, limit) do redis.call('LPUSH', KEYS[1], now) end
@@ -133,6 +138,21 @@ class SharedLimiter:
 
         command = ("EVALSHA", self._sha, 1, self.key(client), self.limit, self.window_ms, units, 2)
         self.link.call("ratelimit", command, charged)
+
+    def refund(self, client: str, units: int) -> None:
+        """``RateLimiter.refund`` for the deployment (sent, not awaited)."""
+        if units <= 0:
+            return
+        if not self.link.up:
+            self.local.refund(client, units)
+            return
+
+        def refunded(reply: Any) -> None:
+            if reply is UNAVAILABLE:
+                self.local.refund(client, units)
+
+        command = ("EVALSHA", self._sha, 1, self.key(client), self.limit, self.window_ms, units, 3)
+        self.link.call("ratelimit", command, refunded)
 
     def decision(self, reply: list[int]) -> Decision:
         allowed, used, newest, retry_at, now = reply  # Lua numbers: integers

@@ -5,6 +5,7 @@ refused whole (429). Their bytes are charged after the answer
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from addon.chain.state import ChainState
@@ -59,9 +60,13 @@ def rate_limit(rpc: RpcContext, rt: RateLimitNeeds) -> Later[Decision] | None:
     return take_units(rpc, rt, units)
 
 
-def take_units(rpc: RpcContext, rt: QuotaNeeds, units: dict[int, int]) -> Later[Decision] | None:
+def take_units(
+    rpc: RpcContext, rt: QuotaNeeds, units: dict[int, int], taken: int = 0
+) -> Later[Decision] | None:
     """Take ``units`` (per item) from the call's client, all or nothing, or
-    refuse the call (429, the batch whole); a ``Later`` when the quota is in
+    refuse the call (429, the batch whole), giving back the ``taken`` units
+    the run took before (a heavy read's reservation refused after its base
+    price: a refused call takes nothing); a ``Later`` when the quota is in
     Redis: the decision is applied by its first callback, as the reply is
     read, and the runner goes on from there (``addon/pipeline/runner.py``), so
     no coroutine per step."""
@@ -70,16 +75,25 @@ def take_units(rpc: RpcContext, rt: QuotaNeeds, units: dict[int, int]) -> Later[
         return None
     decision = rt.quotas.decide(rpc.client, total, rpc.tier)
     if isinstance(decision, Decision):
-        _apply(rpc, decision, units, total)
+        _apply(rpc, rt, decision, units, taken)
         return None
-    decision.then(lambda done: _apply(rpc, done.result(), units, total))
+    decision.then(lambda done: _apply(rpc, rt, done.result(), units, taken))
     return decision
 
 
-def _apply(rpc: RpcContext, decision: Decision, units: dict[int, int], total: int) -> None:
+def _apply(
+    rpc: RpcContext, rt: QuotaNeeds, decision: Decision, units: dict[int, int], taken: int
+) -> None:
     rpc.rate = decision
     if decision.allowed:
         rpc.charged(units)
         return
+    if taken:
+        rt.quotas.refund(rpc.client, taken, rpc.tier)
+        rpc.units, rpc.item_units = 0, None
+        # what is left once given back; its Retry-After already counts it
+        decision = replace(decision, remaining=min(decision.limit, decision.remaining + taken))
+        rpc.rate = decision
     call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
-    rpc.refuse(429, quota_error(call_id, decision, total, rpc.client))
+    cost = sum(units.values()) + taken
+    rpc.refuse(429, quota_error(call_id, decision, cost, rpc.client))

@@ -2,8 +2,9 @@
 to a node) whose kind is known to answer large (``addon/quota/sizes.py``) take
 their expected byte units now, before they are sent; ``charge_bytes`` takes
 only what the answer costs beyond that. A cache hit never pays for bytes.
-Over the quota: 429 like the quota step (its base units stay taken). Calls
-of unknown or small kinds (nearly all) cost nothing here."""
+Over the quota: 429 like the quota step, and the base units the quota step
+took are given back (a refused call takes nothing; ``data.cost`` is both).
+Calls of unknown or small kinds (nearly all) cost nothing here."""
 
 from __future__ import annotations
 
@@ -50,4 +51,4 @@ def reserve_bytes(rpc: RpcContext, rt: ReserveBytesNeeds) -> Later[Decision] | N
         assert isinstance(call, Call)  # (heavy_units takes calls only)
         rt.metrics.count_units(call, n, rpc.tier, costs)
     rpc.reserved = reserved  # (a refused call ends here: nothing reads it then)
-    return take_units(rpc, rt, reserved)
+    return take_units(rpc, rt, reserved, taken=rpc.units)

@@ -62,6 +62,34 @@ def test_operators_price_methods_and_runtime_apis() -> None:
     assert base_cost(call("state_call", ["Core_version", "0x"]), costs) == 1
 
 
+def test_named_params_cost_what_the_same_list_costs() -> None:
+    """A node takes params by name as well as in a list (Substrate's names):
+    either form is priced alike, so a heavy read cannot pass for a plain one."""
+    keys = [f"{PREFIX}{i:04x}" for i in range(30)]
+    heights = {"0xaa": 100, "0xbb": 149}
+    costs = CostConfig(runtime_apis={"SubnetInfoRuntimeApi_get_all_metagraphs": 20})
+    for listed, named in (
+        (["state_getKeysPaged", [PREFIX, 1000]], {"prefix": PREFIX, "count": 1000}),
+        (["childstate_getKeysPaged", ["0x01", PREFIX, 500]], {"prefix": PREFIX, "count": 500}),
+        (["state_queryStorageAt", [keys]], {"keys": keys}),
+        (["childstate_getStorageEntries", ["0x01", keys]], {"keys": keys}),
+        (
+            ["state_queryStorage", [keys, "0xaa", "0xbb"]],
+            {"keys": keys, "block": "0xaa", "hash": "0xbb"},
+        ),
+        (
+            ["state_call", ["SubnetInfoRuntimeApi_get_all_metagraphs", "0x"]],
+            {"name": "SubnetInfoRuntimeApi_get_all_metagraphs", "bytes": "0x"},
+        ),
+    ):
+        method, params = listed
+        want = base_cost(call(method, params), costs, height=heights.get)
+        assert want > 1, method
+        assert base_cost(call(method, named), costs, height=heights.get) == want, method
+    named_call = call("state_call", {"name": "Core_version", "bytes": "0x"})
+    assert runtime_api(named_call) == "Core_version"
+
+
 def test_counting_calls_when_costs_are_off() -> None:
     off = CostConfig(enabled=False)
     assert base_cost(call("state_getKeysPaged", [PREFIX, 1000]), off) == 1

@@ -292,3 +292,16 @@ def test_ipv6_clients_per_address_by_default_or_per_subnet() -> None:
         a, None, (), ipv6_prefix=64
     )
     assert client_identity("10.0.0.1", None, (), ipv6_prefix=64) == "10.0.0.1"
+
+
+def test_units_given_back_come_off_the_newest_buckets() -> None:
+    rl, clock = limiter(requests=10)
+    assert rl.check("c", 3).allowed
+    clock.t += 5.0  # a later bucket
+    assert rl.check("c", 4).allowed
+    rl.refund("c", 5)  # the newest 4, then 1 of the older 3
+    assert rl.check("c", take=False).remaining == 8
+    rl.refund("c", 50)  # never more than was taken
+    assert rl.check("c", take=False).remaining == 10
+    rl.refund("nobody", 3)  # a client with nothing taken: nothing to do
+    assert rl.check("nobody", take=False).remaining == 10

@@ -148,3 +148,19 @@ async def test_a_charge_is_sent_without_a_task_and_counts(redis_server: RedisSer
     lim.charge("bytes", 50)  # whatever is left: the window is full, not over
     assert (await lim.check("bytes", take=False)).remaining == 0
     await link.close()
+
+
+async def test_units_given_back_leave_the_shared_window(redis_server: RedisServer) -> None:
+    """A call refused after its base price was taken (its heavy read did not
+    fit) gets those units back, in Redis as in the local limiter."""
+    link = redis_link(redis_server, timeout_ms=2000)
+    lim = shared_limiter(link, requests=10)
+    assert (await lim.check("r", 4)).remaining == 6
+    lim.refund("r", 3)
+    assert (await lim.check("r", take=False)).remaining == 9
+    lim.refund("r", 50)  # never more than was taken
+    assert (await lim.check("r", take=False)).remaining == 10
+    await link.close()
+    lim.local.check("r", 5)
+    lim.refund("r", 2)  # Redis gone: the local limiter's own
+    assert lim.local.check("r", take=False).remaining == 7

@@ -43,8 +43,12 @@ async def test_a_refusal_up_front_names_the_cost() -> None:
     f = await run(stages, rpc_flow(call("state_call", [*HEAVY[:1], "0x01"], id_=9)))
     assert f.response.status_code == 429
     data = body(f)["error"]["data"]
-    assert data["cost"] == 16 and body(f)["id"] == 9
+    # its base unit and its bytes; the base unit taken by the quota step given back
+    assert data["cost"] == 17 and body(f)["id"] == 9 and data["remaining"] == 3
+    assert f.response.headers["X-RateLimit-Remaining"] == "3"
     assert len(fake.seen) == 1  # the refused call never reached a node
+    later = await run(stages, rpc_flow(call("system_health", id_=10)))
+    assert later.response.headers["X-RateLimit-Remaining"] == "2"  # nothing was taken
 
 
 async def test_a_heavy_read_is_never_hedged() -> None:
