@@ -33,6 +33,13 @@ _MAX_LENGTH_DIGITS = 12
 _LENIENT_END = re.compile(rb"\n\r?\n")  # h11's blank line (``ReceiveBuffer``)
 
 
+def head_too_large(data: bytes) -> bool:
+    """Whether the request head ``data`` begins with is longer than
+    ``HEAD_LIMIT``, ended (at h11's blank line) or not ended within it."""
+    end = _LENIENT_END.search(data, 0, HEAD_LIMIT + 2)
+    return end is None or end.end() > HEAD_LIMIT
+
+
 class _Unusual:
     __slots__ = ()
 
@@ -158,6 +165,8 @@ class RequestReader:
             # a head past the limit gets mitmproxy's 431
             return UNUSUAL if n > HEAD_LIMIT else None
         head_size = end + 4
+        if head_size > HEAD_LIMIT:
+            return UNUSUAL  # mitmproxy's 431
         parsed = parse_head(bytes(buf[:head_size]))
         if parsed is None:
             return UNUSUAL

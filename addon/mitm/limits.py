@@ -61,12 +61,12 @@ from mitmproxy.proxy.layers import websocket as mitm_ws
 from mitmproxy.proxy.layers.http import _http1
 
 from addon.mitm import internals as mitm_internals
+from addon.mitm.http_requests import HEAD_LIMIT, head_too_large
 from addon.mitm.responses import json_response
 from addon.rpc.jsonrpc import INVALID_REQUEST, error_obj
 
 log = logging.getLogger("chainproxy")
 
-HEAD_LIMIT = 65536  # bytes of one request head (request line and headers)
 
 
 @dataclass
@@ -168,29 +168,28 @@ class ReadLimits:
         limits, slow = self.limits, self.slow
 
         def read_headers(layer: Any, event: Any) -> Generator[Any, None, None]:
-            """mitmproxy's ``Http1Server.read_headers``, then: a head still
-            incomplete past ``HEAD_LIMIT`` is refused; a request still
-            incomplete is timed."""
-            yield from _ORIGINAL_READ_HEADERS(layer, event)
+            """A head past ``HEAD_LIMIT`` refused; else mitmproxy's
+            ``Http1Server.read_headers``, then a request still incomplete is
+            timed."""
             if not isinstance(event, events.DataReceived):
+                yield from _ORIGINAL_READ_HEADERS(layer, event)
                 return  # a close: mitmproxy ends the connection
+            if len(layer.buf) + len(event.data) > HEAD_LIMIT and head_too_large(
+                bytes(layer.buf) + event.data
+            ):
+                # whether it ends in this read or not (mitmproxy takes any head
+                # that ends in the read that crosses the limit)
+                big = f"request head too large: the limit is {HEAD_LIMIT} bytes"
+                yield commands.SendData(layer.conn, json_error(431, big, {"limit": HEAD_LIMIT}))
+                yield commands.CloseConnection(layer.conn)
+                layer.state = layer.done
+                slow.forget(layer)
+                return
+            yield from _ORIGINAL_READ_HEADERS(layer, event)
             state = getattr(layer.state, "__func__", None)
             if state is read_headers:
                 if not layer.buf:
                     return  # idle between requests: mitmproxy's tcp_timeout's business
-                if len(layer.buf) > HEAD_LIMIT:
-                    yield commands.SendData(
-                        layer.conn,
-                        json_error(
-                            431,
-                            f"request head too large: the limit is {HEAD_LIMIT} bytes",
-                            {"limit": HEAD_LIMIT},
-                        ),
-                    )
-                    yield commands.CloseConnection(layer.conn)
-                    layer.state = layer.done
-                    slow.forget(layer)
-                    return
             elif state is not _READ_BODY:
                 return  # the request is complete (the usual case: one read)
             slow.track(layer)

@@ -140,6 +140,37 @@ def test_a_head_past_the_limit_gets_431_on_mitmproxys_own_layer(owner: ReadLimit
     assert status == 431 and doc["error"]["data"] == {"limit": mitm_limits.HEAD_LIMIT}
 
 
+@pytest.mark.parametrize("size", [65_600, 100_000, 127_000])
+@pytest.mark.parametrize("split", [False, True])
+def test_a_head_past_the_limit_that_ends_in_the_same_read_gets_431(
+    owner: ReadLimits, size: int, split: bool
+) -> None:
+    """mitmproxy takes any head that ends in the read that crosses the limit."""
+    with taddons.context() as tctx:
+        context = Context(tflow.tclient_conn(), tctx.options)
+        layer = _http1.Http1Server(context)
+        assert list(layer.handle_event(events.Start())) == []
+        head = b"POST /rpc/v1/finney HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size
+        head += b"\r\nContent-Length: 2\r\n\r\n{}"
+        sent: list[Any] = []
+        for part in (head[:30_000], head[30_000:]) if split else (head,):
+            sent += layer.handle_event(events.DataReceived(context.client, part))
+    assert [type(c).__name__ for c in sent] == ["SendData", "CloseConnection"]
+    assert _answer(sent[0].data)[0] == 431
+
+
+def test_a_head_just_within_the_limit_is_mitmproxys(owner: ReadLimits) -> None:
+    with taddons.context() as tctx:
+        context = Context(tflow.tclient_conn(), tctx.options)
+        layer = _http1.Http1Server(context)
+        assert list(layer.handle_event(events.Start())) == []
+        start = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: "
+        head = start + b"a" * (mitm_limits.HEAD_LIMIT - len(start) - 4) + b"\r\n\r\n"
+        assert len(head) == mitm_limits.HEAD_LIMIT
+        sent = list(layer.handle_event(events.DataReceived(context.client, head)))
+    assert "SendData" not in [type(c).__name__ for c in sent]  # a request, to the hooks
+
+
 def _answer(raw: bytes) -> tuple[int, dict[str, str], Any]:
     head, _, body = raw.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
