@@ -46,13 +46,14 @@ from addon.quota.local import Decision
 from addon.quota.refusal import quota_error
 from addon.quota.tiers import Caller
 from addon.reporting.live_metrics import refusal_policy
-from addon.rpc.jsonrpc import LIMIT_EXCEEDED, Refusal, dumps, error_obj
+from addon.rpc.jsonrpc import Refusal, dumps, error_obj
+from addon.rpc.request_ids import request_id_of
 from addon.runtime import Runtime
 from addon.sockets.conn import SLOW_CLIENT_CLOSE, ClientConn
 from addon.sockets.direct import DirectAnswers, internal_error, reply
 from addon.sockets.keepalive import CLOSE_CODE, CLOSE_REASON, Pinger
 from addon.sockets.sink import FLOW_HEADER, Sink
-from addon.sockets.slots import LEASE_S, RETRY_AFTER_S
+from addon.sockets.slots import LEASE_S, RETRY_AFTER_S, socket_error
 from addon.steps import new_spec_reads
 from common.config.model import WebSocketConfig
 
@@ -133,7 +134,7 @@ class WebSocketRpc:
         if not isinstance(taken, bool):
             taken = await taken
         if not taken:
-            _refuse(flow, route, rt, 429, _socket_error(cap), _SOCKET_RETRY, "too many sockets")
+            _refuse(flow, route, rt, 429, socket_error(cap), _SOCKET_RETRY, "too many sockets")
             return
         port = await self.sink.start()
         flow.metadata[WS_KEY] = route.network
@@ -361,21 +362,6 @@ def _socket_cap(rt: Runtime, caller: Caller) -> int:
     return rt.config.proxy.websocket.max_connections_per_client
 
 
-def _socket_error(cap: int) -> dict[str, Any]:
-    return error_obj(
-        None,
-        LIMIT_EXCEEDED,
-        f"too many WebSockets open: at most {cap} per client",
-        {
-            "policy": "max_connections",
-            "reason": "close a socket you no longer use (one socket carries many calls and "
-            "subscriptions), then retry",
-            "limit": cap,
-            "retry_after": RETRY_AFTER_S,
-        },
-    )
-
-
 def _refuse(
     flow: http.HTTPFlow,
     route: RpcRoute,
@@ -388,7 +374,8 @@ def _refuse(
     """A handshake refused by a policy: its JSON-RPC error, not upgraded."""
     if isinstance(body, Refusal):
         body = error_obj(body.id, body.code, body.message, body.data)
-    flow.response = json_response(status, body, headers)
+    request_id = ("X-Request-Id", request_id_of(flow.request.headers.get("X-Request-Id")))
+    flow.response = json_response(status, body, (*headers, request_id))
     rt.metrics.count_refusal(refusal_policy(body))
     flow.comment = (
         f"WebSocket JSON-RPC, {route.network}: refused, {why or body['error']['message']}"

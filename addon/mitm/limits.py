@@ -64,9 +64,9 @@ from addon.mitm import internals as mitm_internals
 from addon.mitm.http_requests import HEAD_LIMIT, head_too_large
 from addon.mitm.responses import json_response
 from addon.rpc.jsonrpc import INVALID_REQUEST, error_obj
+from addon.rpc.request_ids import new_request_id
 
 log = logging.getLogger("chainproxy")
-
 
 
 @dataclass
@@ -235,7 +235,8 @@ def _assumptions() -> list[tuple[str, bool]]:
 def json_error(status: int, message: str, data: dict[str, Any]) -> bytes:
     """A whole HTTP/1.1 answer: the contract's JSON-RPC error, then a close."""
     doc = error_obj(None, INVALID_REQUEST, message, data)
-    return bytes(http1.assemble_response(json_response(status, doc, (("Connection", "close"),))))
+    headers = (("Connection", "close"), ("X-Request-Id", new_request_id()))
+    return bytes(http1.assemble_response(json_response(status, doc, headers)))
 
 
 # --- 2: slow requests ------------------------------------------------------------------

@@ -18,11 +18,11 @@ from addon.mitm.responses import make_headers, refusal_response
 from addon.pipeline.context import SIDECAR_PATH_KEY, Origin, Reply, RpcContext, Socket
 from addon.pipeline.paths import Preflight, RpcRoute, SidecarRoute, classify
 from addon.pipeline.reply import finish
-from addon.pipeline.request_ids import new_request_id, request_id_of
 from addon.quota.local import client_identity
 from addon.quota.quotas import Quotas
 from addon.quota.tiers import KEY_HEADER, KEY_PARAM, BadKey, Caller, take_key
 from addon.rpc.jsonrpc import POLICY_REFUSED, BadItem, Parsed, Refusal, error_obj, parse_body
+from addon.rpc.request_ids import new_request_id, request_id_of
 from common.config import Config
 
 
@@ -64,7 +64,9 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
         flow.metadata[SIDECAR_PATH_KEY] = route.path
         return None
     if isinstance(route, Refusal):
-        finish(flow, refusal_response(route), None, now=rt.clock(), outcome="refused")
+        response = refusal_response(route)
+        response.headers["X-Request-Id"] = request_id_of(flow.request.headers.get("X-Request-Id"))
+        finish(flow, response, None, now=rt.clock(), outcome="refused")
         return None
     if isinstance(route, Preflight):
         flow.response = http.Response.make(204, b"", make_headers(_PREFLIGHT_HEADERS))

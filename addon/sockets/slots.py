@@ -19,8 +19,10 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Collection
+from typing import Any
 
 from addon.redislink.link import RedisLink, RedisUnavailable
+from addon.rpc.jsonrpc import LIMIT_EXCEEDED, error_obj
 
 log = logging.getLogger("chainproxy")
 
@@ -173,3 +175,19 @@ async def _quietly(op: Awaitable[object]) -> None:
         await op
     except RedisUnavailable:
         pass  # the lease runs out by itself
+
+
+def socket_error(cap: int) -> dict[str, Any]:
+    """The handshake's refusal of a client at its socket cap."""
+    return error_obj(
+        None,
+        LIMIT_EXCEEDED,
+        f"too many WebSockets open: at most {cap} per client",
+        {
+            "policy": "max_connections",
+            "reason": "close a socket you no longer use (one socket carries many calls and "
+            "subscriptions), then retry",
+            "limit": cap,
+            "retry_after": RETRY_AFTER_S,
+        },
+    )

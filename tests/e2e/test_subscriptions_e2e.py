@@ -177,6 +177,7 @@ async def test_a_handshake_over_quota_is_429_not_upgraded(stack: Stack) -> None:
     assert e.value.status == 429
     assert int(e.value.headers["Retry-After"]) >= 1
     assert e.value.headers["X-RateLimit-Limit"] == "100"
+    assert len(e.value.headers["X-Request-Id"]) == 16  # a complaint can quote it
 
 
 async def test_a_stalled_node_is_left_and_the_gap_is_filled(stack: Stack) -> None:

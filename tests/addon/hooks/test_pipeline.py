@@ -191,3 +191,23 @@ async def test_a_failing_callback_is_a_500() -> None:
     await pending
     assert f.response.status_code == 500
     assert body(f)["error"]["message"] == "internal proxy error"
+
+
+async def test_route_refusals_carry_a_request_id() -> None:
+    """An unknown network (404) or a GET (405) is answered before any call
+    exists; its answer still has the id a complaint quotes."""
+    stages, _, _ = make()
+    for method, path, status in (
+        ("POST", "/rpc/v1/finny", 404),
+        ("GET", "/rpc/v1/finney", 405),
+    ):
+        f = rpc_flow(call("system_health"))
+        f.request.method, f.request.path = method, path
+        await run(stages[:1], f)
+        assert f.response.status_code == status
+        assert len(f.response.headers["X-Request-Id"]) == 16
+        mine = rpc_flow(call("system_health"))
+        mine.request.method, mine.request.path = method, path
+        mine.request.headers["X-Request-Id"] = "complaint-7"
+        await run(stages[:1], mine)
+        assert mine.response.headers["X-Request-Id"] == "complaint-7"

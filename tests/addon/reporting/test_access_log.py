@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from addon.pipeline.request_ids import request_id_of
 from addon.reporting.access_log import MAX_QUEUED, AccessLog, client_field
+from addon.rpc.request_ids import request_id_of
 from common.config import parse_config
 from common.config.errors import ConfigError
 from tests.addon.helpers import body, call, make, rpc_flow, run

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from addon.pipeline.request_ids import new_request_id, request_id_of
+from addon.rpc.request_ids import new_request_id, request_id_of
 
 _NEW = re.compile(r"[0-9a-f]{16}")
 
