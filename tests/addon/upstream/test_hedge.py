@@ -92,7 +92,8 @@ def test_the_kind_is_the_method_or_the_runtime_api() -> None:
         "state_call:Core_version"
     )
     assert hedge_kind([Call(1, "state_call", [7])], False) == "state_call"
-    assert hedge_kind([Call(1, "state_call", {"name": "Core_version"})], False) == "state_call"
+    named = Call(1, "state_call", {"name": "Core_version"})  # Substrate's name for it
+    assert hedge_kind([named], False) == "state_call:Core_version"
     assert hedge_kind([Call(1, "system_health", [])], True) == "batch"
     assert hedge_kind([Call(1, "a", []), Call(2, "b", [])], True) == "batch"
     assert len(hedge_kind([Call(1, "state_call", ["X" * 10_000, "0x"])], False)) < 200
