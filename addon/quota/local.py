@@ -194,11 +194,23 @@ def client_identity(
     quota per subnet, since a host usually owns a whole /64)."""
     if not forwarded_for or not _is_trusted(peer_ip, trusted):
         return _canonical(peer_ip, ipv6_prefix)
-    hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
+    hops = [_host_of(h.strip()) for h in forwarded_for.split(",") if h.strip()]
     for hop in reversed(hops):
         if not _is_trusted(hop, trusted):
             return _canonical(hop, ipv6_prefix)
     return _canonical(hops[0] if hops else peer_ip, ipv6_prefix)
+
+
+def _host_of(hop: str) -> str:
+    """A hop's address as balancers write it: ``ip``, ``ip:port`` (Azure's,
+    some CDNs'), ``[ipv6]`` or ``[ipv6]:port``; so one client is one quota
+    whatever port it came from."""
+    if hop.startswith("["):
+        end = hop.find("]")
+        return hop[1:end] if end > 0 else hop
+    if hop.count(":") == 1:
+        return hop.partition(":")[0]
+    return hop
 
 
 def _is_trusted(addr: str, trusted: Sequence[IPNetwork]) -> bool:

@@ -227,6 +227,16 @@ def test_all_hops_trusted_gives_the_left_most() -> None:
     assert client_identity("10.0.0.1", "10.9.9.9, 10.0.0.2", TRUSTED) == "10.9.9.9"
 
 
+def test_a_hop_with_a_port_is_its_address() -> None:
+    """Balancers that append ``ip:port`` (or ``[ipv6]:port``): one client is
+    one quota (and its tier's CIDR matches) whatever port it came from."""
+    for hop in ("198.51.100.7:1111", "198.51.100.7:2222", "198.51.100.7"):
+        assert client_identity("10.0.0.1", f"1.2.3.4, {hop}", TRUSTED) == "198.51.100.7"
+    for hop in ("[2001:db8::5]:443", "[2001:db8::5]", "2001:db8::5"):
+        assert client_identity("10.0.0.1", hop, TRUSTED) == "2001:db8::5"
+    assert client_identity("10.0.0.1", "10.0.0.2:80, 10.0.0.3", TRUSTED) == "10.0.0.2"
+
+
 def test_trusted_peer_without_forwarded_for_is_the_peer() -> None:
     assert client_identity("10.0.0.1", None, TRUSTED) == "10.0.0.1"
     assert client_identity("10.0.0.1", "", TRUSTED) == "10.0.0.1"
