@@ -60,8 +60,11 @@ _PREFLIGHT_HEADERS = (
 
 def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
     route = classify(flow.request.method, flow.request.path, rt.config.proxy.networks)
+    if not isinstance(route, RpcRoute):
+        _drop_key(flow)  # not a call: a key it carries is still never logged or passed on
     if isinstance(route, SidecarRoute):
-        flow.metadata[SIDECAR_PATH_KEY] = route.path
+        path = route.path
+        flow.metadata[SIDECAR_PATH_KEY] = take_key(path, None)[1] if KEY_PARAM in path else path
         return None
     if isinstance(route, Refusal):
         response = refusal_response(route)
@@ -155,6 +158,13 @@ def flow_caller(flow: http.HTTPFlow, rt: GateNeeds) -> Caller | Refusal:
         if has_keys:
             request.headers.pop(KEY_HEADER, None)
     return caller
+
+
+def _drop_key(flow: http.HTTPFlow) -> None:
+    request = flow.request
+    if KEY_PARAM in request.path:
+        request.path = take_key(request.path, None)[1]
+    request.headers.pop(KEY_HEADER, None)
 
 
 def request_caller(

@@ -211,3 +211,18 @@ async def test_route_refusals_carry_a_request_id() -> None:
         mine.request.headers["X-Request-Id"] = "complaint-7"
         await run(stages[:1], mine)
         assert mine.response.headers["X-Request-Id"] == "complaint-7"
+
+
+async def test_an_api_key_off_the_rpc_routes_is_dropped_all_the_same() -> None:
+    """A mistyped network (404) or a dashboard path: the key in the query or
+    the header is neither logged with the flow nor passed to the sidecar."""
+    stages, _, _ = make()
+    for path in ("/rpc/v1/finny?api_key=sekrit-1&x=1", "/api/v1/usage?api_key=sekrit-1&x=1"):
+        f = rpc_flow(call("system_health"))
+        f.request.path = path
+        f.request.headers["X-Api-Key"] = "sekrit-2"
+        await run(stages[:1], f)
+        assert f.request.path == path.replace("api_key=sekrit-1&", ""), path
+        assert "X-Api-Key" not in f.request.headers
+        sidecar = f.metadata.get(SIDECAR_PATH_KEY)
+        assert sidecar is None or "sekrit" not in sidecar
