@@ -1,7 +1,8 @@
 """A usage batch as the sidecar takes it (pure): the wire (``common.usage_wire``:
 the envelope and the rollups, checked all or nothing) plus its optional
-``metrics`` section, checked by ``sidecar.metrics.batch_section``. Whatever
-reaches the store is well formed."""
+``metrics`` section, checked by ``sidecar.metrics.batch_section``; the records
+of a network it no longer serves are left out first. Whatever reaches the
+store is well formed."""
 
 from __future__ import annotations
 
@@ -33,6 +34,41 @@ def parse_batch(
     (``BatchError`` names the first problem): the rules of ``common.usage_wire``,
     ``networks`` the config's ``proxy.networks``; then the ``metrics`` section
     (``common.metrics_wire``), when there is one."""
+    doc = served_only(doc, networks)
     d = decode_batch(doc, networks, now, max_rollups=max_rollups)
     metrics = None if d.metrics is None else parse_metrics(d.metrics, tuple(networks))
     return Batch(d.batch_id, d.sent_at, d.rollups, metrics)
+
+
+# the metrics section's rows whose first item is a network (common.metrics_wire)
+_NETWORK_ROWS = ("requests", "duration", "failovers")
+
+
+def served_only(doc: Any, networks: Sequence[str]) -> Any:
+    """``doc`` without the rollups and metrics rows of a network this sidecar
+    does not serve (a reload took it out while proxies still held its
+    records): the batch's other records are taken, not refused with them
+    (a refused batch is dropped by its proxy). Anything else is left for the
+    checks to judge."""
+    if not isinstance(doc, dict):
+        return doc
+
+    def other(row: Any, network: Any) -> bool:
+        return isinstance(network, str) and network not in networks
+
+    out = dict(doc)
+    rollups = doc.get("rollups")
+    if isinstance(rollups, list):
+        out["rollups"] = [
+            r for r in rollups if not (isinstance(r, dict) and other(r, r.get("network")))
+        ]
+    metrics = doc.get("metrics")
+    if isinstance(metrics, dict):
+        metrics = out["metrics"] = dict(metrics)
+        for key in _NETWORK_ROWS:
+            rows = metrics.get(key)
+            if isinstance(rows, list):
+                metrics[key] = [
+                    r for r in rows if not (isinstance(r, list) and r and other(r, r[0]))
+                ]
+    return out

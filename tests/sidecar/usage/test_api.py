@@ -246,7 +246,7 @@ def _bad_docs(ids: dict[str, str]) -> list[tuple[str, Any, str]]:
         ("units negative", one(units=-1), "rollups[1].units"),
         ("hist total", one(latency_hist={"5": 1}), "latency_hist"),
         ("hist bucket", one(latency_hist={"abc": 2}), "bucket"),
-        ("network", one(network="mars"), "rollups[1].network"),
+        ("network", one(network=7), "rollups[1].network"),
         ("endpoint", one(endpoint="http://evil"), "rollups[1].endpoint"),
         ("future", one(minute=MINUTE + 600), "future"),
         ("too many", wire_batch([wire_rollup(MINUTE, [1])] * 10_001), "too many rollups"),
