@@ -76,6 +76,7 @@ class Upstream:
     backoff_reason: str = ""
     backoff_strikes: int = 0  # 429s in a row: the next pause doubles
     quarantined: bool = False  # outvoted by a cross-check: no client calls until it agrees
+    foreign: bool = False  # the sidecar found it on another chain: never chosen until cleared
     # its state horizon, from the routing snapshot (``horizons.py``)
     horizon: int | None = None  # the earliest block whose state it is known to hold
     horizon_lost: int | None = None  # the latest block known to be without state
@@ -187,7 +188,10 @@ class UpstreamPool:
         candidates = [
             u
             for u in self.upstreams.values()
-            if u.id not in exclude and u.backoff_until <= now and not u.quarantined
+            if u.id not in exclude
+            and u.backoff_until <= now
+            and not u.quarantined
+            and not u.foreign
         ]
         if not candidates:
             return None

@@ -16,6 +16,10 @@ from typing import Any
 from addon.chain.horizons import settle
 from addon.upstream.pool import TIER_UNPROBED, Upstream, UpstreamPool
 
+# the sidecar's classification of a node whose genesis is another chain's
+# (sidecar/probing/results.py): no call goes to it until a full probe clears it
+WRONG_CHAIN = "wrong-chain"
+
 
 class SnapshotError(ValueError):
     pass
@@ -48,16 +52,18 @@ def apply_snapshot(pool: UpstreamPool, doc: Mapping[str, Any]) -> tuple[int | No
                 raise ValueError(f"bad archive flag {archive!r}")
             # A score outside 0..1 (or NaN) must not make one upstream free.
             score = min(1.0, max(0.01, score)) if score == score else 0.01
-            updates[uid] = (tier, score, _opt_int(u.get("best")), archive)
+            foreign = u.get("classification") == WRONG_CHAIN
+            updates[uid] = (tier, score, _opt_int(u.get("best")), archive, foreign)
             horizons[uid] = _horizon(u)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SnapshotError(f"malformed routing snapshot: {e!r}") from None
     for uid, up in pool.upstreams.items():
         if uid in updates:
-            up.tier, up.score, up.best, up.archive = updates[uid]
+            up.tier, up.score, up.best, up.archive, up.foreign = updates[uid]
             _set_horizon(up, *horizons[uid])
         else:
             up.tier, up.score, up.best, up.archive = TIER_UNPROBED, 1.0, None, up.configured_archive
+            up.foreign = False
             _set_horizon(up, None, None, None, up.horizon_rounds)
     pool.tip = tip
     return tip, finalized

@@ -84,6 +84,21 @@ def test_applies_tier_score_best_and_archive_by_id() -> None:
     assert pool.choose({"a"}) is b
 
 
+def test_a_node_on_another_chain_is_never_chosen() -> None:
+    """The sidecar found its genesis another chain's: it answers that chain's
+    data, so no call goes to it, even when it is the last node left (the
+    client gets "no upstream available" rather than another chain's state)."""
+    pool = make_pool("a", "b")
+    apply_snapshot(
+        pool,
+        doc(entry("a", TIER_UNHEALTHY, classification="wrong-chain"), entry("b", TIER_SYNCED)),
+    )
+    assert pool.choose(set()) is pool.upstreams["b"]
+    assert pool.choose({"b"}) is None
+    apply_snapshot(pool, doc(entry("a", TIER_SYNCED, classification="live"), entry("b")))
+    assert pool.choose({"b"}) is pool.upstreams["a"]  # a full probe cleared it
+
+
 def test_archive_false_from_the_sidecar_overrides_the_config_flag() -> None:
     pool = make_pool("a")
     pool.upstreams["a"].archive = True  # configured archive
