@@ -173,9 +173,16 @@ def main(argv: list[str] | None = None) -> int:
                 hup.requested = False  # one more SIGHUP meanwhile: one more reload after
                 reloader.run()
 
-        if (dead := stack.run_until_stopped(stop, tick)) is not None:
-            print(f"chainproxy: {dead.exit_reason()}; stopping", file=sys.stderr)
-            return 1
+        restarts = Restarts()
+        while (dead := stack.run_until_stopped(stop, tick)) is not None:
+            if dead is not sidecar or not restarts.allow(time.monotonic()):
+                print(f"chainproxy: {dead.exit_reason()}; stopping", file=sys.stderr)
+                return 1
+            # the proxies serve on their last routing snapshot and spool their
+            # usage meanwhile: the sidecar is started again, not the stack stopped
+            print(f"chainproxy: {dead.exit_reason()}; starting it again", file=sys.stderr)
+            stack.forget(dead)
+            sidecar = reloader.sidecar = stack.start("sidecar", sidecar_argv(args.config))
         return 0
     except StartError as e:
         print(f"chainproxy: {e}; stopping", file=sys.stderr)
@@ -184,6 +191,22 @@ def main(argv: list[str] | None = None) -> int:
         stack.stop_all()
         if reloader is not None:
             reloader.close()
+
+
+class Restarts:
+    """How often a child that died is started again: at most ``limit`` times in
+    ``window_s`` (a sidecar that cannot start stops the stack, as at start)."""
+
+    def __init__(self, limit: int = 5, window_s: float = 300.0) -> None:
+        self.limit, self.window_s = limit, window_s
+        self.times: list[float] = []
+
+    def allow(self, now: float) -> bool:
+        self.times = [t for t in self.times if now - t < self.window_s]
+        if len(self.times) >= self.limit:
+            return False
+        self.times.append(now)
+        return True
 
 
 if __name__ == "__main__":

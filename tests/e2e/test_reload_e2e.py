@@ -375,3 +375,37 @@ async def _callable_rows(sidecar: str) -> dict[str, dict[str, Any]]:
 
 async def _callable_ids(sidecar: str) -> set[str]:
     return set(await _callable_rows(sidecar))
+
+
+async def test_a_sidecar_that_dies_is_started_again_and_the_proxy_serves_on(
+    tmp_path: Path,
+) -> None:
+    """RELIABILITY's "the sidecar killed": under the launcher too, the proxy
+    keeps serving, and the launcher starts the sidecar again (it used to stop
+    the whole stack)."""
+    with _launch(tmp_path, 1, {}) as launcher:
+        sidecar_url = yaml.safe_load(launcher.config.read_text())["sidecar"]["url"]
+
+        def sidecars() -> set[int]:
+            kids = _descendants(launcher.proc.pid)
+            return {p for p in kids if b"-m\x00sidecar" in _cmdline(p)}
+
+        (first,) = sidecars()
+        os.kill(first, signal.SIGKILL)
+        reply = await post(launcher.url, call("system_health"), client_ip=next_client_ip())
+        assert reply.status == 200
+        await wait_until(lambda: sidecars() - {first}, 20, "a new sidecar process")
+
+        async def answers() -> bool:
+            async with aiohttp.ClientSession() as s:
+                try:
+                    async with s.get(f"{sidecar_url}/healthz") as r:
+                        return r.status == 200
+                except aiohttp.ClientError:
+                    return False
+
+        await wait_until(answers, 30, "the new sidecar answers")
+        assert launcher.proc.poll() is None
+        assert "sidecar exited" in launcher.output() and "starting it again" in launcher.output()
+        reply = await post(launcher.url, call("system_health"), client_ip=next_client_ip())
+        assert reply.status == 200
