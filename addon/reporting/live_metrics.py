@@ -158,7 +158,15 @@ def _call_outcome(rpc: RpcContext, i: int, item: Any, answer: dict[str, Any] | N
 
 
 POLICIES = frozenset(
-    {"allowlist", "api_key", "max_connections", "max_subscriptions", "subscriptions"}
+    {
+        "allowlist",
+        "api_key",
+        "max_connections",
+        "max_follows",
+        "max_subscriptions",
+        "state_unavailable",
+        "subscriptions",
+    }
 )
 
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from addon.chain.routing_hints import hints, state_block
 from addon.chain.state import ChainState
-from addon.chain.state_unavailable import POLICY, state_unavailable, unheld
+from addon.chain.state_unavailable import state_unavailable, unheld
 from addon.pipeline.context import RpcContext
 from addon.reporting.live_metrics import LiveMetrics
 from addon.rpc.jsonrpc import INTERNAL_ERROR, Call, error_obj
@@ -95,7 +95,6 @@ def _held_somewhere(rpc: RpcContext, rt: ForwardPendingNeeds, pending: list[int]
             continue
         ups = pool.upstreams.values()
         rpc.answers[i] = state_unavailable(call.id, rpc.network, n, ups, pool.tip)
-        rt.metrics.count_refusal(POLICY)
     return out
 
 

@@ -31,8 +31,8 @@ _EXTRA_HELP = {
     "chainproxy_quota_units_total": "Quota units charged, by method (state_call by its priced"
     " runtime API) and tier",
     "chainproxy_refusals_total": "Calls and handshakes refused, by the policy that refused them"
-    " (allowlist, rate_limit, api_key, max_connections, max_subscriptions, subscriptions,"
-    " request, upstream_capacity)",
+    " (allowlist, rate_limit, api_key, max_connections, max_subscriptions, max_follows,"
+    " subscriptions, request, upstream_capacity, state_unavailable)",
     "chainproxy_upstream_waits_total": "Calls that waited for a node's budget"
     " (max_rps, max_concurrency, a learned rate) before being sent or shed, by network",
     "chainproxy_access_log_dropped_total": "Access log lines dropped (the writer behind, or"
