@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from addon.hooks.holder import RuntimeHolder
+from addon.mitm import responses as mitm_responses
 from addon.mitm import versions as mitm_versions
 from addon.reporting.usage import UsageShipper
 
@@ -43,10 +44,24 @@ class ShipperAddon:
         return await rt.sidecar.post_usage(batch) if rt is not None else False
 
     def _gauges(self) -> dict[str, object]:
+        """Read as each batch is built: the settings of the config in force
+        (a reload's ``proxy.usage``) and the counts refused below the addon."""
         rt = self.holder.runtime  # the current one: a config reload replaces it
+        if rt is not None:
+            self._follow(rt)
         gauges = rt.gauges() if rt is not None else {}
         off = mitm_versions.mechanisms_off()  # an untested mitmproxy an operator accepted
         return {**gauges, "mechanisms_off": off} if off else gauges
+
+    def _follow(self, rt: Any) -> None:
+        usage = rt.config.proxy.usage
+        if self.shipper is not None:
+            self.shipper.flush_s = usage.flush_s  # from the next wait on
+            self.shipper.backlog.max_batches = usage.memory_max_batches
+        if rt.spool is not None:
+            rt.spool.max_batches = usage.spool_max_batches
+        for n in mitm_responses.take_refused().values():
+            rt.metrics.count_refusal("request", n)  # a body, head or slow request refused
 
     def done(self) -> None:  # synchronous: mitmproxy's hot reload calls it so
         if self._task is not None:

@@ -49,7 +49,8 @@ from mitmproxy.proxy.layers.http._http1 import Http1Connection, Http1Server
 from addon.mitm import internals as mitm_internals
 from addon.mitm.http_requests import UNUSUAL, Request, RequestReader
 from addon.mitm.internals import handler_assumptions
-from addon.mitm.limits import Limits, SlowRequests, json_error
+from addon.mitm.limits import Limits, SlowRequests
+from addon.mitm.responses import json_error
 
 log = logging.getLogger("chainproxy")
 

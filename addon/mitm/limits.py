@@ -55,16 +55,14 @@ from typing import Any
 import wsproto
 import wsproto.events
 from mitmproxy import ctx
-from mitmproxy.net.http import http1
 from mitmproxy.proxy import commands, events, server
 from mitmproxy.proxy.layers import websocket as mitm_ws
 from mitmproxy.proxy.layers.http import _http1
 
 from addon.mitm import internals as mitm_internals
 from addon.mitm.http_requests import HEAD_LIMIT, head_too_large
-from addon.mitm.responses import json_response
+from addon.mitm.responses import json_error
 from addon.rpc.jsonrpc import INVALID_REQUEST, error_obj
-from addon.rpc.request_ids import new_request_id
 
 log = logging.getLogger("chainproxy")
 
@@ -232,13 +230,6 @@ def _assumptions() -> list[tuple[str, bool]]:
     ]
 
 
-def json_error(status: int, message: str, data: dict[str, Any]) -> bytes:
-    """A whole HTTP/1.1 answer: the contract's JSON-RPC error, then a close."""
-    doc = error_obj(None, INVALID_REQUEST, message, data)
-    headers = (("Connection", "close"), ("X-Request-Id", new_request_id()))
-    return bytes(http1.assemble_response(json_response(status, doc, headers)))
-
-
 # --- 2: slow requests ------------------------------------------------------------------
 
 
@@ -324,13 +315,8 @@ def _close_slow(layer: Any, limit: float) -> None:
         return  # closing already
     if not io.writer.is_closing():
         with contextlib.suppress(OSError, RuntimeError):
-            io.writer.write(
-                json_error(
-                    408,
-                    f"request not received within {limit:g} s",
-                    {"timeout_s": limit},
-                )
-            )
+            late = f"request not received within {limit:g} s"
+            io.writer.write(json_error(408, late, {"timeout_s": limit}))
     log.info("chainproxy: request from %s incomplete after %g s", layer.conn.peername, limit)
     io.handler.cancel("chainproxy: request read timeout")
 

@@ -4,6 +4,7 @@ installed mitmproxy allows it (``internals.response_builder``)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -11,7 +12,8 @@ from mitmproxy import http
 from mitmproxy.net.http import http1
 
 from addon.mitm import internals as mitm_internals
-from addon.rpc.jsonrpc import Refusal, dumps, error_obj
+from addon.rpc.jsonrpc import INVALID_REQUEST, Refusal, dumps, error_obj
+from addon.rpc.request_ids import new_request_id
 
 CORS_HEADERS = (
     ("Access-Control-Allow-Origin", "*"),
@@ -66,3 +68,22 @@ def refusal_response(r: Refusal, extra: Iterable[tuple[str, str]] = ()) -> http.
 def wire(response: http.Response) -> bytes:
     """The bytes mitmproxy's HTTP/1 layer sends for ``response`` (head, body)."""
     return bytes(http1.assemble_response(response))
+
+
+# refusals sent from here (no call exists: the addon never sees them), by
+# status, until the metrics take them (``take_refused``)
+_REFUSED: Counter[int] = Counter()
+
+
+def take_refused() -> Counter[int]:
+    global _REFUSED
+    taken, _REFUSED = _REFUSED, Counter()
+    return taken
+
+
+def json_error(status: int, message: str, data: dict[str, Any]) -> bytes:
+    """A whole HTTP/1.1 answer: the contract's JSON-RPC error, then a close."""
+    _REFUSED[status] += 1
+    doc = error_obj(None, INVALID_REQUEST, message, data)
+    headers = (("Connection", "close"), ("X-Request-Id", new_request_id()))
+    return bytes(http1.assemble_response(json_response(status, doc, headers)))
