@@ -14,6 +14,12 @@ from common.config.readers import shown_url
 
 def restart_only(running: Config, new: Config) -> str | None:
     """What ``new`` changes that a reload cannot apply, as ``key: problem``."""
+    return fixed_keys(running, new) or lost_network(running, new)
+
+
+def fixed_keys(running: Config, new: Config) -> str | None:
+    """A key ``new`` changes that only a restart applies (where the sidecar
+    listens, ``data_dir``), as ``key: problem``."""
     fixed: list[tuple[str, Any, Any]] = [
         ("sidecar.host", running.sidecar.host, new.sidecar.host),
         ("sidecar.port", running.sidecar.port, new.sidecar.port),
@@ -25,13 +31,12 @@ def restart_only(running: Config, new: Config) -> str | None:
             if key == "sidecar.url":  # it may carry a password: never shown
                 was, now = shown_url(str(was)), shown_url(str(now))
             return f"{key}: a reload cannot change it ({was} -> {now}); restart the stack"
-    return lost_network(running, new)
+    return None
 
 
 def lost_network(running: Config, new: Config) -> str | None:
     """A served network ``new`` leaves with no node-rpc endpoint where the
-    running config has some, as ``key: problem`` (the sidecar's own check: it
-    may run with ``--port``/``--data-dir`` overrides the file does not hold)."""
+    running config has some, as ``key: problem``."""
     for network in new.proxy.networks:
         had = len(running.rpc_endpoints(network))
         if had and not new.rpc_endpoints(network):

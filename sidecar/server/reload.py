@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from aiohttp import web
 
 from common.config import Config, ConfigError, Endpoint, load_config
-from common.config.restart import lost_network
+from common.config.restart import fixed_keys, lost_network
 from sidecar.metrics.collector import collector_registry
 from sidecar.probing.prober import Prober
 from sidecar.probing.results import NODE_KINDS
@@ -107,8 +107,11 @@ def _forget(prober: Prober, removed: set[str]) -> None:
     prober.results = {k: n for k, n in prober.results.items() if k[0] not in removed}
 
 
-def reload_from(app: web.Application, path: str) -> bool:
-    """SIGHUP's work: ``path`` read, validated, applied; whether it was."""
+def reload_from(app: web.Application, path: str, started: Config | None = None) -> bool:
+    """SIGHUP's work: ``path`` read, validated, applied; whether it was. A file
+    that moves the sidecar or ``data_dir`` from what it ``started`` with (the
+    file as read at the start: ``--port``/``--data-dir`` may override it) is
+    refused whole, as the launcher and the proxies refuse it."""
     try:
         new = load_config(path)
     except ConfigError as e:
@@ -117,7 +120,8 @@ def reload_from(app: web.Application, path: str) -> bool:
     except Exception:  # a reader's bug: the running config stays all the same
         log.exception("reload of %s refused, the running config stays", path)
         return False
-    if (problem := lost_network(app[CONFIG_KEY], new)) is not None:
+    problem = fixed_keys(started, new) if started is not None else None
+    if (problem := problem or lost_network(app[CONFIG_KEY], new)) is not None:
         log.error("reload of %s refused, the running config stays: config error: %s", path, problem)
         return False
     added, removed = apply(app, new)
@@ -137,7 +141,11 @@ def on_sighup(path: str) -> Callable[[web.Application], AsyncIterator[None]]:
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         try:
-            loop.add_signal_handler(signal.SIGHUP, reload_from, app, path)
+            started: Config | None = load_config(path)
+        except Exception:  # changed since the start: the keys are then checked no more
+            started = None
+        try:
+            loop.add_signal_handler(signal.SIGHUP, reload_from, app, path, started)
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             yield
             return

@@ -105,6 +105,26 @@ async def test_a_file_that_leaves_a_network_with_no_node_is_refused(
     assert "a reload cannot leave finney with no node-rpc endpoint (it has 2)" in caplog.text
 
 
+async def test_a_file_that_moves_it_is_refused_whole(
+    aiohttp_client: Any, tmp_path: Path, caplog: Any
+) -> None:
+    """systemd's reload signals each process: a file that moves ``data_dir``
+    (or where the sidecar listens) is refused by the sidecar too, whole, as
+    the proxies refuse it (it used to apply the registry and keep the rest)."""
+    started = _config(tmp_path, [1, 2])
+    app = create_app(started, probing=False, probe_factory=fake_factory({}))
+    await aiohttp_client(app)
+    before = app[CONFIG_KEY]
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(yaml.safe_dump(_doc(tmp_path / "elsewhere", [1])))
+    assert reload_from(app, str(moved), started) is False
+    assert app[CONFIG_KEY] is before and len(before.endpoints) == 2
+    assert "data_dir: a reload cannot change it" in caplog.text
+    same = tmp_path / "same.yaml"
+    same.write_text(yaml.safe_dump(_doc(tmp_path, [1])))
+    assert reload_from(app, str(same), started) is True
+
+
 def test_where_it_listens_and_its_data_dir_stay(tmp_path: Path) -> None:
     running = _config(tmp_path, [1], sidecar={"port": 9001})
     new = _config(tmp_path / "other", [1, 2], sidecar={"port": 9002, "token": "t0ken"})
