@@ -28,6 +28,29 @@ def _is_launcher(pid: int) -> bool:
     return b"chainproxy" in cmdline
 
 
+def _launchers_of(config_path: str) -> list[int]:
+    """The chainproxy launchers running with ``config_path``, by their command
+    line (``chainproxy run|demo|inspect --config F``, ``-m chainproxy.launch``)."""
+    want = Path(config_path).resolve()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            cwd = Path(os.readlink(d / "cwd"))
+        except OSError:
+            continue
+        launch = b"chainproxy.launch" in argv or (
+            any(Path(os.fsdecode(a)).name == "chainproxy" for a in argv[:2])
+            and any(a in (b"run", b"demo", b"inspect") for a in argv[1:3])
+        )
+        given = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == b"--config"]
+        if launch and any((cwd / os.fsdecode(g)).resolve() == want for g in given):
+            found.append(int(d.name))
+    return found
+
+
 def _launcher_pid(pid_file: Path) -> int | None:
     try:
         return int(pid_file.read_text().strip())
@@ -51,14 +74,25 @@ def reload_command(
         _say(f"{config_path}: {e}; nothing changed")
         return 2
     directory = run_dir(config)
-    if pid is None:
-        pid = _launcher_pid(directory / PID_FILE)
+    recorded = _launcher_pid(directory / PID_FILE)
+    running = [pid] if pid is not None else _launchers_of(config_path)
+    if recorded is None or (pid is not None and recorded != pid):
+        if running and all(_is_launcher(p) for p in running):
+            # a stack of this file runs, not under its data_dir: the file moved it
+            _say(
+                f"{config_path}: data_dir: a reload cannot change it (the launcher, pid "
+                f"{running[0]}, does not run under {config.data_dir}); restart the stack"
+                "; nothing changed"
+            )
+            return 2
         if pid is None:
             _say(
                 f"no launcher of {config_path} is running (no {directory / PID_FILE}); "
                 "start it with `chainproxy run`"
             )
             return 1
+    pid = pid if pid is not None else recorded
+    assert pid is not None
     if not _is_launcher(pid):
         _say(f"process {pid} is not a running chainproxy launcher (a stale pid file?)")
         return 1

@@ -156,3 +156,29 @@ def test_the_command_waits_for_the_launchers_outcome(
 ) -> None:
     got, err = _reload(capsys, "--config", str(fake_launcher), "--timeout", "10")
     assert got == code and "as told" in err
+
+
+def test_a_file_that_moves_data_dir_is_refused_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The launcher's pid and status files are under the data_dir it runs
+    with: a file that moves data_dir is refused here, exit 2 with the one
+    line (it said "no launcher running", or waited out the whole timeout)."""
+    path = _write(tmp_path)
+    run = tmp_path / "data" / "run"
+    run.mkdir(parents=True)
+    argv = [sys.executable, "-c", FAKE, str(run / STATUS_FILE), "done"]
+    argv += ["chainproxy.launch", "--config", str(path)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        (run / PID_FILE).write_text(f"{proc.pid}\n")
+        _write(tmp_path, data_dir=str(tmp_path / "elsewhere"))  # the operator's edit
+        for extra in ((), ("--pid", str(proc.pid))):
+            code, err = _reload(capsys, "--config", str(path), "--timeout", "5", *extra)
+            assert code == 2, err
+            assert "data_dir: a reload cannot change it" in err and err.count("\n") == 1
+        assert not (run / STATUS_FILE).exists()  # never signalled
+    finally:
+        proc.kill()
+        proc.wait()
