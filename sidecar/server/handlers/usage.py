@@ -68,6 +68,8 @@ async def post_usage(request: web.Request) -> web.Response:
 
 async def get_usage(request: web.Request) -> web.Response:
     svc = request.app[USAGE_KEY]
+    if len(request.query.getall("network", [])) > 1:
+        return json_error(400, "give network once")  # as ?page= elsewhere: never a silent pick
     network = request.query.get("network") or None
     if network is not None and network not in svc.config.proxy.networks:
         known = ", ".join(svc.config.proxy.networks)

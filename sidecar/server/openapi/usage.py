@@ -58,13 +58,17 @@ def paths() -> dict[str, Schema]:
         "query",
         "network",
         {"type": "string"},
-        "one of the configured networks; absent: all",
+        "one of the configured networks, given once; absent: all",
     )
     return {
         "/api/v1/usage": js.get(
             "7-day proxy usage summary",
             js.ref("Usage"),
             parameters=[network],
-            errors={"404": "unknown network", "503": "statistics store unavailable"},
+            errors={
+                "400": "network given more than once",
+                "404": "unknown network",
+                "503": "statistics store unavailable",
+            },
         ),
     }

@@ -145,6 +145,8 @@ async def test_counts_labels_and_types_for_known_batches(
     finney = await get_usage(client, "?network=finney")
     assert finney["requests"] == 26 and len(finney["endpoints"]) == 4
     assert (await get_usage(client, "?network="))["requests"] == 31  # empty = all
+    twice = await client.get("/api/v1/usage?network=finney&network=test")
+    assert twice.status == 400 and "once" in (await twice.json())["error"]["message"]
 
 
 async def test_the_methods_that_cost_most_units(
