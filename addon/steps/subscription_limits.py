@@ -80,7 +80,7 @@ def over_limit(
     quota (Redis) while another took the last place."""
     limit = rt.config.proxy.websocket.max_subscriptions
     subs = rt.subs
-    if len(sock.subscriptions) + subs.opening.get(sock, 0) + opening >= limit:
+    if len(sock.subscriptions) + subs.opening.get(id(sock), 0) + opening >= limit:
         return error_obj(
             call_id,
             POLICY_REFUSED,

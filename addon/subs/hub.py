@@ -89,9 +89,10 @@ class SubscriptionHub(Watchdog):
         self.shared: dict[str, SharedSubscription] = {}
         self.by_id: dict[str, SharedSubscription] = {}  # client subscription id -> shared
         self.per_client: dict[str, int] = {}  # client -> subscriptions across its sockets
-        # subscribes still waiting for a node, by socket and by client: the
-        # limits count them (a socket may send many before any is answered)
-        self.opening: dict[object, int] = {}
+        # subscribes still waiting for a node, by socket (its id(): an owner
+        # may be unhashable) and by client: the limits count them (a socket may
+        # send many before any is answered)
+        self.opening: dict[int, int] = {}
         self.client_opening: dict[str, int] = {}
         self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
         self._connecting: dict[str, asyncio.Task[UpstreamSocket]] = {}
@@ -115,7 +116,7 @@ class SubscriptionHub(Watchdog):
         if not self.serves(network):
             raise NoUpstream(f"no node-wss endpoint configured for network {network}")
         client = _client_of(owner)
-        _count(self.opening, owner, 1)
+        _count(self.opening, id(owner), 1)
         _count(self.client_opening, client, 1)
         try:
             key = share_key(network, kind, params)
@@ -154,7 +155,7 @@ class SubscriptionHub(Watchdog):
             self._ensure_watchdog()
             return sh, sub
         finally:
-            _count(self.opening, owner, -1)
+            _count(self.opening, id(owner), -1)
             _count(self.client_opening, client, -1)
 
     def client_subscriptions(self, client: str) -> int:

@@ -148,7 +148,7 @@ class FakeHub:
         self.subscribed: list[tuple[str, list[Any]]] = []
         self.unsubscribed: list[str] = []
         self.greeted = 0
-        self.opening: dict[object, int] = {}  # as the hub's: subscribes waiting for a node
+        self.opening: dict[int, int] = {}  # by id(socket), as the hub keeps them
         self.client_opening: dict[str, int] = {}
 
     def serves(self, network: str) -> bool:

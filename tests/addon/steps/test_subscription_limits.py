@@ -45,16 +45,16 @@ async def test_subscribes_waiting_for_a_node_count_and_are_counted_again() -> No
         hub, websocket={"max_subscriptions": 2, "max_subscriptions_per_client": 3}
     )
     sock = FakeSocket()
-    hub.opening[sock] = 2  # two of this socket's subscribes wait for a node
+    hub.opening[id(sock)] = 2  # two of this socket's subscribes wait for a node
     _, doc = await ws_message(pipe, sock, call("chain_subscribeNewHeads"))
     assert doc["error"]["data"]["limit"] == 2 and hub.subscribed == []
-    del hub.opening[sock]
+    del hub.opening[id(sock)]
     hub.client_opening[sock.client] = 3  # its other sockets' do
     _, doc = await ws_message(pipe, sock, call("chain_subscribeNewHeads"))
     assert doc["error"]["data"]["limit"] == 3 and "client" in doc["error"]["message"]
     del hub.client_opening[sock.client]
     rpc, doc = await ws_message(pipe, sock, call("chain_subscribeNewHeads"))
     assert doc["result"] == "sub1"
-    hub.opening[sock] = 1  # taken while a message waited past the limits step
+    hub.opening[id(sock)] = 1  # taken while a message waited past the limits step
     late = await subscribe_step._subscribe(rpc, rt, sock, 0, Call(7, "chain_subscribeAllHeads", []))
     assert late["error"]["data"]["policy"] == "max_subscriptions" and len(hub.subscribed) == 1

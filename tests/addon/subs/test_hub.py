@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from addon.rpc.sub_methods import SUBSCRIBE
-from addon.subs.hub import HubSettings, NoUpstream, SubscriptionHub
+from addon.subs.hub import HubSettings, NoUpstream, OwnSubscriber, SubscriptionHub
 from addon.upstream.pool import TIER_SYNCED, Upstream, UpstreamPool
 from tests.addon.helpers import NodeChain, WsNode
 from tests.fakes import FakeClock
@@ -243,8 +243,11 @@ async def test_the_proxys_own_subscribers_are_not_counted_as_clients() -> None:
     node = WsNode("a", NodeChain(height=10))
     async with asyncio.timeout(BOUND_S), hub_over(node) as (hub, _):
         await subscribe(hub, Client())
-        own = Client()
-        own.client = "chainproxy:head-watch:finney"  # type: ignore[attr-defined]
-        await subscribe(hub, own)
+        # as the head watch and the follow views subscribe (an owner that is
+        # no dict key: it once broke every chainHead_v1_follow)
+        own = OwnSubscriber("chainproxy:head-watch:finney")
+        heard: list[bytes] = []
+        await hub.subscribe("finney", NEW_HEADS, [], heard.append, own)
+        assert hub.opening == {} and hub.client_opening == {}
         assert hub.gauges()["client_subscriptions"] == {"chain_subscribeNewHeads": 1}
         assert hub.gauges()["upstream_subscriptions"] == {"chain_subscribeNewHeads": 1}
