@@ -31,6 +31,10 @@ from addon.rpc.jsonrpc import Call
 from common.jsontext import has_float
 
 KEY_VERSION = "v1"
+# heights of one chain_getBlockHash list answered from the cache: each is a
+# look-up on the event loop (a disk read when not in memory), so a list of
+# 50,000 cached heights held every other call for seconds
+MAX_CACHED_HEIGHTS = 32
 _HEX = re.compile(r"^0x[0-9a-fA-F]*$")
 _HASH_PINNED = {"chain_getBlock": 0, "chain_getHeader": 0}
 _KEY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
@@ -88,6 +92,8 @@ def plan(
     if heights is not None:
         if not heights or finalized is None or max(heights) > finalized:
             return None
+        if len(heights) > MAX_CACHED_HEIGHTS:
+            return None  # one look-up per height on the loop: a long list goes to a node
         if _decimal_text(params[0]):
             # a node refuses "5" (Substrate's NumberOrHex: a number or 0x hex),
             # or answers it otherwise: it must not share height 5's entry

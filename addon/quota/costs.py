@@ -8,6 +8,8 @@ are sent, and from the bytes they answer after:
   ``keys_per_unit`` (100) keys asked (``count``);
 * ``state_queryStorageAt`` (``childstate_getStorageEntries``): 1 unit per
   ``storage_keys_per_unit`` (10) keys;
+* ``chain_getBlockHash`` of a list of heights: 1 unit per ``keys_per_unit``
+  (100) heights;
   ``state_queryStorage`` also times the blocks its range spans, when their
   heights are known (else the range is charged by its bytes);
 * an answer over ``free_bytes`` (64 KiB): 1 more unit per started
@@ -57,6 +59,8 @@ _STORAGE_KEYS = {
     "childstate_getStorageEntries": 1,
 }
 RUNTIME_API_CALLS = frozenset({"state_call", "state_callAt"})
+# block hashes asked by height, a list of heights at once (priced per key)
+HEIGHT_LISTS = frozenset({"chain_getBlockHash", "chain_getHead"})
 # the new spec's runtime calls -> position of their ``function`` param
 _NEW_SPEC_CALLS = {"archive_v1_call": 1, "chainHead_v1_call": 2}
 # the new spec's storage reads -> position of their ``items`` param
@@ -87,6 +91,7 @@ _PRICED = frozenset(
         *_NEW_SPEC_CALLS,
         *_NEW_SPEC_STORAGE,
         STORAGE_DIFF,
+        *HEIGHT_LISTS,
     }
 )
 
@@ -136,6 +141,10 @@ def base_cost(
         if isinstance(count, int) and not isinstance(count, bool) and count > 0:
             return max(1, math.ceil(count / costs.keys_per_unit))
         return 1
+    if method in HEIGHT_LISTS:
+        heights = _param(call, 0)
+        n = len(heights) if isinstance(heights, list) else 1
+        return max(1, math.ceil(n / costs.keys_per_unit))
     if method in _STORAGE_KEYS:
         keys = _param(call, _STORAGE_KEYS[method], "keys")
         n = len(keys) if isinstance(keys, list) else 1

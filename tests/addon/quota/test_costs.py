@@ -36,6 +36,14 @@ def test_key_pages_cost_by_the_keys_asked() -> None:
     assert base_cost(call("state_getKeysPaged", [PREFIX, True]), DEFAULT) == 1
 
 
+def test_block_hashes_by_height_cost_by_the_heights_asked() -> None:
+    assert base_cost(call("chain_getBlockHash", [5]), DEFAULT) == 1
+    assert base_cost(call("chain_getBlockHash"), DEFAULT) == 1
+    assert base_cost(call("chain_getBlockHash", [list(range(100))]), DEFAULT) == 1
+    assert base_cost(call("chain_getBlockHash", [list(range(101))]), DEFAULT) == 2
+    assert base_cost(call("chain_getHead", [list(range(50_000))]), DEFAULT) == 500
+
+
 def test_storage_queries_cost_by_keys_and_by_the_blocks_a_range_spans() -> None:
     keys = [f"{PREFIX}{i:04x}" for i in range(100)]
     assert base_cost(call("state_queryStorageAt", [keys]), DEFAULT) == 10
