@@ -6,7 +6,8 @@ are sent, and from the bytes they answer after:
 
 * ``state_getKeysPaged`` / ``childstate_getKeysPaged``: 1 unit per
   ``keys_per_unit`` (100) keys asked (``count``);
-* ``state_queryStorageAt`` (``childstate_getStorageEntries``): 1 unit per
+* ``state_queryStorageAt`` (``childstate_getStorageEntries``,
+  ``state_getReadProof``, ``state_getChildReadProof``): 1 unit per
   ``storage_keys_per_unit`` (10) keys;
 * ``chain_getBlockHash`` of a list of heights: 1 unit per ``keys_per_unit``
   (100) heights;
@@ -57,6 +58,8 @@ _STORAGE_KEYS = {
     "state_queryStorageAt": 0,
     "state_queryStorage": 0,
     "childstate_getStorageEntries": 1,
+    "state_getReadProof": 0,  # a proof walks the trie for every key
+    "state_getChildReadProof": 1,
 }
 RUNTIME_API_CALLS = frozenset({"state_call", "state_callAt"})
 # block hashes asked by height, a list of heights at once (priced per key)

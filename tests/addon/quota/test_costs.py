@@ -48,6 +48,9 @@ def test_storage_queries_cost_by_keys_and_by_the_blocks_a_range_spans() -> None:
     keys = [f"{PREFIX}{i:04x}" for i in range(100)]
     assert base_cost(call("state_queryStorageAt", [keys]), DEFAULT) == 10
     assert base_cost(call("state_queryStorageAt", [keys[:3]]), DEFAULT) == 1
+    # a proof walks the trie for every key it proves
+    assert base_cost(call("state_getReadProof", [keys]), DEFAULT) == 10
+    assert base_cost(call("state_getChildReadProof", ["0x01", keys]), DEFAULT) == 10
     heights = {"0xaa": 100, "0xbb": 149}
     q = call("state_queryStorage", [keys[:10], "0xaa", "0xbb"])
     assert base_cost(q, DEFAULT, height=heights.get) == 50  # 10 keys x 50 blocks / 10
