@@ -36,6 +36,7 @@ KEEPALIVE_S = 4.0  # node servers (Node, chopsticks) drop idle connections at 5 
 LIMIT_PER_HOST = 256
 LIMIT = 1024
 MAX_TARGETS = 4096  # URLs parsed and kept (they come from the config: a handful)
+HEAD_LIMIT = 65536  # bytes of an answer's status line and headers
 # aiohttp's reason for an answer that is not HTTP: metrics read the same either way
 BAD_ANSWER = "client-error:ClientResponseError"
 _USER_AGENT = b"chainproxy"  # some providers' gateways refuse a request without one
@@ -53,23 +54,10 @@ class _Conn(asyncio.Protocol):
     """One keep-alive connection, one request at a time."""
 
     __slots__ = (
-        "answered",
-        "body",
-        "encoding",
-        "idle_since",
-        "keep_alive",
-        "length",
-        "limit",
-        "parser",
-        "retry_after",
-        "reused",
-        "size",
-        "sized",
-        "status",
-        "transport",
-        "usable",
+        "answered", "body", "encoding", "head", "idle_since", "keep_alive", "length", "limit",
+        "parser", "retry_after", "reused", "size", "sized", "status", "transport", "usable",
         "waiter",
-    )
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -83,6 +71,7 @@ class _Conn(asyncio.Protocol):
 
     def _reset(self) -> None:
         self.answered = False  # a byte of this call's answer arrived
+        self.head = 0  # bytes read while its head is not complete
         self.status = 0
         self.body: list[bytes] = []
         self.size = 0
@@ -129,6 +118,13 @@ class _Conn(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError:
             self._fail(TransportError(BAD_ANSWER))
+            return
+        if not self.status and self.waiter is not None:
+            # a head that never ends (a hostile or broken node): llhttp keeps a
+            # header value growing, so it is bounded as a client's head is
+            self.head += len(data)
+            if self.head > HEAD_LIMIT:
+                self._fail(TransportError("response-head-too-large"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.usable = False

@@ -309,6 +309,28 @@ async def test_an_answer_that_is_not_http(make_transport: MakeTransport) -> None
 # --- the lean client's pool ---------------------------------------------------
 
 
+async def test_an_answer_head_that_never_ends_is_cut_at_the_limit() -> None:
+    """A hostile or broken node sends one header without end: llhttp keeps
+    the value growing (100s of MiB across calls); the attempt fails at 64 KiB
+    of head, at once, not at its timeout."""
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Junk: ")
+        for _ in range(40):  # 40 x 8 KiB, never a line end
+            writer.write(b"a" * 8192)
+            await writer.drain()
+            await asyncio.sleep(0.005)
+        await reader.read()
+
+    t = LeanTransport(max_response_bytes=1_000_000)
+    async with Raw(endless) as url:
+        with pytest.raises(TransportError) as e:
+            await t.post(url, b"{}", 30)
+        t.close()
+    assert e.value.reason == "response-head-too-large"
+
+
 async def test_an_idle_connection_the_node_closed_is_not_used_again() -> None:
     """The node closes each connection once idle (its keep-alive timer): the
     next call still succeeds, on a new connection."""
