@@ -89,9 +89,8 @@ class SubscriptionHub(Watchdog):
         self.shared: dict[str, SharedSubscription] = {}
         self.by_id: dict[str, SharedSubscription] = {}  # client subscription id -> shared
         self.per_client: dict[str, int] = {}  # client -> subscriptions across its sockets
-        # subscribes still waiting for a node, by socket (its id(): an owner
-        # may be unhashable) and by client: the limits count them (a socket may
-        # send many before any is answered)
+        # subscribes waiting for a node, by id(socket) (an owner may be
+        # unhashable) and by client: the limits count them
         self.opening: dict[int, int] = {}
         self.client_opening: dict[str, int] = {}
         self.sockets: dict[str, UpstreamSocket] = {}  # endpoint id -> socket
@@ -148,6 +147,11 @@ class SubscriptionHub(Watchdog):
                     raise NoUpstream(
                         f"no node took the subscription within {self.settings.establish_s:g}s"
                     ) from None
+                except asyncio.CancelledError:
+                    # its socket closed: held by nobody, it must not stay for ever
+                    if not sh.subscribers and sh.linger is None:
+                        self._linger(sh)
+                    raise
             sub = Subscriber(secrets.token_hex(8), send, owner)
             sh.subscribers[sub.sub_id] = sub
             self.by_id[sub.sub_id] = sh
@@ -195,11 +199,15 @@ class SubscriptionHub(Watchdog):
         else:
             self.per_client.pop(client, None)
         if not sh.subscribers:
-            loop = asyncio.get_running_loop()
-            sh.linger = loop.call_later(
-                self.settings.linger_s, lambda: loop.create_task(self._expire(sh))
-            )
+            self._linger(sh)
         return True
+
+    def _linger(self, sh: SharedSubscription) -> None:
+        """No subscriber: it ends after ``linger_s`` unless one comes back."""
+        loop = asyncio.get_running_loop()
+        sh.linger = loop.call_later(
+            self.settings.linger_s, lambda: loop.create_task(self._expire(sh))
+        )
 
     async def _expire(self, sh: SharedSubscription) -> None:
         if not sh.subscribers and self.shared.get(sh.key) is sh:

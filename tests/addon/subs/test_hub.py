@@ -226,6 +226,24 @@ async def test_no_node_taking_it_within_establish_s_is_no_upstream(node_state: s
             await subscribe(hub, Client())
         assert 0.25 <= loop.time() - start < 2.0
         assert hub.shared == {} and hub.by_id == {}  # nobody waits for it any more
+        assert hub.opening == {} and hub.client_opening == {}  # nor counts as waiting
+
+
+async def test_a_subscribe_cancelled_while_it_waits_leaves_nothing_behind() -> None:
+    """Its socket closed while no node had taken the subscription yet: the
+    upstream subscription nobody holds ends after the linger (it stayed for
+    ever, one per fresh key a client sent and closed)."""
+    node = WsNode("a", NodeChain(), silent=True)
+    async with asyncio.timeout(BOUND_S), hub_over(node, linger_s=0.05) as (hub, _):
+        client = Client()
+        task = asyncio.create_task(subscribe(hub, client))
+        await until(lambda: hub.opening == {id(client): 1})
+        assert hub.client_opening == {"": 1}  # (a client with no name)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert hub.opening == {} and hub.client_opening == {}
+        await until(lambda: hub.shared == {})
 
 
 async def test_heads_are_live_while_a_subscription_holds_and_has_delivered() -> None:
