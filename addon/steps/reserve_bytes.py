@@ -3,7 +3,8 @@ to a node) whose kind is known to answer large (``addon/quota/sizes.py``) take
 their expected byte units now, before they are sent; ``charge_bytes`` takes
 only what the answer costs beyond that. A cache hit never pays for bytes.
 Over the quota: 429 like the quota step, and the base units the quota step
-took are given back (a refused call takes nothing; ``data.cost`` is both).
+took are given back (a refused call takes nothing; ``data.cost`` is both),
+unless the batch already made a subscription or answered a new-spec read.
 Calls of unknown or small kinds (nearly all) cost nothing here."""
 
 from __future__ import annotations
@@ -51,4 +52,8 @@ def reserve_bytes(rpc: RpcContext, rt: ReserveBytesNeeds) -> Later[Decision] | N
         assert isinstance(call, Call)  # (heavy_units takes calls only)
         rt.metrics.count_units(call, n, rpc.tier, costs)
     rpc.reserved = reserved  # (a refused call ends here: nothing reads it then)
-    return take_units(rpc, rt, reserved, taken=rpc.units)
+    # refused, the price the quota step took is given back, unless a call of
+    # the batch was acted on already (a subscription made, a new-spec read
+    # answered, a follow begun): that one was not free
+    acted = bool(rpc.subscribed) or bool(rpc.afters)
+    return take_units(rpc, rt, reserved, taken=0 if acted else rpc.units)

@@ -78,3 +78,27 @@ async def test_a_cache_hit_pays_no_bytes() -> None:
     assert second.response.headers["X-Cache"] == "HIT"
     left = [int(f.response.headers["X-RateLimit-Remaining"]) for f in (first, second, third)]
     assert left == [99, 82, 81]  # the miss's 16 after it; the hit 1; a plain call 1
+
+
+async def test_a_batch_that_already_subscribed_keeps_its_price() -> None:
+    """The subscribe step runs before the byte reservation: a batch whose
+    heavy read is refused there has made its subscription already, so its
+    price is not given back (the subscription is not free)."""
+    from addon.quota.quotas import Quotas
+    from tests.addon.helpers import FakeHub, FakeSocket, pipeline_with_hub, ws_message
+
+    hub = FakeHub()
+    pipe, rt = pipeline_with_hub(hub, rate_limit={"requests": 20})
+    rt.sizes.learn(Call(1, "state_call", HEAVY), 1_100_000, 65_536)  # a known heavy kind
+    sock = FakeSocket()
+    quotas: Quotas = rt.quotas
+    assert quotas.decide(sock.client, 17).allowed  # 3 units left
+    batch = [call("chain_subscribeNewHeads", id_=1), call("state_call", HEAVY, id_=2)]
+    _, doc = await ws_message(pipe, sock, batch)
+    assert doc["error"]["data"]["policy"] == "20;w=60" and len(hub.subscribed) == 1
+    left = quotas.decide(sock.client, 1, take=False)
+    assert left.remaining == 1  # the subscribe's and the read's price stay taken
+    # alone, the same heavy read refused takes nothing
+    _, doc = await ws_message(pipe, sock, call("state_call", HEAVY, id_=3))
+    assert doc["error"]["code"] == -32005
+    assert quotas.decide(sock.client, 1, take=False).remaining == 1
