@@ -72,7 +72,13 @@ async def _subscribe(
     except BadParams as e:
         return error_obj(call.id, INVALID_PARAMS, f"invalid params: {e}")
     if (refused := over_limit(rt, sock, rpc.tier, call.id, 0)) is not None:
-        return refused  # another message took the last place while this one waited
+        # another message took the last place while this one waited for the
+        # quota: refused after it, and its price given back (a refusal is free)
+        units = rpc.item_units.pop(i, 0) if rpc.item_units else 0
+        if units:
+            rt.quotas.refund(rpc.client, units, rpc.tier)
+            rpc.units -= units
+        return refused
     try:
         shared, sub = await rt.subs.subscribe(sock.network, kind, canon, sock.send, sock)
     except NoUpstream as e:

@@ -58,3 +58,9 @@ async def test_subscribes_waiting_for_a_node_count_and_are_counted_again() -> No
     hub.opening[id(sock)] = 1  # taken while a message waited past the limits step
     late = await subscribe_step._subscribe(rpc, rt, sock, 0, Call(7, "chain_subscribeAllHeads", []))
     assert late["error"]["data"]["policy"] == "max_subscriptions" and len(hub.subscribed) == 1
+    # its price, taken by the quota step before, was given back
+    assert rt.quotas.decide(rpc.client, 1, rpc.tier).allowed  # as the quota step takes it
+    rpc.item_units = {0: 1}
+    left = rt.quotas.decide(rpc.client, 1, rpc.tier, take=False).remaining
+    await subscribe_step._subscribe(rpc, rt, sock, 0, Call(8, "chain_subscribeAllHeads", []))
+    assert rt.quotas.decide(rpc.client, 1, rpc.tier, take=False).remaining == left + 1
