@@ -294,11 +294,14 @@ class Prober:
                 self._sticky[endpoint_id] = result.classification
             else:
                 self._sticky.pop(endpoint_id, None)
-        elif result.ok and endpoint_id in self._sticky:
+        elif endpoint_id in self._sticky:
+            # a failed head probe too: its own reason would clear the verdict
+            # and make the node a last resort for calls again
+            detail = "head live" if result.ok else f"head probe {result.classification}"
             result = replace(
                 result,
                 classification=self._sticky[endpoint_id],
-                detail="head live; the last full probe failed",
+                detail=f"{detail}; the last full probe failed",
             )
         return result
 

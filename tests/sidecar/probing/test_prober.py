@@ -384,6 +384,10 @@ def test_a_wrong_chain_node_turns_degraded_although_head_probes_look_live() -> N
     assert p.observe(e, ProbeResult(e.id, 3.0, "head", LIVE, 10, best=6)) == "degraded"
     h = p.health_of(e.id)
     assert h.status == "Degraded" and h.classification == "wrong-chain"
+    # a head probe that fails keeps the verdict too (its own reason cleared
+    # it, and the proxy took the node for a last resort again)
+    p.observe(e, ProbeResult(e.id, 3.5, "head", "timeout", 10))
+    assert p.health_of(e.id).classification == "wrong-chain"
     p.observe(e, ProbeResult(e.id, 4.0, "full", LIVE, 10, best=7))  # back on the right chain
     assert p.observe(e, ProbeResult(e.id, 5.0, "head", LIVE, 10, best=7)) == "recovered"
 
