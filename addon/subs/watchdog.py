@@ -81,14 +81,20 @@ class Watchdog:
     def stale(self, sh: SharedSubscription) -> str:
         """Why ``sh`` should leave its node now ("" when it should not)."""
         pool = self.pools.get(sh.network)
-        if pool is None or sh.upstream is None or sh.last_at is None or not sh.kind.heads:
+        if pool is None or sh.upstream is None:
             return ""
+        if sh.upstream.foreign:
+            return "wrong chain"  # another chain's data, whatever the kind
         now = self._clock()
         tier = pool.effective_tier(sh.upstream, now)
         if tier > TIER_LAGGING and any(
             pool.effective_tier(u, now) <= TIER_LAGGING for u in pool.upstreams.values()
         ):
+            # every kind: a node that hangs (no reset) pushes storage changes
+            # no more than heads, and its socket errs only at the heartbeat
             return "node unhealthy"
+        if sh.last_at is None or not sh.kind.heads:
+            return ""
         tip, finalized = self.chain.heights(sh.network)
         heads = [
             (o.kind.kind, getattr(o.sequencer, "last", None))

@@ -12,6 +12,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -19,7 +20,7 @@ import pytest
 
 from addon.rpc.sub_methods import SUBSCRIBE
 from addon.subs.hub import HubSettings, NoUpstream, OwnSubscriber, SubscriptionHub
-from addon.upstream.pool import TIER_SYNCED, Upstream, UpstreamPool
+from addon.upstream.pool import TIER_SYNCED, TIER_UNHEALTHY, Upstream, UpstreamPool
 from tests.addon.helpers import NodeChain, WsNode
 from tests.fakes import FakeClock
 
@@ -269,3 +270,23 @@ async def test_the_proxys_own_subscribers_are_not_counted_as_clients() -> None:
         assert hub.opening == {} and hub.client_opening == {}
         assert hub.gauges()["client_subscriptions"] == {"chain_subscribeNewHeads": 1}
         assert hub.gauges()["upstream_subscriptions"] == {"chain_subscribeNewHeads": 1}
+
+
+async def test_a_subscription_of_any_kind_leaves_a_node_unhealthy_or_on_another_chain() -> None:
+    """Storage and runtime-version subscriptions too: a node that hangs (no
+    reset) pushed them no more, and they stayed on it until the socket's
+    heartbeat (values lost meanwhile); one on another chain pushes its data."""
+    a, b = WsNode("a", NodeChain()), WsNode("b", NodeChain())
+    async with asyncio.timeout(BOUND_S), hub_over(a, b) as (hub, _):
+        pool = hub.pools["finney"]
+        node = pool.upstreams["endpoint-a"]
+        for kind in ("state_subscribeStorage", "state_subscribeRuntimeVersion"):
+            sh: Any = SimpleNamespace(
+                network="finney", upstream=node, last_at=None, kind=SUBSCRIBE[kind]
+            )
+            node.tier, node.foreign = TIER_SYNCED, False
+            assert hub.stale(sh) == ""
+            node.tier = TIER_UNHEALTHY  # while the other node is healthy
+            assert hub.stale(sh) == "node unhealthy", kind
+            node.tier, node.foreign = TIER_SYNCED, True
+            assert hub.stale(sh) == "wrong chain", kind
