@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from chainproxy.commands import add_set_option, proxy_argv, sidecar_argv, tcp_port
-from chainproxy.reload import Reloader, ReloadRequest
+from chainproxy.commands import add_set_option, proxy_argv, tcp_port
+from chainproxy.reload import Reloader, ReloadRequest, remove_pid_file, write_pid_file
+from chainproxy.sidecar_keeper import SidecarKeeper
 from chainproxy.supervisor import StartError, StopRequest, Supervisor, wait_http
 from chainproxy.worker_stack import start_workers, worker_tools
 from common.config import Config, ConfigError, load_config
@@ -133,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # The children share our terminal; the whole stack stops within drain_s.
     stack = Supervisor(grace_s=config.proxy.drain_s + 2.0)
+    try:
+        pid_file = write_pid_file(config)
+    except OSError as e:
+        print(f"chainproxy: data_dir: cannot use {config.data_dir}: {e.strerror}", file=sys.stderr)
+        return 2
     stop = StopRequest()
     hup = ReloadRequest()  # before the children start: a SIGHUP never ends the launcher
     reloader: Reloader | None = None
@@ -140,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.simulate:
             for node in _simulated_nodes(config):
                 stack.start("simnode", node)
-        sidecar = stack.start("sidecar", sidecar_argv(args.config))
+        keeper = SidecarKeeper(
+            stack, args.config, lambda: reloader.config if reloader is not None else config
+        )
+        sidecar = keeper.start()
         wait_http(f"{config.sidecar.url}/healthz", sidecar, also=stack.children)
         proxy = proxy_argv(
             mitm,
@@ -172,17 +181,13 @@ def main(argv: list[str] | None = None) -> int:
             if hup.requested and reloader is not None:
                 hup.requested = False  # one more SIGHUP meanwhile: one more reload after
                 reloader.run()
+            if (again := keeper.tick()) is not None and reloader is not None:
+                reloader.sidecar = again
 
-        restarts = Restarts()
         while (dead := stack.run_until_stopped(stop, tick)) is not None:
-            if dead is not sidecar or not restarts.allow(time.monotonic()):
+            if not keeper.died(dead):  # a sidecar is started again (sidecar_keeper.py)
                 print(f"chainproxy: {dead.exit_reason()}; stopping", file=sys.stderr)
                 return 1
-            # the proxies serve on their last routing snapshot and spool their
-            # usage meanwhile: the sidecar is started again, not the stack stopped
-            print(f"chainproxy: {dead.exit_reason()}; starting it again", file=sys.stderr)
-            stack.forget(dead)
-            sidecar = reloader.sidecar = stack.start("sidecar", sidecar_argv(args.config))
         return 0
     except StartError as e:
         print(f"chainproxy: {e}; stopping", file=sys.stderr)
@@ -191,22 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.stop_all()
         if reloader is not None:
             reloader.close()
-
-
-class Restarts:
-    """How often a child that died is started again: at most ``limit`` times in
-    ``window_s`` (a sidecar that cannot start stops the stack, as at start)."""
-
-    def __init__(self, limit: int = 5, window_s: float = 300.0) -> None:
-        self.limit, self.window_s = limit, window_s
-        self.times: list[float] = []
-
-    def allow(self, now: float) -> bool:
-        self.times = [t for t in self.times if now - t < self.window_s]
-        if len(self.times) >= self.limit:
-            return False
-        self.times.append(now)
-        return True
+        remove_pid_file(pid_file)
 
 
 if __name__ == "__main__":

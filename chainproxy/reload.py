@@ -98,6 +98,22 @@ def read_status(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def write_pid_file(config: Config) -> Path:
+    """This launcher's pid in ``data_dir/run``, first thing at its start (a
+    ``chainproxy reload`` meanwhile waits for the stack, not "no launcher")."""
+    directory = run_dir(config)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / PID_FILE
+    path.write_text(f"{os.getpid()}\n")
+    return path
+
+
+def remove_pid_file(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if path.read_text().strip() == str(os.getpid()):
+            path.unlink()
+
+
 @dataclass
 class Reloader:
     """The launcher's side: what a SIGHUP does to the stack it runs."""
@@ -111,17 +127,13 @@ class Reloader:
 
     def __post_init__(self) -> None:
         directory = run_dir(self.config)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.pid_file = directory / PID_FILE
-        self.pid_file.write_text(f"{os.getpid()}\n")
+        self.pid_file = write_pid_file(self.config)
         self.status = StatusFile(directory / STATUS_FILE)
         with contextlib.suppress(OSError):
             self.status.path.unlink()  # a previous launcher's outcome is not ours
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            if self.pid_file.read_text().strip() == str(os.getpid()):
-                self.pid_file.unlink()
+        remove_pid_file(self.pid_file)
 
     def run(self) -> str:
         """One reload; its outcome (also in the status file and on stderr)."""

@@ -46,6 +46,7 @@ def _launchers_of(config_path: str) -> list[int]:
             and any(a in (b"run", b"demo", b"inspect") for a in argv[1:3])
         )
         given = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == b"--config"]
+        given += [a[len(b"--config=") :] for a in argv if a.startswith(b"--config=")]
         if launch and any((cwd / os.fsdecode(g)).resolve() == want for g in given):
             found.append(int(d.name))
     return found
