@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,7 +119,9 @@ class UsageShipper:
         gauges: Callable[[], dict[str, Any]] = dict,
         heartbeat_s: float = HEARTBEAT_S,
         memory_max_batches: int = 1000,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
+        self._sleep = sleep
         self.aggregator = aggregator
         self.metrics = metrics
         self._gauges = gauges
@@ -242,10 +244,15 @@ class UsageShipper:
 
     async def run(self) -> None:
         delay = self.flush_s
+        retry_at = 0.0
         while True:
-            await asyncio.sleep(delay)
+            await self._sleep(self.flush_s)
             try:
+                # spooled every flush whatever the sidecar does: a process
+                # killed outright loses at most its last flush_s of records
                 self.spool_pending()
+                if self._clock() < retry_at:
+                    continue  # the sidecar refused lately: the next try waits its turn
                 ok = await self.deliver_spooled()
             except asyncio.CancelledError:
                 raise
@@ -266,3 +273,4 @@ class UsageShipper:
                         len(self.backlog),
                     )
                 delay = min(self.max_retry_s, max(self.flush_s, delay * 2))
+                retry_at = self._clock() + delay

@@ -3,8 +3,12 @@ nothing (the sidecar down, the process stopped)."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from addon.reporting.usage import Spool, UsageAggregator, UsageShipper
 from common import latency_hist
@@ -116,3 +120,33 @@ async def test_a_calls_units_reach_its_rollup() -> None:
     for r in rt.usage.drain():  # (one rollup per endpoint that answered)
         units[r["method"]] = units.get(r["method"], 0) + r["units"]
     assert units == {"system_health": 2, "state_getKeysPaged": 10}  # 1000 keys: 10 units
+
+
+async def test_records_are_spooled_every_flush_while_the_sidecar_refuses(tmp_path: Path) -> None:
+    """A process killed outright loses only what it had not spooled: records
+    go to the disk every ``flush_s`` even while deliveries back off (they
+    waited up to ``max_retry_s`` in memory), and the deliveries do back off."""
+    clock = FakeClock(1_700_000_000.0)
+    agg = UsageAggregator(clock)
+    spool = Spool(tmp_path / "spool", max_batches=100)
+    tries: list[float] = []
+    ticks = 0
+
+    async def deliver(batch: dict[str, Any]) -> bool:
+        tries.append(clock.t)
+        return False
+
+    async def sleep(delay: float) -> None:
+        nonlocal ticks
+        ticks += 1
+        if ticks > 17:
+            raise asyncio.CancelledError
+        clock.t += delay
+        usage_record(agg)  # a call answered during each flush interval
+
+    shipper = UsageShipper(agg, spool, deliver, flush_s=2, clock=clock, max_retry_s=10, sleep=sleep)
+    with pytest.raises(asyncio.CancelledError):
+        await shipper.run()
+    assert len(spool) == 17  # one batch per flush: none waited in memory
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    assert gaps == [4, 8, 10, 10]  # doubling from flush_s to the 10 s bound
