@@ -186,6 +186,8 @@ class UsageIntake(Protocol):
     @property
     def batches_failed(self) -> int: ...
     @property
+    def calls_left_out(self) -> int: ...
+    @property
     def store_errors(self) -> int: ...
     @property
     def updated(self) -> float | None: ...
@@ -223,6 +225,12 @@ def usage_families(usage: UsageIntake, networks: Sequence[str]) -> Iterator[Metr
     ):
         batches.add_metric([result], n)
     yield batches
+    left_out = CounterMetricFamily(
+        "chainproxy_usage_calls_left_out",
+        "Calls in usage batches of networks this sidecar does not serve, left out",
+    )
+    left_out.add_metric([], usage.calls_left_out)
+    yield left_out
     errors = CounterMetricFamily("chainproxy_usage_store_errors", "Usage store errors")
     errors.add_metric([], usage.store_errors)
     yield errors

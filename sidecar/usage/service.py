@@ -56,6 +56,7 @@ class UsageService:
         self.batches_accepted = 0
         self.batches_duplicate = 0
         self.batches_rejected = 0
+        self.calls_left_out = 0  # records of networks not served (a reload removed one)
         self.batches_failed = 0  # answered 503
         self.records = 0  # calls counted
         # Cumulative since start, per network: requests, errors, failovers, cache hits
@@ -154,6 +155,14 @@ class UsageService:
         if result.duplicate:
             self.batches_duplicate += 1
         else:
+            if batch.left_out:
+                self.calls_left_out += batch.left_out_calls
+                log.warning(
+                    "usage batch %s: %d calls of networks not served (%s) left out",
+                    batch.batch_id,
+                    batch.left_out_calls,
+                    ", ".join(batch.left_out),
+                )
             self.batches_accepted += 1
             self.records += batch.records
             for r in batch.rollups:

@@ -20,6 +20,8 @@ class Batch:
     sent_at: float
     rollups: tuple[Rollup, ...]
     metrics: ProxyMetrics | None = None  # the live-metrics section (common.metrics_wire)
+    left_out: tuple[str, ...] = ()  # networks not served whose records were left out
+    left_out_calls: int = 0  # ... and the calls those records held
 
     @property
     def records(self) -> int:
@@ -34,34 +36,37 @@ def parse_batch(
     (``BatchError`` names the first problem): the rules of ``common.usage_wire``,
     ``networks`` the config's ``proxy.networks``; then the ``metrics`` section
     (``common.metrics_wire``), when there is one."""
-    doc = served_only(doc, networks)
+    doc, others = served_only(doc, networks)
     d = decode_batch(doc, networks, now, max_rollups=max_rollups)
     metrics = None if d.metrics is None else parse_metrics(d.metrics, tuple(networks))
-    return Batch(d.batch_id, d.sent_at, d.rollups, metrics)
+    calls = sum(r.get("requests", 0) for r in others if isinstance(r.get("requests"), int))
+    left_out = tuple(sorted({str(r["network"])[:40] for r in others}))
+    return Batch(d.batch_id, d.sent_at, d.rollups, metrics, left_out, calls)
 
 
 # the metrics section's rows whose first item is a network (common.metrics_wire)
 _NETWORK_ROWS = ("requests", "duration", "failovers")
 
 
-def served_only(doc: Any, networks: Sequence[str]) -> Any:
+def served_only(doc: Any, networks: Sequence[str]) -> tuple[Any, list[dict[str, Any]]]:
     """``doc`` without the rollups and metrics rows of a network this sidecar
     does not serve (a reload took it out while proxies still held its
     records): the batch's other records are taken, not refused with them
     (a refused batch is dropped by its proxy). Anything else is left for the
     checks to judge."""
     if not isinstance(doc, dict):
-        return doc
+        return doc, []
 
     def other(row: Any, network: Any) -> bool:
         return isinstance(network, str) and network not in networks
 
     out = dict(doc)
     rollups = doc.get("rollups")
+    others: list[dict[str, Any]] = []
     if isinstance(rollups, list):
-        out["rollups"] = [
-            r for r in rollups if not (isinstance(r, dict) and other(r, r.get("network")))
-        ]
+        others = [r for r in rollups if isinstance(r, dict) and other(r, r.get("network"))]
+        gone = {id(r) for r in others}
+        out["rollups"] = [r for r in rollups if id(r) not in gone]
     metrics = doc.get("metrics")
     if isinstance(metrics, dict):
         metrics = out["metrics"] = dict(metrics)
@@ -71,4 +76,4 @@ def served_only(doc: Any, networks: Sequence[str]) -> Any:
                 metrics[key] = [
                     r for r in rows if not (isinstance(r, list) and r and other(r, r[0]))
                 ]
-    return out
+    return out, others

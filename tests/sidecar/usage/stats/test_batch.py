@@ -58,6 +58,7 @@ def test_the_records_of_a_network_no_longer_served_are_left_out() -> None:
         ("finney", "chain_getHeader", 2),
         ("finney", "state_call", 3),
     ]
+    assert (b.left_out, b.left_out_calls) == (("test",), 1)  # said and counted, not silent
     assert b.metrics is not None
     assert b.metrics.requests == (("finney", "system_health", "ok", 5),)
     assert b.metrics.failovers == (("finney", 2),)
