@@ -54,7 +54,10 @@ def _unsubscribe(rt: SubscribeNeeds, sock: Socket, call: Call) -> bool:
     target = params.get("subscription") if isinstance(params, dict) else None
     if isinstance(params, list) and params:
         target = params[0]
-    owned = isinstance(target, str) and sock.subscriptions.get(target) is not None
+    held = sock.subscriptions.get(target) if isinstance(target, str) else None
+    # of this kind only, as a node's RPC server keeps them: another kind's
+    # unsubscribe (a follow's id, a storage id to chain_unsubscribeNewHeads) is false
+    owned = held is not None and SUBSCRIBE.get(held) is UNSUBSCRIBE[call.method]
     if owned:
         assert isinstance(target, str)
         rt.subs.unsubscribe(target, sock)

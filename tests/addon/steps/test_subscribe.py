@@ -44,6 +44,29 @@ async def test_unsubscribe_takes_no_quota_and_answers_whether_it_was_yours() -> 
     assert doc["result"] is False
 
 
+async def test_an_unsubscribe_of_another_kind_is_false_and_ends_nothing() -> None:
+    """As a node's RPC server keeps them (per subscribe/unsubscribe pair): a
+    storage id given to chain_unsubscribeNewHeads, or a follow's, stays."""
+    hub = FakeHub()
+    pipe, _ = pipeline_with_hub(hub)
+    sock = FakeSocket()
+    await ws_message(pipe, sock, call("state_subscribeStorage", [["0x01"]]))
+    sock.subscriptions["follow-1"] = "chainHead_v1_follow"
+    for wrong, target in (
+        ("chain_unsubscribeNewHeads", "sub1"),
+        ("chain_unsubscribeNewHeads", "follow-1"),
+    ):
+        _, doc = await ws_message(pipe, sock, call(wrong, [target], id_=2))
+        assert doc["result"] is False and hub.unsubscribed == []
+    assert set(sock.subscriptions) == {"sub1", "follow-1"}
+    _, doc = await ws_message(pipe, sock, call("state_unsubscribeStorage", ["sub1"], id_=3))
+    assert doc["result"] is True and hub.unsubscribed == ["sub1"]
+    # an alias of the same kind is the same kind
+    await ws_message(pipe, sock, call("chain_subscribeNewHead", id_=4))
+    _, doc = await ws_message(pipe, sock, call("chain_unsubscribeNewHeads", ["sub2"], id_=5))
+    assert doc["result"] is True
+
+
 async def test_a_mixed_batch_is_refused_whole_by_the_quota() -> None:
     hub = FakeHub()
     pipe, rt = pipeline_with_hub(hub, rate_limit={"requests": 3, "window_s": 60})
