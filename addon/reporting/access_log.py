@@ -109,20 +109,24 @@ class AccessLog:
         if not items:
             line = {**base, "method": None, "outcome": outcome, "cache": None, "units": rpc.units}
             lines.append(dumps(line))
+        sent = set(rpc.forwarded) if len(items) > 1 else None
         for i, item in enumerate(items):
             answer = rpc.answers[i] if i < len(rpc.answers) else None
             failed = outcome != "ok" or (answer is not None and "error" in answer)
-            lines.append(
-                dumps(
-                    {
-                        **base,
-                        "method": item.method if isinstance(item, Call) else None,
-                        "outcome": outcome if outcome != "ok" else "error" if failed else "ok",
-                        "cache": "HIT" if i in rpc.hits else "MISS",
-                        "units": units.get(i, 0),  # this item's: a batch's lines add up
-                    }
-                )
-            )
+            line = {
+                **base,
+                "method": item.method if isinstance(item, Call) else None,
+                "outcome": outcome if outcome != "ok" else "error" if failed else "ok",
+                "cache": "HIT" if i in rpc.hits else "MISS",
+                "units": units.get(i, 0),  # this item's: a batch's lines add up
+            }
+            if sent is not None and i not in sent:
+                # a batch's item no node was asked for (refused, a hit, a
+                # subscription): not the attempts of the items that were
+                line["upstream"], line["attempts"], line["upstream_ms"] = None, 0, None
+                if failed and outcome == "ok" and _policy(answer):
+                    line["outcome"] = "refused"
+            lines.append(dumps(line))
         self._queue(lines)
 
     def _client_uncached(self, address: str) -> str:
@@ -189,3 +193,10 @@ class AccessLog:
         self._stop = True
         self._wake.set()
         self._thread.join(timeout_s)
+
+
+def _policy(answer: Any) -> bool:
+    """Whether an item's error is a policy's refusal (``data.policy``)."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    data = error.get("data") if isinstance(error, dict) else None
+    return isinstance(data, dict) and "policy" in data

@@ -58,20 +58,27 @@ async def test_one_line_per_call_item_with_the_id_the_client_saw(tmp_path: Path)
         g = rpc_flow(call("author_submitExtrinsic", ["0x00"]))  # refused: logged too
         await run(stages, g)
         made = g.response.headers["X-Request-Id"]
-        lines = _lines(log, 3)
+        # a batch whose write is refused in place: its line names no node
+        h = rpc_flow([call("author_submitExtrinsic", ["0x00"], id_=7), call("system_health")])
+        await run(stages, h)
+        lines = _lines(log, 5)
     finally:
         assert rt.access_log is not None
         rt.access_log.close()
-    assert [(x["request_id"], x["method"]) for x in lines] == [
+    assert [(x["request_id"], x["method"]) for x in lines[:3]] == [
         ("complaint-42", "system_health"),
         ("complaint-42", "chain_getHeader"),
         (made, "author_submitExtrinsic"),
     ]
+    write, health = lines[3], lines[4]
+    assert (write["outcome"], write["upstream"], write["attempts"]) == ("refused", None, 0)
+    assert write["upstream_ms"] is None and write["units"] == 0
+    assert health["outcome"] == "ok" and health["attempts"] >= 1 and health["upstream"]
     first = lines[0]
     assert first["network"] == "finney" and first["status"] == 200 and first["outcome"] == "ok"
     assert first["tier"] == "default" and first["transport"] == "http"
     # each line its item's units: a batch's lines add up to its price; a refusal took none
-    assert [x["units"] for x in lines] == [1, 1, 0]
+    assert [x["units"] for x in lines] == [1, 1, 0, 0, 1]
     assert first["attempts"] >= 1 and first["cache"] in ("HIT", "MISS")
     assert isinstance(first["upstream_ms"], int) and 0 <= first["upstream_ms"]
     assert first["upstream_ms"] <= first["latency_ms"] + 1  # whole ms, rounded
