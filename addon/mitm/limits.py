@@ -54,7 +54,7 @@ from typing import Any
 
 import wsproto
 import wsproto.events
-from mitmproxy import ctx
+from mitmproxy import ctx, http
 from mitmproxy.proxy import commands, events, server
 from mitmproxy.proxy.layers import websocket as mitm_ws
 from mitmproxy.proxy.layers.http import _http1
@@ -195,7 +195,10 @@ class ReadLimits:
         def error_response(status_code: int, message: str = "") -> bytes:
             limit = limits.body_bytes
             if status_code != 413 or not limit:
-                return _ORIGINAL_ERROR_RESPONSE(status_code, message)
+                # mitmproxy's own refusals (a malformed request, CONNECT in
+                # reverse mode): the contract's JSON, not its HTML page
+                why = message or http.status_codes.RESPONSES.get(status_code, "refused")
+                return json_error(status_code, why, {"policy": "request", "reason": why})
             return json_error(
                 413,
                 f"body too large: more than {limit} bytes, the limit is {limit}",

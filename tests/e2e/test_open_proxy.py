@@ -123,7 +123,10 @@ def test_connect_is_refused(stack: Stack, canary: Canary) -> None:
         f"CONNECT 127.0.0.1:{canary.port} HTTP/1.1\r\n"
         f"Host: 127.0.0.1:{canary.port}\r\n\r\n".encode(),
     )
-    assert not reply.startswith(b"HTTP/1.1 200")
+    assert reply.startswith(b"HTTP/1.1 400")  # mitmproxy's, before any hook: as JSON
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert b"application/json" in head.lower()
+    assert json.loads(body)["error"]["data"]["policy"] == "request"
     assert canary.hits == 0
 
 

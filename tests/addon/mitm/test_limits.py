@@ -186,8 +186,12 @@ def test_mitmproxys_413_page_becomes_the_contract_json(owner: ReadLimits) -> Non
     assert headers["connection"] == "close" and headers["access-control-allow-origin"] == "*"
     assert doc["id"] is None and doc["error"]["code"] == -32600
     assert doc["error"]["data"] == {"limit": 4096} and "4096" in doc["error"]["message"]
-    # mitmproxy's other error pages are its own
-    assert b"text/html" in _http1.make_error_response(400, "Bad request")
+    # mitmproxy's other refusals (a malformed request, CONNECT in reverse
+    # mode) are the contract's JSON too, not its HTML page
+    status, headers, doc = _answer(_http1.make_error_response(400, "Invalid request form"))
+    assert status == 400 and headers["content-type"] == "application/json"
+    assert doc["error"]["data"] == {"policy": "request", "reason": "Invalid request form"}
+    assert len(headers["x-request-id"]) == 16
 
 
 def _client_frame(opcode: int, payload: bytes, fin: bool = True) -> bytes:
