@@ -14,10 +14,11 @@ header is the head, whatever its height).
 A best-block *hash* can also be shown without its header (``chain_getHead``,
 ``chain_getBlockHash``, which async-substrate-interface and bittensor use to
 take the head). If it is not the head's hash nor a known older block, a newer
-block than the head may exist: pinning pauses until that hash's header passes
-(the SDK asks for it next; from the cache too, which another proxy process may
-have filled) or ``max_age_s`` has passed (by then the probes see any newer
-block). Otherwise a read sent right after would get state older than
+block than the head may exist: pinning pauses until that hash's header, or a
+child's, passes (the SDK asks for it next; from the cache too, which another
+proxy process may have filled; a child: the chain moved back to that block and
+built on it) or ``max_age_s`` has passed since it was first shown (by then the
+probes see any newer block). Otherwise a read sent right after would get state older than
 the head the client was just shown.
 """
 
@@ -52,9 +53,14 @@ class _Shown:
     height: int | None  # when the block index knows it
     at: float
 
-    def explained_by(self, number: int, block_hash: str | None) -> bool:
-        """Whether a header (its number, its hash) says the head is not behind it."""
-        return block_hash == self.hash or (self.height is not None and number >= self.height)
+    def explained_by(self, number: int, block_hash: str | None, parent: str | None) -> bool:
+        """Whether a header (its number, its hash, its parent's) says the head is
+        not behind it: the block itself, a child of it, or one at its height or above."""
+        return (
+            block_hash == self.hash
+            or parent == self.hash
+            or (self.height is not None and number >= self.height)
+        )
 
 
 class HeadBook:
@@ -78,14 +84,18 @@ class HeadBook:
             return False
         best = self._best.get(network)
         unseen = self._unseen.get(network)
+        parent = header.get("parentHash")
+        parent = parent.lower() if isinstance(parent, str) else None
         if best is not None and number < best.number:
-            if unseen is not None and unseen.explained_by(number, _hash_of(header, block_hash)):
+            if unseen is not None and unseen.explained_by(
+                number, _hash_of(header, block_hash), parent
+            ):
                 del self._unseen[network]  # the hash shown was an older block: the head stands
             return False
         h = _hash_of(header, block_hash)
         if h is None:
             return False
-        if unseen is not None and unseen.explained_by(number, h):
+        if unseen is not None and unseen.explained_by(number, h, parent):
             del self._unseen[network]
         # higher, or a re-org at the same height; the same head seen again stays fresh
         new = best is None or number > best.number or h != best.hash
@@ -144,6 +154,9 @@ class HeadBook:
         best = self._best.get(network)
         if best is not None and (h == best.hash or (height is not None and height <= best.number)):
             return
+        shown = self._unseen.get(network)
+        if shown is not None and shown.hash == h:
+            return  # shown again: the pause runs from the first time (max_age_s)
         self._unseen[network] = _Shown(h, height, now)
 
 

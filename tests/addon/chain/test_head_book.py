@@ -133,3 +133,38 @@ def test_a_tip_the_sidecar_stopped_refreshing_is_not_believed() -> None:
     assert chain.current_tip("finney", 131.0, 30) is None
     chain.set_heights("test", 9, 8)  # no time given (tests, tools): believed
     assert chain.current_tip("test", 1e9, 30) == 9
+
+
+def test_pinning_resumes_at_the_first_block_built_on_the_block_moved_back_to() -> None:
+    """The head forgotten as abandoned (the chain moved back), the hash of the
+    block moved back to, shown without its header (``chain_getBlockHash()``,
+    no height known), paused pinning until 30 s after its last show: a child
+    of it ends the pause (pinning to it is never older than what was shown)."""
+    book = HeadBook()
+    target = header(12, parent=OTHER)  # the block the chain moves back to
+    target_hash = header_hash(target)
+    book.learn("finney", target, now=0.0)
+    book.learn("finney", header(15), now=1.0)  # the fork the chain then leaves
+    assert book.fresh("finney", 8.0, max_age_s=30, probe_tip=12) is None  # abandoned
+    assert book.get("finney") is None
+    # a client polls chain_getBlockHash() while no block is built (20 s): each
+    # poll shows the target's hash, its height unknown to the block index
+    for t in range(8, 29):
+        book.shown("finney", target_hash, now=float(t), height=None)
+        assert book.fresh("finney", float(t), max_age_s=30, probe_tip=12) is None
+    # the next block is built on it; its header comes on the new-heads subscription
+    assert book.learn("finney", header(13, parent=target_hash), now=30.0)
+    head = book.fresh("finney", 31.0, max_age_s=30, probe_tip=13)
+    assert head is not None and head.number == 13  # before: None until t=58 (28 + max_age_s)
+
+
+def test_a_hash_shown_again_does_not_extend_the_pause() -> None:
+    """A poller shows the same hash each second: the pause runs from its first show."""
+    book = HeadBook()
+    book.learn("finney", header(100), now=0.0)
+    for t in range(1, 40):  # the same hash, shown at every poll; its header never comes
+        book.shown("finney", OTHER, now=float(t), height=None)
+        book.learn("finney", header(100), now=float(t))  # the head stays fresh
+    assert (
+        book.fresh("finney", 32.0, max_age_s=30, probe_tip=100) is not None
+    )  # 30 s after the first
