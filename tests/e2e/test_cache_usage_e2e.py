@@ -77,6 +77,23 @@ async def until_both_synced(stack: Stack) -> None:
     )
 
 
+async def until_the_proxy_uses_both(stack: Stack, ip: str) -> int:
+    """Calls until the proxy has sent one to each node (its routing snapshot,
+    read from the sidecar a moment later than the sidecar's own view, has both
+    in its best tier); how many were made."""
+    ids = {u["id"] for u in sidecar_routes(stack)["upstreams"]}
+    seen: set[str] = set()
+    made = 0
+    deadline = time.monotonic() + 20
+    while seen != ids:
+        assert time.monotonic() < deadline, f"the proxy used only {seen} of {ids}"
+        r = await post(stack.rpc_url(), call("system_health", id_=made), client_ip=ip)
+        made += 1
+        seen.add(r.headers.get("X-Chainproxy-Upstream", ""))
+        await asyncio.sleep(0.05)
+    return made
+
+
 def spooled_calls(stack: Stack) -> int:
     """The calls in the proxy's usage spool on disk (a diskcache Index the
     proxy processes of a machine share: reading it from here is safe)."""
@@ -139,11 +156,19 @@ async def test_usage_counts_exactly_the_calls_made(tmp_path_factory: Any) -> Non
     try:
         # the first probe round has both nodes healthy (the next is a minute away)
         await until_both_synced(stack)
+        ip = next_client_ip()
+        calls = await until_the_proxy_uses_both(stack, ip)  # its snapshot has both
         stack.nodes[1].control(http_status=503)
         h = stack.nodes[0].rpc("chain_getBlockHash", [7])["result"]
-        ip = next_client_ip()
         failovers = hits = 0
-        calls = 0
+        deadline = time.monotonic() + 20
+        while not failovers:  # until a call meets beta's fault (the cheaper node is chosen)
+            assert time.monotonic() < deadline, "no call met beta"
+            r = await post(stack.rpc_url(), call("system_health", id_=calls), client_ip=ip)
+            assert r.status == 200
+            calls += 1
+            failovers += r.headers.get("X-Chainproxy-Attempts", "1") != "1"
+            await asyncio.sleep(0.1)
         for i in range(30):
             body = call("system_health", id_=i) if i % 2 else call("chain_getBlock", [h], i)
             r = await post(stack.rpc_url(), body, client_ip=ip)

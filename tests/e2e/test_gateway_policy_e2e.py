@@ -126,7 +126,8 @@ async def test_answers_of_a_mebibyte_are_refused_after_a_handful(gateway: Stack)
     # the 16 before sending it: 5 fit in 100 units, the 6th is refused up front
     assert passed == 5, passed
     d = _data(r)
-    assert d["cost"] == 16 and d["remaining"] == 14  # 100 - 5 x 17 - its own base unit
+    # its price and its bytes; nothing taken: the base unit given back
+    assert d["cost"] == 17 and d["remaining"] == 15  # 100 - 5 x 17
 
 
 async def test_a_cache_hit_costs_its_base_cost_only(gateway: Stack) -> None:
