@@ -21,7 +21,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from chainproxy.commands import add_set_option, proxy_argv, tcp_port
-from chainproxy.reload import Reloader, ReloadRequest, remove_pid_file, write_pid_file
+from chainproxy.reload import (
+    Reloader,
+    ReloadRequest,
+    other_launcher,
+    remove_pid_file,
+    write_pid_file,
+)
 from chainproxy.sidecar_keeper import SidecarKeeper
 from chainproxy.supervisor import StartError, StopRequest, Supervisor, wait_http
 from chainproxy.worker_stack import start_workers, worker_tools
@@ -134,13 +140,20 @@ def main(argv: list[str] | None = None) -> int:
 
     # The children share our terminal; the whole stack stops within drain_s.
     stack = Supervisor(grace_s=config.proxy.drain_s + 2.0)
+    stop = StopRequest()
+    hup = ReloadRequest()  # before the pid file and the children: a SIGHUP never ends us
+    if (other := other_launcher(config)) is not None:
+        print(
+            f"chainproxy: a stack runs with data_dir {config.data_dir} already (launcher pid "
+            f"{other}): stop it first, or give this one another data_dir",
+            file=sys.stderr,
+        )
+        return 2
     try:
         pid_file = write_pid_file(config)
     except OSError as e:
         print(f"chainproxy: data_dir: cannot use {config.data_dir}: {e.strerror}", file=sys.stderr)
         return 2
-    stop = StopRequest()
-    hup = ReloadRequest()  # before the children start: a SIGHUP never ends the launcher
     reloader: Reloader | None = None
     try:
         if args.simulate:

@@ -98,6 +98,30 @@ def read_status(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def is_launcher(pid: int) -> bool:
+    """Whether ``pid`` is a running chainproxy process (a stale pid file never
+    gets another program a signal)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"chainproxy" in cmdline
+
+
+def launcher_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def other_launcher(config: Config) -> int | None:
+    """Another launcher running under this ``data_dir`` (its pid file), if any:
+    a second stack there would take its pid file, then fail to bind."""
+    pid = launcher_pid(run_dir(config) / PID_FILE)
+    return pid if pid is not None and pid != os.getpid() and is_launcher(pid) else None
+
+
 def write_pid_file(config: Config) -> Path:
     """This launcher's pid in ``data_dir/run``, first thing at its start (a
     ``chainproxy reload`` meanwhile waits for the stack, not "no launcher")."""

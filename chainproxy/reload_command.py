@@ -16,16 +16,16 @@ import sys
 import time
 from pathlib import Path
 
-from chainproxy.reload import FINAL, PID_FILE, STATUS_FILE, read_status, run_dir
+from chainproxy.reload import (
+    FINAL,
+    PID_FILE,
+    STATUS_FILE,
+    is_launcher,
+    launcher_pid,
+    read_status,
+    run_dir,
+)
 from common.config import ConfigError, load_config
-
-
-def _is_launcher(pid: int) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"chainproxy" in cmdline
 
 
 def _launchers_of(config_path: str) -> list[int]:
@@ -52,13 +52,6 @@ def _launchers_of(config_path: str) -> list[int]:
     return found
 
 
-def _launcher_pid(pid_file: Path) -> int | None:
-    try:
-        return int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def _say(message: str) -> None:
     print(f"chainproxy: {message}", file=sys.stderr, flush=True)
 
@@ -75,10 +68,10 @@ def reload_command(
         _say(f"{config_path}: {e}; nothing changed")
         return 2
     directory = run_dir(config)
-    recorded = _launcher_pid(directory / PID_FILE)
+    recorded = launcher_pid(directory / PID_FILE)
     running = [pid] if pid is not None else _launchers_of(config_path)
     if recorded is None or (pid is not None and recorded != pid):
-        if running and all(_is_launcher(p) for p in running):
+        if running and all(is_launcher(p) for p in running):
             # a stack of this file runs, not under its data_dir: the file moved it
             _say(
                 f"{config_path}: data_dir: a reload cannot change it (the launcher, pid "
@@ -94,11 +87,13 @@ def reload_command(
             return 1
     pid = pid if pid is not None else recorded
     assert pid is not None
-    if not _is_launcher(pid):
+    if not is_launcher(pid):
         _say(f"process {pid} is not a running chainproxy launcher (a stale pid file?)")
         return 1
     status_path = directory / STATUS_FILE
-    before = (read_status(status_path) or {}).get("seq", 0)
+    last = read_status(status_path) or {}
+    # a previous launcher's file: the new one counts from 0 again
+    before = last.get("seq", 0) if last.get("pid") == pid else 0
     os.kill(pid, signal.SIGHUP)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -107,7 +102,7 @@ def reload_command(
             if doc.get("state") in FINAL:
                 _say(f"reload {doc['state']}: {doc.get('message', '')}")
                 return {"done": 0, "refused": 2}.get(str(doc["state"]), 1)
-        if not _is_launcher(pid):
+        if not is_launcher(pid):
             _say(f"the launcher (pid {pid}) exited during the reload")
             return 1
         time.sleep(0.1)

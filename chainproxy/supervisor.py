@@ -119,7 +119,10 @@ class Child:
         return f"{why}:\n{tail}" if (tail := self.output()[-TAIL_CHARS:]) else why
 
     def signal_group(self, sig: int) -> None:
-        """``sig`` to the child's whole process group, if it is still there."""
+        """``sig`` to the child's whole process group, if it is still there (a
+        child already reaped: never, its pid may be another's by now)."""
+        if self.popen.poll() is not None:
+            return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
 

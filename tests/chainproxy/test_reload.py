@@ -6,6 +6,7 @@ not one, and waits for the outcome the launcher writes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,14 @@ import pytest
 import yaml
 
 from chainproxy import cli
-from chainproxy.reload import PID_FILE, STATUS_FILE, StatusFile, read_status, validate
+from chainproxy.reload import (
+    PID_FILE,
+    STATUS_FILE,
+    StatusFile,
+    other_launcher,
+    read_status,
+    validate,
+)
 from common.config import ConfigError, load_config
 
 
@@ -182,3 +190,31 @@ def test_a_file_that_moves_data_dir_is_refused_at_once(
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("fake_launcher", ["done"], indirect=True)
+def test_a_previous_launchers_status_file_is_not_the_outcome_awaited(
+    fake_launcher: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A launcher still starting: the status file left is another launcher's
+    (seq 3); this one counts from 1, and its outcome is the one read."""
+    run = fake_launcher.parent / "data" / "run"
+    (run / STATUS_FILE).write_text('{"pid": 1, "seq": 3, "state": "done", "message": "old"}')
+    got, err = _reload(capsys, "--config", str(fake_launcher), "--timeout", "10")
+    assert got == 0 and "as told" in err
+
+
+@pytest.mark.parametrize("fake_launcher", ["done"], indirect=True)
+def test_a_second_launcher_finds_the_first_by_its_pid_file(
+    fake_launcher: Path, tmp_path: Path
+) -> None:
+    """A second stack on the same data_dir would take the running one's pid
+    file, then fail to bind and remove it: it is refused up front instead."""
+    config = load_config(fake_launcher)
+    pid_file = tmp_path / "data" / "run" / PID_FILE
+    running = int(pid_file.read_text())
+    assert other_launcher(config) == running
+    pid_file.write_text(f"{os.getpid()}\n")  # this process's own: not another
+    assert other_launcher(config) is None
+    pid_file.write_text("999999999\n")  # gone
+    assert other_launcher(config) is None
