@@ -75,6 +75,7 @@ class SharedSubscription:
         self.delivered = 0  # notifications delivered (each to every subscriber)
         self.last_at: float | None = None  # clock() of the last notification seen
         self.live = asyncio.Event()  # set while an upstream subscription holds
+        self.waiting = 0  # subscribes waiting for a node to take it (``taken``)
         self.linger: asyncio.TimerHandle | None = None
         self.mover: asyncio.Task[None] | None = None
         self._clock = clock
@@ -82,6 +83,19 @@ class SharedSubscription:
         self._on_deliver = on_deliver  # told each value before clients see it
         self._queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
+
+    async def taken(self, within_s: float) -> bool:
+        """Whether a node took it within ``within_s``; its waiters are counted
+        meanwhile, so one that gives up never drops it under another."""
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(within_s):
+                await self.live.wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.waiting -= 1
 
     def start(self) -> None:
         if self._worker is None:

@@ -139,19 +139,17 @@ class SubscriptionHub(Watchdog):
             if not sh.live.is_set() and sh.delivered == 0:
                 # a new upstream subscription: answer only once a node took it
                 try:
-                    async with asyncio.timeout(self.settings.establish_s):
-                        await sh.live.wait()
-                except TimeoutError:
-                    if not sh.subscribers:
+                    taken = await sh.taken(self.settings.establish_s)
+                except asyncio.CancelledError:  # its socket closed: held by nobody, it goes
+                    if not sh.subscribers and not sh.waiting and sh.linger is None:
+                        self._linger(sh)
+                    raise
+                if not taken:
+                    if not sh.subscribers and not sh.waiting:
                         await self._drop(sh)
                     raise NoUpstream(
                         f"no node took the subscription within {self.settings.establish_s:g}s"
-                    ) from None
-                except asyncio.CancelledError:
-                    # its socket closed: held by nobody, it must not stay for ever
-                    if not sh.subscribers and sh.linger is None:
-                        self._linger(sh)
-                    raise
+                    )
             sub = Subscriber(secrets.token_hex(8), send, owner)
             sh.subscribers[sub.sub_id] = sub
             self.by_id[sub.sub_id] = sh
@@ -214,7 +212,8 @@ class SubscriptionHub(Watchdog):
             await self._drop(sh)
 
     async def _drop(self, sh: SharedSubscription) -> None:
-        self.shared.pop(sh.key, None)
+        if self.shared.get(sh.key) is sh:  # (a newer one under its key stays)
+            del self.shared[sh.key]
         await sh.stop(self._unsubscribe_upstream)
 
     async def _unsubscribe_upstream(self, socket: UpstreamSocket, sub: str, method: str) -> None:

@@ -290,3 +290,23 @@ async def test_a_subscription_of_any_kind_leaves_a_node_unhealthy_or_on_another_
             assert hub.stale(sh) == "node unhealthy", kind
             node.tier, node.foreign = TIER_SYNCED, True
             assert hub.stale(sh) == "wrong chain", kind
+
+
+async def test_a_waiter_that_gives_up_never_drops_the_subscription_under_another() -> None:
+    """Two subscribes wait on one upstream subscription no node has taken yet:
+    the first to give up (its establish_s) leaves it to the second, which
+    drops it when it gives up in turn (the first dropped it under the second)."""
+    node = WsNode("a", NodeChain(), silent=True)
+    async with asyncio.timeout(BOUND_S), hub_over(node, establish_s=0.4) as (hub, _):
+        first = asyncio.create_task(subscribe(hub, Client()))
+        await until(lambda: len(hub.shared) == 1)
+        (sh,) = hub.shared.values()
+        await asyncio.sleep(0.2)
+        second = asyncio.create_task(subscribe(hub, Client()))
+        await until(lambda: sh.waiting == 2)
+        with pytest.raises(NoUpstream):
+            await first
+        assert list(hub.shared.values()) == [sh] and sh.waiting == 1  # still the second's
+        with pytest.raises(NoUpstream):
+            await second
+        assert hub.shared == {} and sh.waiting == 0
