@@ -83,16 +83,15 @@ class Watchdog:
         pool = self.pools.get(sh.network)
         if pool is None or sh.upstream is None:
             return ""
-        if sh.upstream.foreign:
-            return "wrong chain"  # another chain's data, whatever the kind
         now = self._clock()
-        tier = pool.effective_tier(sh.upstream, now)
-        if tier > TIER_LAGGING and any(
-            pool.effective_tier(u, now) <= TIER_LAGGING for u in pool.upstreams.values()
-        ):
+        foreign = sh.upstream.foreign
+        if foreign or pool.effective_tier(sh.upstream, now) > TIER_LAGGING:
             # every kind: a node that hangs (no reset) pushes storage changes
-            # no more than heads, and its socket errs only at the heartbeat
-            return "node unhealthy"
+            # no more than heads, and its socket errs only at the heartbeat;
+            # moved only to a node the move itself would take (no back and forth)
+            alt = pool.choose({sh.upstream.id} | self.silent.avoid())
+            if alt is not None and pool.effective_tier(alt, now) <= TIER_LAGGING:
+                return "wrong chain" if foreign else "node unhealthy"
         if sh.last_at is None or not sh.kind.heads:
             return ""
         tip, finalized = self.chain.heights(sh.network)

@@ -290,6 +290,14 @@ async def test_a_subscription_of_any_kind_leaves_a_node_unhealthy_or_on_another_
             assert hub.stale(sh) == "node unhealthy", kind
             node.tier, node.foreign = TIER_SYNCED, True
             assert hub.stale(sh) == "wrong chain", kind
+            # no node the move would take: it stays (no moves back and forth)
+            other = pool.upstreams["endpoint-b"]
+            other.foreign = True
+            assert hub.stale(sh) == "", kind
+            other.foreign, other.tier, node.foreign = False, TIER_UNHEALTHY, False
+            node.tier = TIER_UNHEALTHY
+            assert hub.stale(sh) == "", kind
+            other.tier = TIER_SYNCED
 
 
 async def test_a_waiter_that_gives_up_never_drops_the_subscription_under_another() -> None:
