@@ -61,10 +61,11 @@ def rate_limit(rpc: RpcContext, rt: RateLimitNeeds) -> Later[Decision] | None:
 
 
 def take_units(
-    rpc: RpcContext, rt: QuotaNeeds, units: dict[int, int], taken: int = 0
+    rpc: RpcContext, rt: QuotaNeeds, units: dict[int, int], taken: int = 0, in_place: bool = False
 ) -> Later[Decision] | None:
     """Take ``units`` (per item) from the call's client, all or nothing, or
-    refuse the call (429, the batch whole), giving back the ``taken`` units
+    refuse the call (429, the batch whole; ``in_place``: only those items, in
+    its answer, for a batch already acted on), giving back the ``taken`` units
     the run took before (a heavy read's reservation refused after its base
     price: a refused call takes nothing); a ``Later`` when the quota is in
     Redis: the decision is applied by its first callback, as the reply is
@@ -75,18 +76,29 @@ def take_units(
         return None
     decision = rt.quotas.decide(rpc.client, total, rpc.tier)
     if isinstance(decision, Decision):
-        _apply(rpc, rt, decision, units, taken)
+        _apply(rpc, rt, decision, units, taken, in_place)
         return None
-    decision.then(lambda done: _apply(rpc, rt, done.result(), units, taken))
+    decision.then(lambda done: _apply(rpc, rt, done.result(), units, taken, in_place))
     return decision
 
 
 def _apply(
-    rpc: RpcContext, rt: QuotaNeeds, decision: Decision, units: dict[int, int], taken: int
+    rpc: RpcContext,
+    rt: QuotaNeeds,
+    decision: Decision,
+    units: dict[int, int],
+    taken: int,
+    in_place: bool,
 ) -> None:
     rpc.rate = decision
     if decision.allowed:
         rpc.charged(units)
+        return
+    if in_place:
+        assert rpc.parsed is not None
+        for i, n in units.items():
+            call_id = rpc.parsed.items[i].id
+            rpc.answers[i] = quota_error(call_id, decision, n, rpc.client)
         return
     if taken:
         rt.quotas.refund(rpc.client, taken, rpc.tier)

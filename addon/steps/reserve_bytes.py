@@ -4,7 +4,8 @@ their expected byte units now, before they are sent; ``charge_bytes`` takes
 only what the answer costs beyond that. A cache hit never pays for bytes.
 Over the quota: 429 like the quota step, and the base units the quota step
 took are given back (a refused call takes nothing; ``data.cost`` is both),
-unless the batch already made a subscription or answered a new-spec read.
+or, in a batch that already made a subscription or answered a new-spec
+read, only its heavy reads are refused, each in its place.
 Calls of unknown or small kinds (nearly all) cost nothing here."""
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ def reserve_bytes(rpc: RpcContext, rt: ReserveBytesNeeds) -> Later[Decision] | N
         assert isinstance(call, Call)  # (heavy_units takes calls only)
         rt.metrics.count_units(call, n, rpc.tier, costs)
     rpc.reserved = reserved  # (a refused call ends here: nothing reads it then)
-    # refused, the price the quota step took is given back, unless a call of
-    # the batch was acted on already (a subscription made, a new-spec read
-    # answered, a follow begun): that one was not free
-    acted = bool(rpc.subscribed) or bool(rpc.afters)
-    return take_units(rpc, rt, reserved, taken=0 if acted else rpc.units)
+    # refused, the price the quota step took is given back; but where a call
+    # of the batch was acted on already (a subscription made, a new-spec read
+    # answered, a follow begun), only the heavy reads are refused, in place:
+    # the rest is answered (a subscription's id is never kept from its client)
+    if rpc.subscribed or rpc.afters:
+        return take_units(rpc, rt, reserved, in_place=True)
+    return take_units(rpc, rt, reserved, taken=rpc.units)

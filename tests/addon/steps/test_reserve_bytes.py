@@ -80,10 +80,11 @@ async def test_a_cache_hit_pays_no_bytes() -> None:
     assert left == [99, 82, 81]  # the miss's 16 after it; the hit 1; a plain call 1
 
 
-async def test_a_batch_that_already_subscribed_keeps_its_price() -> None:
+async def test_a_batch_that_already_subscribed_has_its_heavy_read_refused_in_place() -> None:
     """The subscribe step runs before the byte reservation: a batch whose
-    heavy read is refused there has made its subscription already, so its
-    price is not given back (the subscription is not free)."""
+    heavy read does not fit has made its subscription already, so the batch
+    is answered, the heavy read refused in its place (a 429 of the whole
+    batch kept the subscription's id from its client) and the rest paid."""
     from addon.quota.quotas import Quotas
     from tests.addon.helpers import FakeHub, FakeSocket, pipeline_with_hub, ws_message
 
@@ -95,7 +96,8 @@ async def test_a_batch_that_already_subscribed_keeps_its_price() -> None:
     assert quotas.decide(sock.client, 17).allowed  # 3 units left
     batch = [call("chain_subscribeNewHeads", id_=1), call("state_call", HEAVY, id_=2)]
     _, doc = await ws_message(pipe, sock, batch)
-    assert doc["error"]["data"]["policy"] == "20;w=60" and len(hub.subscribed) == 1
+    assert doc[0] == {"jsonrpc": "2.0", "id": 1, "result": "sub1"} and len(hub.subscribed) == 1
+    assert doc[1]["id"] == 2 and doc[1]["error"]["data"]["policy"] == "20;w=60"
     left = quotas.decide(sock.client, 1, take=False)
     assert left.remaining == 1  # the subscribe's and the read's price stay taken
     # alone, the same heavy read refused takes nothing
