@@ -245,32 +245,48 @@ class UsageShipper:
     async def run(self) -> None:
         delay = self.flush_s
         retry_at = 0.0
-        while True:
-            await self._sleep(self.flush_s)
-            try:
-                # spooled every flush whatever the sidecar does: a process
-                # killed outright loses at most its last flush_s of records
-                self.spool_pending()
-                if self._clock() < retry_at:
-                    continue  # the sidecar refused lately: the next try waits its turn
-                ok = await self.deliver_spooled()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the shipper must outlive any one bad moment
-                log.exception("usage delivery failed unexpectedly")
-                ok = False
-            if ok:
-                if self.failures:
-                    log.info("usage delivery to the sidecar resumed (%d spooled)", len(self.spool))
-                self.failures = 0
-                delay = self.flush_s
-            else:
-                self.failures += 1
-                if self.failures == 1 or self.failures % 10 == 0:
-                    log.warning(
-                        "sidecar not accepting usage; %d batch(es) spooled on disk, %d in memory",
-                        len(self.spool),
-                        len(self.backlog),
-                    )
-                delay = min(self.max_retry_s, max(self.flush_s, delay * 2))
-                retry_at = self._clock() + delay
+        # a delivery in progress: it may take long (a slow or hanging sidecar,
+        # 50 batches of catch-up), and records are spooled every flush meanwhile,
+        # so a process killed outright loses at most its last flush_s of them
+        delivering: asyncio.Future[bool] | None = None
+        try:
+            while True:
+                if delivering is None:
+                    await self._sleep(self.flush_s)
+                try:
+                    self.spool_pending()
+                    if delivering is None:
+                        if self._clock() < retry_at:
+                            continue  # the sidecar refused lately: the next try waits its turn
+                        delivering = asyncio.ensure_future(self.deliver_spooled())
+                    done, _ = await asyncio.wait({delivering}, timeout=self.flush_s)
+                    if not done:
+                        continue  # still going: spool again, then wait for it again
+                    task, delivering = delivering, None
+                    ok = task.result()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # the shipper must outlive any one bad moment
+                    log.exception("usage delivery failed unexpectedly")
+                    ok, delivering = False, None
+                if ok:
+                    if self.failures:
+                        log.info(
+                            "usage delivery to the sidecar resumed (%d spooled)", len(self.spool)
+                        )
+                    self.failures = 0
+                    delay = self.flush_s
+                else:
+                    self.failures += 1
+                    if self.failures == 1 or self.failures % 10 == 0:
+                        log.warning(
+                            "sidecar not accepting usage; %d batch(es) spooled on disk, "
+                            "%d in memory",
+                            len(self.spool),
+                            len(self.backlog),
+                        )
+                    delay = min(self.max_retry_s, max(self.flush_s, delay * 2))
+                    retry_at = self._clock() + delay
+        finally:
+            if delivering is not None:
+                delivering.cancel()

@@ -150,3 +150,35 @@ async def test_records_are_spooled_every_flush_while_the_sidecar_refuses(tmp_pat
     assert len(spool) == 17  # one batch per flush: none waited in memory
     gaps = [b - a for a, b in itertools.pairwise(tries)]
     assert gaps == [4, 8, 10, 10]  # doubling from flush_s to the 10 s bound
+
+
+async def test_records_are_spooled_while_a_delivery_hangs(tmp_path: Path) -> None:
+    """A sidecar that takes a batch and never answers (or a long catch-up):
+    the records of each flush still go to the disk meanwhile (they waited in
+    memory for the whole delivery)."""
+    agg = UsageAggregator()
+    spool = Spool(tmp_path / "spool", max_batches=1000)
+    hung = asyncio.Event()
+
+    async def deliver(batch: dict[str, Any]) -> bool:
+        hung.set()
+        await asyncio.Event().wait()  # never answers
+        return True
+
+    async def calls() -> None:
+        while True:
+            usage_record(agg)
+            await asyncio.sleep(0.005)
+
+    shipper = UsageShipper(agg, spool, deliver, flush_s=0.02)
+    traffic = asyncio.create_task(calls())
+    run = asyncio.create_task(shipper.run())
+    try:
+        async with asyncio.timeout(10):
+            await hung.wait()
+            while len(spool) < 5:  # noqa: ASYNC110 - the shipper fills it
+                await asyncio.sleep(0.01)
+    finally:
+        run.cancel()
+        traffic.cancel()
+        await asyncio.gather(run, traffic, return_exceptions=True)
