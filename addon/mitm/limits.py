@@ -62,7 +62,7 @@ from mitmproxy.proxy.layers.http import _http1
 from addon.mitm import internals as mitm_internals
 from addon.mitm.http_requests import HEAD_LIMIT, head_too_large
 from addon.mitm.responses import json_error
-from addon.rpc.jsonrpc import INVALID_REQUEST, error_obj
+from addon.rpc.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, error_obj
 
 log = logging.getLogger("chainproxy")
 
@@ -198,6 +198,8 @@ class ReadLimits:
                 # mitmproxy's own refusals (a malformed request, CONNECT in
                 # reverse mode): the contract's JSON, not its HTML page
                 why = message or http.status_codes.RESPONSES.get(status_code, "refused")
+                if status_code >= 500:  # its 502 (a connection that failed): no policy's
+                    return json_error(status_code, why, None, INTERNAL_ERROR)
                 return json_error(status_code, why, {"policy": "request", "reason": why})
             return json_error(
                 413,

@@ -81,9 +81,12 @@ def take_refused() -> Counter[int]:
     return taken
 
 
-def json_error(status: int, message: str, data: dict[str, Any]) -> bytes:
+def json_error(
+    status: int, message: str, data: dict[str, Any] | None, code: int = INVALID_REQUEST
+) -> bytes:
     """A whole HTTP/1.1 answer: the contract's JSON-RPC error, then a close."""
-    _REFUSED[status] += 1
-    doc = error_obj(None, INVALID_REQUEST, message, data)
+    if status < 500:  # a refusal (a 5xx is the proxy's own fault, not the client's)
+        _REFUSED[status] += 1
+    doc = error_obj(None, code, message, data)
     headers = (("Connection", "close"), ("X-Request-Id", new_request_id()))
     return bytes(http1.assemble_response(json_response(status, doc, headers)))

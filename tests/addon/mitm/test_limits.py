@@ -192,6 +192,9 @@ def test_mitmproxys_413_page_becomes_the_contract_json(owner: ReadLimits) -> Non
     assert status == 400 and headers["content-type"] == "application/json"
     assert doc["error"]["data"] == {"policy": "request", "reason": "Invalid request form"}
     assert len(headers["x-request-id"]) == 16
+    # its 502 (a connection of its own that failed) is the proxy's fault: -32603, no policy
+    status, _, doc = _answer(_http1.make_error_response(502, "connection failed"))
+    assert status == 502 and doc["error"]["code"] == -32603 and "data" not in doc["error"]
 
 
 def _client_frame(opcode: int, payload: bytes, fin: bool = True) -> bytes:
