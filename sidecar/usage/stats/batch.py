@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.usage_wire import MAX_ROLLUPS, Rollup, decode_batch
+from common.usage_wire import MAX_COUNT, MAX_ROLLUPS, Rollup, decode_batch
 from sidecar.metrics.batch_section import ProxyMetrics, parse_metrics
 
 
@@ -39,8 +39,10 @@ def parse_batch(
     doc, others = served_only(doc, networks)
     d = decode_batch(doc, networks, now, max_rollups=max_rollups)
     metrics = None if d.metrics is None else parse_metrics(d.metrics, tuple(networks))
-    calls = sum(r.get("requests", 0) for r in others if isinstance(r.get("requests"), int))
-    left_out = tuple(sorted({str(r["network"])[:40] for r in others}))
+    calls = sum(
+        min(n, MAX_COUNT) for r in others if type(n := r.get("requests")) is int and n > 0
+    )
+    left_out = tuple(sorted({str(r["network"])[:40] for r in others}))[:10]  # said, bounded
     return Batch(d.batch_id, d.sent_at, d.rollups, metrics, left_out, calls)
 
 
