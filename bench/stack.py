@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import yaml
 
 from chainproxy.commands import proxy_argv, reverse_proxy_argv, sidecar_argv
-from chainproxy.supervisor import Child, Supervisor, free_port, wait_http, wait_port
+from chainproxy.supervisor import Child, StartError, Supervisor, free_port, wait_http, wait_port
 from common.config import FINNEY_GENESIS
 from simnode.command import simnode_argv
 from simnode.remote import RemoteNode
@@ -180,24 +180,35 @@ class ProcessStack:
         another checkout of the project (e.g. an older commit) whose addon to run;
         ``scripts``: more mitmproxy scripts beside it (``bench/loop_holds.py``);
         ``env``: more of the process's environment."""
-        port = port or free_port()
-        argv = proxy_argv(
-            BIN / "mitmdump",
-            config,
-            sidecar_url,
-            port=port,
-            sets=sets,
-            quiet=quiet,
-            tree=tree or REPO,
-        )
-        for script in scripts:
-            argv += ["-s", str(script)]
         # the tree's packages before the installed (editable) ones
         extra = {**({"PYTHONPATH": str(tree)} if tree else {}), **(env or {})}
-        proc = self.spawn(name, argv, cpus, extra or None)
-        url = f"http://127.0.0.1:{port}"
-        if wait:
-            wait_http(f"{url}/rpc/", proc)
+        for tries_left in (2, 1, 0):
+            chosen = port or free_port()
+            argv = proxy_argv(
+                BIN / "mitmdump",
+                config,
+                sidecar_url,
+                port=chosen,
+                sets=sets,
+                quiet=quiet,
+                tree=tree or REPO,
+            )
+            for script in scripts:
+                argv += ["-s", str(script)]
+            proc = self.spawn(name, argv, cpus, extra or None)
+            url = f"http://127.0.0.1:{chosen}"
+            if not wait:
+                break
+            try:
+                wait_http(f"{url}/rpc/", proc)
+            except StartError as e:
+                # a port free when picked can be taken before mitmdump binds it
+                # (another process of the machine): a new one, never a test's flake
+                if port or not tries_left or "address already in use" not in str(e):
+                    raise
+                self.sup.forget(proc)
+                continue
+            break
         return proc, url
 
 
