@@ -39,9 +39,7 @@ def parse_batch(
     doc, others = served_only(doc, networks)
     d = decode_batch(doc, networks, now, max_rollups=max_rollups)
     metrics = None if d.metrics is None else parse_metrics(d.metrics, tuple(networks))
-    calls = sum(
-        min(n, MAX_COUNT) for r in others if type(n := r.get("requests")) is int and n > 0
-    )
+    calls = sum(min(n, MAX_COUNT) for r in others if type(n := r.get("requests")) is int and n > 0)
     left_out = tuple(sorted({str(r["network"])[:40] for r in others}))[:10]  # said, bounded
     return Batch(d.batch_id, d.sent_at, d.rollups, metrics, left_out, calls)
 
