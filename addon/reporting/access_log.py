@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from addon.pipeline.context import RpcContext
+from addon.reporting.live_metrics import policy_of
 from addon.rpc.jsonrpc import Call
 from common.jsontext import dumps
 
@@ -124,7 +125,7 @@ class AccessLog:
                 # a batch's item no node was asked for (refused, a hit, a
                 # subscription): not the attempts of the items that were
                 line["upstream"], line["attempts"], line["upstream_ms"] = None, 0, None
-                if failed and outcome == "ok" and _policy(answer):
+                if failed and outcome == "ok" and policy_of(answer) is not None:
                     line["outcome"] = "refused"
             lines.append(dumps(line))
         self._queue(lines)
@@ -193,10 +194,3 @@ class AccessLog:
         self._stop = True
         self._wake.set()
         self._thread.join(timeout_s)
-
-
-def _policy(answer: Any) -> bool:
-    """Whether an item's error is a policy's refusal (``data.policy``)."""
-    error = answer.get("error") if isinstance(answer, dict) else None
-    data = error.get("data") if isinstance(error, dict) else None
-    return isinstance(data, dict) and "policy" in data

@@ -148,11 +148,9 @@ def _call_outcome(rpc: RpcContext, i: int, item: Any, answer: dict[str, Any] | N
         return "cache_hit"
     if answer is None:
         return "error"
-    error = answer.get("error")
-    if error is None:
+    if answer.get("error") is None:
         return "ok"
-    data = error.get("data") if isinstance(error, dict) else None
-    if isinstance(data, dict) and "policy" in data and i not in rpc.forwarded:
+    if policy_of(answer) is not None and i not in rpc.forwarded:
         return "refused"  # a policy's own answer (allowlist, subscriptions…), not a failure
     return "error"
 
@@ -170,13 +168,18 @@ POLICIES = frozenset(
 )
 
 
+def policy_of(doc: Any) -> Any:
+    """An answer's ``error.data.policy``, or None: not a policy's refusal."""
+    error = doc.get("error") if isinstance(doc, dict) else None
+    data = error.get("data") if isinstance(error, dict) else None
+    return data.get("policy") if isinstance(data, dict) else None
+
+
 def refusal_policy(doc: Any) -> str:
     """The policy a refusal names (``data.policy``), one of a bounded set: the
     quota's own policy string (``100;w=60``) is ``rate_limit``; a malformed
     or oversized body is ``request``."""
-    error = doc.get("error") if isinstance(doc, dict) else None
-    data = error.get("data") if isinstance(error, dict) else None
-    policy = data.get("policy") if isinstance(data, dict) else None
+    policy = policy_of(doc)
     if policy in POLICIES:
         return policy
     if isinstance(policy, str) and ";w=" in policy:
