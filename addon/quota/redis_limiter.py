@@ -14,6 +14,7 @@ would cost a second round trip (``get_window_stats``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from addon.quota.local import Decision, RateLimiter
@@ -126,33 +127,28 @@ class SharedLimiter:
         """``RateLimiter.charge`` for the deployment: sent at once, not awaited
         by the answer it follows; the local quota takes it while Redis is down
         or does not answer in time."""
-        if units <= 0:
-            return
-        if not self.link.up:
-            self.local.charge(client, units)
-            return
-
-        def charged(reply: Any) -> None:
-            if reply is UNAVAILABLE:
-                self.local.charge(client, units)
-
-        command = ("EVALSHA", self._sha, 1, self.key(client), self.limit, self.window_ms, units, 2)
-        self.link.call("ratelimit", command, charged)
+        self._send(client, units, 2, self.local.charge)
 
     def refund(self, client: str, units: int) -> None:
         """``RateLimiter.refund`` for the deployment (sent, not awaited)."""
+        self._send(client, units, 3, self.local.refund)
+
+    def _send(self, client: str, units: int, take: int, local: Callable[[str, int], None]) -> None:
+        """``units`` to the script with ``take`` (2: charge, 3: give back), not
+        awaited; ``local`` does it in this process while Redis cannot."""
         if units <= 0:
             return
         if not self.link.up:
-            self.local.refund(client, units)
+            local(client, units)
             return
 
-        def refunded(reply: Any) -> None:
+        def sent(reply: Any) -> None:
             if reply is UNAVAILABLE:
-                self.local.refund(client, units)
+                local(client, units)
 
-        command = ("EVALSHA", self._sha, 1, self.key(client), self.limit, self.window_ms, units, 3)
-        self.link.call("ratelimit", command, refunded)
+        key = self.key(client)
+        command = ("EVALSHA", self._sha, 1, key, self.limit, self.window_ms, units, take)
+        self.link.call("ratelimit", command, sent)
 
     def decision(self, reply: list[int]) -> Decision:
         allowed, used, newest, retry_at, now = reply  # Lua numbers: integers
