@@ -54,6 +54,9 @@ class Follow:
         self.max_pinned = max_pinned
         self.max_operations = max_operations
         self.pinned: set[str] = set()
+        # the headers of pinned blocks, as announced: ``chainHead_v1_header``
+        # answers from here, whichever node is alive (shared strings, no copies)
+        self.headers: dict[str, str] = {}
         # the blocks announced (newBlock) and not finalized or pruned yet: those
         # a ``finalized`` event must name as pruned, pinned still or not
         self.announced: set[str] = set()
@@ -98,6 +101,7 @@ class Follow:
         self._unfinalized = lambda: len(tree.blocks) - 1
         finalized = list(tree.recent)
         self.pinned.update(finalized)
+        self.headers.update(tree.recent_headers)
         self.emit(events.initialized(finalized, tree.root.runtime, self.with_runtime))
         for block in tree.unfinalized():
             parent = tree.blocks[block.parent]
@@ -115,6 +119,8 @@ class Follow:
     def _announce(self, block: Block, new_runtime: Any) -> None:
         self.pinned.add(block.hash)
         self.announced.add(block.hash)
+        if block.header is not None:
+            self.headers[block.hash] = block.header
         text = block.texts.get(self.with_runtime)
         if text is None:  # encoded once per block and kind of follow, not per follow
             ev = events.new_block(block.hash, block.parent, new_runtime, self.with_runtime)
@@ -150,6 +156,7 @@ class Follow:
                 op.task.cancel()
         self.operations.clear()
         self.pinned.clear()
+        self.headers.clear()
         self._on_end(self, reason)
 
     # --- pins and operations ------------------------------------------------------------
@@ -157,6 +164,7 @@ class Follow:
     def unpin(self, hashes: list[str]) -> None:
         for h in hashes:
             self.pinned.discard(h)
+            self.headers.pop(h, None)
 
     def free_slots(self) -> int:
         return self.max_operations - sum(op.slots for op in self.operations.values())

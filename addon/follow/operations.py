@@ -4,8 +4,8 @@ routed, failed over), so none depends on the node a follow started on.
 
 An operation's end is one event on the follow: done (``operationBodyDone``,
 ``operationCallDone``, ``operationStorageDone`` after its items),
-``operationInaccessible`` when no node could answer (the client may try
-again), or ``operationError`` with the node's error (trying again will not
+``operationInaccessible`` when no node could answer or had the block (the
+client may try again), or ``operationError`` with the node's error (trying again will not
 help: e.g. the runtime call failed).
 """
 
@@ -19,16 +19,21 @@ from addon.chain.header_hash import encode_header
 from addon.follow import events
 from addon.follow.follow import Follow, Operation
 from addon.rpc.new_spec import CallFailed, LegacyCaller
+from addon.upstream.failover import no_block_state
 
 Outcome = Callable[[str, str], None]  # (kind, outcome): a metric
 
 
 def _failed(op: Operation, e: CallFailed) -> events.Event:
     """Chainproxy's own failure (no node answered in time, or none had
-    capacity) makes the block inaccessible for now; a node's error is the
-    answer."""
+    capacity), or every node asked saying it has not the block or its state
+    (its only holder died, or nodes still importing it), makes the block
+    inaccessible for now: the client may try again (``operationError`` says
+    it would fail again). Any other error of a node is the answer."""
     data = e.data
     if isinstance(data, dict) and ("attempts" in data or "policy" in data):
+        return events.operation("operationInaccessible", op.op_id)
+    if no_block_state(e.message) is not None:
         return events.operation("operationInaccessible", op.op_id)
     return events.operation("operationError", op.op_id, error=e.message)
 

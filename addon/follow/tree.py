@@ -28,6 +28,10 @@ class Block:
     parent: str
     number: int
     runtime: Any = None  # the new spec's runtime object (None: not known)
+    # its SCALE-encoded header (hex), as the nodes announced it: what
+    # ``chainHead_v1_header`` answers while the block is pinned, even once no
+    # live node has the block (its only holder died, a fork was abandoned)
+    header: str | None = None
     children: list[str] = field(default_factory=list)
     # its newBlock event, encoded once for every follow (by withRuntime)
     texts: dict[bool, str] = field(default_factory=dict)
@@ -43,6 +47,10 @@ class BlockTree:
         self.finalized = root.hash
         self.best = root.hash
         self.recent: deque[str] = deque([root.hash], maxlen=RECENT_FINALIZED)
+        # the headers of ``recent`` (those known): a new follow pins those blocks
+        self.recent_headers: dict[str, str] = {}
+        if root.header is not None:
+            self.recent_headers[root.hash] = root.header
 
     @property
     def root(self) -> Block:
@@ -94,11 +102,18 @@ class BlockTree:
         keep.add(block_hash)
         old_root = self.finalized
         pruned = [h for h in self.blocks if h not in keep and h not in path and h != old_root]
+        headers = self.recent_headers
+        for h in path:
+            header = self.blocks[h].header
+            if header is not None:
+                headers[h] = header
         for h in (*pruned, old_root, *path[:-1]):
             self.blocks.pop(h, None)
         root = self.blocks[block_hash]
         self.finalized = block_hash
         self.recent.extend(path)
+        for h in [h for h in headers if h not in self.recent]:
+            del headers[h]
         if self.best not in self.blocks:
             # the best block was on a fork that lost: the new finalized block
             # is the best known until a descendant is announced

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from addon.chain.header_hash import header_hash
+from addon.chain.header_hash import encode_header, header_hash
 from addon.follow.events import runtime_spec
 from addon.follow.tree import Block, BlockTree, UnknownParent
 from addon.rpc.blocks import is_block_hash, parse_height
@@ -142,6 +142,7 @@ class NetworkView:
         number = parse_height(header.get("number"))
         assert number is not None  # _header checked
         root = Block(fin.lower(), str(header.get("parentHash", "")).lower(), number)
+        root.header = _encoded(header)
         root.runtime = await self._runtime(root.hash)
         self.tree = BlockTree(root)
         self.ready.set()
@@ -186,7 +187,7 @@ class NetworkView:
             n = parse_height(bhdr.get("number"))
             assert n is not None
             parent = str(bhdr.get("parentHash", "")).lower()
-            block = Block(bh, parent, n, await self._runtime(bh))
+            block = Block(bh, parent, n, await self._runtime(bh), _encoded(bhdr))
             try:
                 tree.add(block)
             except UnknownParent as e:
@@ -273,3 +274,9 @@ class NetworkView:
 
 class _Rebuild(Exception):
     pass
+
+
+def _encoded(header: dict[str, Any]) -> str | None:
+    """The header as ``chainHead_v1_header`` gives it (hex SCALE)."""
+    raw = encode_header(header)
+    return "0x" + raw.hex() if raw is not None else None

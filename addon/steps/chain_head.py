@@ -132,11 +132,16 @@ async def _one(
         return None if method == "chainHead_v1_header" else _LIMIT
     if block not in follow.pinned:
         raise _Error(INVALID_BLOCK, "invalid block hash: not pinned by this follow")
+    if method == "chainHead_v1_header" and block in follow.headers:
+        return follow.headers[block]  # as announced: no node needed, alive or not
     legacy = rt.legacy
     if legacy is None:
         raise _Error(INTERNAL_ERROR, "chainproxy is not configured")
     if method == "chainHead_v1_header":
-        return await operations.header(legacy, follow.network, block)
+        header = await operations.header(legacy, follow.network, block)
+        if header is None:  # null is the spec's word for a stale follow only
+            raise _Error(INTERNAL_ERROR, "no node can give this block's header now: try again")
+        return header
     return _operation(rpc, rt, follow, legacy, call, block, args)
 
 
@@ -203,6 +208,9 @@ def _operation(
             "operationId": op.op_id,
             "discardedItems": len(queries) - len(taken),
         }
+    if method == "chainHead_v1_call" and not follow.with_runtime:
+        # the follow's kind first: a free slot later would not make this call work
+        raise _Error(NO_RUNTIME, "chainHead_v1_call needs a follow with withRuntime: true")
     if follow.free_slots() <= 0:
         outcome(method.removeprefix("chainHead_v1_"), "limit_reached")
         return _LIMIT
@@ -215,8 +223,6 @@ def _operation(
             ),
         )
     else:
-        if not follow.with_runtime:
-            raise _Error(NO_RUNTIME, "chainHead_v1_call needs a follow with withRuntime: true")
         function = args.get("function")
         if not isinstance(function, str) or not function:
             raise _Bad("function must be a runtime entry point's name")

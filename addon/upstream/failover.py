@@ -84,16 +84,26 @@ def error_limit(answer: dict[str, Any]) -> str | None:
     return node_limit(None, str(error))
 
 
+def no_block_state(message: str) -> str | None:
+    """``state-discarded`` or ``unknown-block`` when a node's error message
+    says it has not the block or its state (another node may), else None."""
+    low = message.lower()
+    if "state already discarded" in low:
+        return "state-discarded"
+    if any(m in low for m in _UNKNOWN_BLOCK):
+        return "unknown-block"
+    return None
+
+
 def judge_answer(call: Call, answer: dict[str, Any], tip: int | None) -> tuple[Verdict, str]:
     error = answer.get("error")
     if error is not None:
         message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
         code = error.get("code") if isinstance(error, dict) else None
+        missing = no_block_state(message)
+        if missing is not None:
+            return "soft", missing
         low = message.lower()
-        if "state already discarded" in low:
-            return "soft", "state-discarded"
-        if any(m in low for m in _UNKNOWN_BLOCK):
-            return "soft", "unknown-block"
         limit = node_limit(code, message)
         if limit is not None:
             return "hard", limit

@@ -142,6 +142,17 @@ async def test_without_runtime_no_runtime_is_sent(stack: Stack) -> None:
         block = events(c, sid)[0]["finalizedBlockHashes"][-1]
         call = await c.ask("chainHead_v1_call", [sid, block, "Core_version", "0x"])
         assert call["error"]["code"] == -32802
+        # also while its operations fill every slot: a free slot would not help
+        items = [{"key": NUMBER_KEY + f"{i:02x}", "type": "value"} for i in range(4)]
+        started = (await c.ask("chainHead_v1_storage", [sid, block, items, None]))["result"]
+        op = started["operationId"]
+        await wait_until(
+            lambda: any(e.get("operationId") == op for e in events(c, sid)), 15, "a first page"
+        )
+        full = await c.ask("chainHead_v1_body", [sid, block])
+        assert full["result"] == {"result": "limitReached"}
+        call = await c.ask("chainHead_v1_call", [sid, block, "Core_version", "0x"])
+        assert call["error"]["code"] == -32802
 
 
 async def test_operations_answer_what_the_legacy_calls_answer(stack: Stack) -> None:
@@ -368,6 +379,23 @@ async def test_a_reorg_announces_the_new_fork_and_prunes_the_old(solo: Stack) ->
             assert best == main  # the best block is the main chain's
             finalized = [h for e in events(c, sid, "finalized") for h in e["finalizedBlockHashes"]]
             assert not forked & set(finalized)
+            # Pruned, and gone from the node, but still pinned by this follow:
+            # its header is the one announced (the spec's null is for a stale
+            # follow only), and an operation on it is "inaccessible" (trying
+            # again may work), never an error that says it never will.
+            gone = sorted(forked)[0]
+            assert node.rpc("chain_getHeader", [gone])["result"] is None
+            header = (await c.ask("chainHead_v1_header", [sid, gone]))["result"]
+            assert isinstance(header, str), header
+            digest = hashlib.blake2b(bytes.fromhex(header[2:]), digest_size=32).hexdigest()
+            assert "0x" + digest == gone
+            for method, params in (
+                ("chainHead_v1_call", [sid, gone, "Core_version", "0x"]),
+                ("chainHead_v1_storage", [sid, gone, [{"key": NUMBER_KEY, "type": "value"}], None]),
+            ):
+                started = (await c.ask(method, params))["result"]
+                done = await _op_end(c, sid, started["operationId"])
+                assert done["event"] == "operationInaccessible", (method, done)
     finally:
         node.control(fork=False, finality_lag=2)
 

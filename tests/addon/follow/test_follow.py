@@ -106,3 +106,25 @@ def test_operations_take_slots_until_they_finish() -> None:
     assert sent[-1]["event"] == "operationStorageDone"
     follow.finish(op, {"event": "operationStorageDone", "operationId": op.op_id})
     assert len(sent) == 1  # a stopped or finished operation says nothing more
+
+
+def test_a_pinned_blocks_header_stays_with_the_follow_until_unpinned() -> None:
+    # the root's and each announced block's header as the view encoded it
+    t = BlockTree(Block(h(10), h(9), 10, RT, "0xa0"))
+    t.add(Block(h(11), h(10), 11, header="0xa1"))
+    t.add(Block(h(12, "f"), h(11), 12, header="0xf2"))  # a fork, soon pruned
+    t.add(Block(h(12), h(11), 12, header="0xa2"))
+    follow, _, _ = make()
+    follow.start(t)
+    assert follow.headers == {h(10): "0xa0", h(11): "0xa1", h(12, "f"): "0xf2", h(12): "0xa2"}
+    t.finalize(h(12))  # the fork pruned: its header stays while the follow pins it
+    follow.finalized([h(11), h(12)], [h(12, "f")])
+    assert follow.headers[h(12, "f")] == "0xf2"
+    follow.unpin([h(12, "f"), h(10)])
+    assert set(follow.headers) == {h(11), h(12)}
+    # a new follow is given the headers of the recent finalized blocks it pins
+    late, _, _ = make()
+    late.start(t)
+    assert late.headers == {h(10): "0xa0", h(11): "0xa1", h(12): "0xa2"}
+    late.end("unfollowed")
+    assert late.headers == {}

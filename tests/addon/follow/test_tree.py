@@ -86,3 +86,14 @@ def test_recent_finalized_hashes_are_bounded() -> None:
     assert len(t.recent) == RECENT_FINALIZED
     assert list(t.recent)[-1] == t.finalized == h("n29")
     assert len(t.blocks) == 1
+
+
+def test_recent_finalized_headers_follow_the_recent_hashes() -> None:
+    t = BlockTree(Block(h("r"), h("p"), 10, RT, "0x10"))
+    parent = h("r")
+    for n in range(11, 11 + RECENT_FINALIZED + 2):
+        t.add(Block(h(f"b{n}"), parent, n, header=f"0x{n}"))
+        parent = h(f"b{n}")
+        t.finalize(parent)
+    assert set(t.recent_headers) == set(t.recent)  # no more kept than pinned by a new follow
+    assert t.recent_headers[parent] == f"0x{10 + RECENT_FINALIZED + 2}"
