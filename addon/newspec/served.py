@@ -10,7 +10,12 @@ one answer the allowlist step and ``rpc_methods`` both read, so what
   operations), and ``archive_v1_storage`` / ``archive_v1_storageDiff`` are
   subscriptions in the current spec (``archive_v1_storageEvent`` /
   ``_storageDiffEvent`` notifications): both families need a WebSocket.
-* ``rpc_methods``: always (chainproxy's own answer, no node asked).
+* ``rpc_methods``: always (chainproxy's own answer, no node asked). It
+  lists the new spec's groups whole ("supporting a group of functions is all
+  or nothing", the spec's grouping rule): over HTTP the ``archive_v1`` group
+  is listed, as a node lists it, though its two subscriptions are refused
+  there with the reason (a WebSocket); ``chainHead_v1``, none of which is
+  served over HTTP, is not.
 * Writes (``author_*``, ``transaction_v1_*``, ``transactionWatch_v1_*``):
   never listed; the new spec's are refused like ``author_*``.
 """
@@ -74,14 +79,18 @@ def new_spec_refusal(method: str, cfg: NewSpecConfig, *, websocket: bool) -> str
     event = _WS_ONLY_ARCHIVE.get(method)
     if event is not None:
         name = method.replace("stopS", "s")  # the operation a stop stops
-        return f"{name} is a subscription ({event} notifications) in the current spec: {_WS_URL}"
+        return (
+            f"{name} is a subscription ({event} notifications) in the current spec: it needs "
+            f"a WebSocket; {_WS_URL}"
+        )
     return None
 
 
 def served_methods(proxy: ProxyConfig, *, websocket: bool, node_wss: bool) -> list[str]:
     """What ``rpc_methods`` answers: every method served on this transport
     (``node_wss``: the network has a node-wss endpoint), sorted; never a
-    write, never one the allowlist step would refuse."""
+    write. A new-spec group is listed whole when any of it is served here
+    (its subscriptions over HTTP then answer why they need a WebSocket)."""
     legacy_subs = websocket and node_wss and proxy.websocket.subscriptions
     out = {RPC_METHODS}
     for m in proxy.allowlist:
@@ -93,9 +102,10 @@ def served_methods(proxy: ProxyConfig, *, websocket: bool, node_wss: bool) -> li
     if legacy_subs:
         out.update(SUBSCRIBE)
         out.update(UNSUBSCRIBE)
-    for m, family in FAMILY.items():
+    for family in _PREFIX:
         if family == "chain_head" and not node_wss:
             continue  # a follow stands on the network's node-wss heads
-        if new_spec_refusal(m, proxy.new_spec, websocket=websocket) is None:
-            out.add(m)
+        names = [m for m, f in FAMILY.items() if f == family]
+        if any(new_spec_refusal(m, proxy.new_spec, websocket=websocket) is None for m in names):
+            out.update(names)  # a group whole, as the spec wants it (and a node lists it)
     return sorted(out)
