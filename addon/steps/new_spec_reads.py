@@ -21,7 +21,7 @@ recorded again (the client's call was).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Protocol
 
 from addon.newspec import translate
@@ -45,6 +45,7 @@ from addon.rpc.jsonrpc import INTERNAL_ERROR, POLICY_REFUSED, Call, error_obj
 from addon.rpc.new_spec import ARCHIVE, CHAIN_SPEC, CallFailed, LegacyCaller
 from addon.steps.record import page_charge
 from addon.subs.hub import SubscriptionHub
+from addon.upstream.pool import TIER_LAGGING, Upstream, UpstreamPool
 from common.config import Config
 
 ANSWERED_HERE = frozenset({*ARCHIVE, *CHAIN_SPEC, RPC_METHODS})
@@ -56,7 +57,7 @@ OPERATIONS = StorageOperations()
 DIFFS = StorageOperations(DIFF)
 _STOPS = {ARCHIVE_STOP_STORAGE: OPERATIONS, ARCHIVE_STOP_STORAGE_DIFF: DIFFS}
 # per network, the highest finalized height answered: the spec says it only
-# ever increases, and the node asked next may lag the one asked before
+# ever increases, and the nodes' least may fall (a node further behind is back)
 _finalized: dict[str, int] = {}
 
 
@@ -68,6 +69,9 @@ class NewSpecReadsNeeds(Protocol):
 
     @property
     def legacy(self) -> LegacyCaller | None: ...
+
+    @property
+    def pools(self) -> dict[str, UpstreamPool]: ...
 
     @property
     def quotas(self) -> Quotas: ...
@@ -118,12 +122,18 @@ def new_spec_reads(rpc: RpcContext, rt: NewSpecReadsNeeds) -> Any:
 async def _answer_reads(rpc: RpcContext, rt: NewSpecReadsNeeds, todo: list[int]) -> None:
     assert rpc.parsed is not None
     calls = [c for i in todo if isinstance(c := rpc.parsed.items[i], Call)]
-    answers = await asyncio.gather(*(_read(rt.legacy, rpc.network, c) for c in calls))
+    pool = rt.pools.get(rpc.network)
+    least = least_finalized(pool.upstreams.values()) if pool is not None else None
+    answers = await asyncio.gather(*(_read(rt.legacy, rpc.network, c, least) for c in calls))
     for i, answer in zip(todo, answers, strict=True):
         rpc.answers[i] = answer
 
 
-async def _read(legacy: LegacyCaller | None, network: str, call: Call) -> dict[str, Any]:
+async def _read(
+    legacy: LegacyCaller | None, network: str, call: Call, least: int | None
+) -> dict[str, Any]:
+    if call.method == FINALIZED_HEIGHT and least is not None:
+        return _ok(call, _answered(network, least))  # no node asked
     if legacy is None:
         return error_obj(call.id, INTERNAL_ERROR, "chainproxy is not configured")
     try:
@@ -144,12 +154,36 @@ async def _result(legacy: LegacyCaller, network: str, call: Call) -> Any:
     return translate.answer(call.method, got)
 
 
-async def _finalized_height(legacy: LegacyCaller, network: str) -> int:
-    head = await legacy.call(network, "chain_getFinalizedHead", [])
-    header = await legacy.call(network, "chain_getHeader", [translate.block_hash(head, "head")])
-    height = max(translate.header_number(header), _finalized.get(network, 0))
+def least_finalized(upstreams: Iterable[Upstream]) -> int | None:
+    """The least finalized height of the nodes calls may go to (healthy,
+    synced or lagging, on this chain, not outvoted), as the sidecar saw them;
+    None when it saw none. The spec's advice to a load balancer: every block
+    at or below it is on every such node, so no node's death can take back an
+    ``archive_v1`` answer about it."""
+    heights = [
+        u.finalized
+        for u in upstreams
+        if u.finalized is not None
+        and u.tier <= TIER_LAGGING
+        and not u.foreign
+        and not u.quarantined
+    ]
+    return min(heights) if heights else None
+
+
+def _answered(network: str, height: int) -> int:
+    """``height``, or the higher one answered before: it never goes down."""
+    height = max(height, _finalized.get(network, 0))
     _finalized[network] = height
     return height
+
+
+async def _finalized_height(legacy: LegacyCaller, network: str) -> int:
+    """Without the sidecar's view of the nodes: the finalized head of the node
+    a call reaches."""
+    head = await legacy.call(network, "chain_getFinalizedHead", [])
+    header = await legacy.call(network, "chain_getHeader", [translate.block_hash(head, "head")])
+    return _answered(network, translate.header_number(header))
 
 
 def _start_operation(

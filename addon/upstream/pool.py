@@ -62,6 +62,7 @@ class Upstream:
     tier: int = TIER_UNPROBED
     score: float = 1.0
     best: int | None = None  # best block the sidecar last saw on it
+    finalized: int | None = None  # its finalized height, as the sidecar last saw it
     ewma_ms: float = 0.0  # optimistic start: a new upstream gets measured soon
     updated_at: float = 0.0
     inflight: int = 0

@@ -26,7 +26,7 @@ class SnapshotError(ValueError):
 
 
 def apply_snapshot(pool: UpstreamPool, doc: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    """Set tier, score, best block and archive of the pool's upstreams from one
+    """Set tier, score, best and finalized blocks and archive of the pool's upstreams from one
     snapshot document; upstreams it does not mention count as not probed.
     Returns (tip, finalized). Raises ``SnapshotError`` on a malformed document
     (the pool is then left as it was)."""
@@ -53,16 +53,18 @@ def apply_snapshot(pool: UpstreamPool, doc: Mapping[str, Any]) -> tuple[int | No
             # A score outside 0..1 (or NaN) must not make one upstream free.
             score = min(1.0, max(0.01, score)) if score == score else 0.01
             foreign = u.get("classification") == WRONG_CHAIN
-            updates[uid] = (tier, score, _opt_int(u.get("best")), archive, foreign)
+            best, fin = _opt_int(u.get("best")), _opt_int(u.get("finalized"))
+            updates[uid] = (tier, score, best, fin, archive, foreign)
             horizons[uid] = _horizon(u)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SnapshotError(f"malformed routing snapshot: {e!r}") from None
     for uid, up in pool.upstreams.items():
         if uid in updates:
-            up.tier, up.score, up.best, up.archive, up.foreign = updates[uid]
+            up.tier, up.score, up.best, up.finalized, up.archive, up.foreign = updates[uid]
             _set_horizon(up, *horizons[uid])
         else:
             up.tier, up.score, up.best, up.archive = TIER_UNPROBED, 1.0, None, up.configured_archive
+            up.finalized = None
             up.foreign = False
             _set_horizon(up, None, None, None, up.horizon_rounds)
     pool.tip = tip

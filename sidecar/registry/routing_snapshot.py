@@ -38,6 +38,7 @@ class Route:
     synced: bool
     lag: int | None
     best: int | None
+    finalized: int | None  # its finalized height (archive_v1_finalizedHeight takes the least)
     latency_ms: int | None
     score: float
     tier: int
@@ -69,6 +70,7 @@ def route(e: Endpoint, h: Health | None, tip: int | None, max_lag: int) -> Route
         synced=synced,
         lag=lag,
         best=h.best,
+        finalized=h.finalized,
         latency_ms=round(h.latency_ms) if h.latency_ms is not None else None,
         score=round(h.score, 3),
         tier=tier,

@@ -6,6 +6,7 @@ of the node under it. Everything on 127.0.0.1, every wait bounded."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import signal
 import time
@@ -16,13 +17,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.e2e.harness import Stack, base_config
+from tests.e2e.harness import Node, Stack, base_config
 from tests.e2e.helpers import (
     PROXY_DEFAULTS,
     Client,
     call,
     next_client_ip,
     post,
+    sidecar_routes,
     wait_until,
     with_wss,
 )
@@ -447,3 +449,47 @@ async def test_a_stopped_operation_says_nothing_more_and_frees_its_slots(stack: 
         assert of_op[-1]["event"] == "operationWaitingForContinue"  # nothing after the stop
         late = await c.ask("chainHead_v1_continue", [sid, op])
         assert late["result"] is None  # a stopped operation: no effect
+
+
+def _finalized_number(node: Node) -> int:
+    head = node.rpc("chain_getFinalizedHead")["result"]
+    return int(node.rpc("chain_getHeader", [head])["result"]["number"], 16)
+
+
+async def test_archive_finalized_height_is_the_least_the_nodes_hold(stack: Stack) -> None:
+    """``archive_v1_finalizedHeight``: what the spec advises a load balancer,
+    the least finalized height of the nodes calls may go to, so every block at
+    or below it is on each of them and no node's death takes an answer back.
+    (The most advanced node's height, as answered before, is a block a node
+    15 behind does not have.) Never lower than an earlier answer: with one
+    locked in before the lag was seen, the answer waits for the node behind."""
+    behind = stack.nodes[1]
+    behind.control(lag=15)
+    try:
+
+        def seen_behind() -> bool:
+            ups = sidecar_routes(stack)["upstreams"]
+            bests = {u["url"]: u["best"] or 0 for u in ups}
+            assert behind.url in bests, bests  # the sidecar names it by its URL
+            return bests[behind.url] < max(bests.values()) - 10
+
+        await wait_until(seen_behind, 20, "the sidecar sees the node behind")
+
+        async def height() -> int:
+            r = await post(stack.rpc_url(), call("archive_v1_finalizedHeight"))
+            got = r.body["result"]
+            assert isinstance(got, int), r.body
+            return got
+
+        async def held() -> bool:
+            got = await height()
+            return got <= _finalized_number(behind)
+
+        await wait_until(held, 30, "an answer the node behind holds")
+        for _ in range(4):
+            got = await height()
+            assert got <= _finalized_number(behind)
+            assert behind.rpc("chain_getBlockHash", [got])["result"] is not None
+            await asyncio.sleep(0.5)
+    finally:
+        behind.control(lag=0)

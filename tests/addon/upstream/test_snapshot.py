@@ -79,6 +79,9 @@ def test_applies_tier_score_best_and_archive_by_id() -> None:
     assert (a.tier, a.score, a.best, a.archive) == (TIER_SYNCED, 0.9, 100, False)
     assert (b.tier, b.score, b.best, b.archive) == (TIER_LAGGING, 0.5, 90, True)
     assert (c.tier, c.score, c.best) == (TIER_UNHEALTHY, 0.1, None)
+    assert a.finalized is None  # a snapshot without each node's finalized height
+    apply_snapshot(pool, doc(entry("a", TIER_SYNCED, best=100, finalized=97)))
+    assert (a.finalized, b.finalized) == (97, None)  # b not in it: not probed
     # And the choice follows the snapshot: the synced upstream is tried first.
     assert pool.choose(set()) is a
     assert pool.choose({"a"}) is b

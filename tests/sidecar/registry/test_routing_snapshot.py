@@ -37,6 +37,8 @@ def test_tip_is_the_highest_best_of_healthy_nodes_including_wss() -> None:
     # ... but is not itself an upstream of the HTTP proxy.
     assert set(ups(doc)) == {"a", "b"}
     assert ups(doc)["a"]["lag"] == 3 and ups(doc)["b"]["lag"] == 5
+    # each node's own finalized height (archive_v1_finalizedHeight takes the least)
+    assert ups(doc)["a"]["finalized"] == 97 and ups(doc)["b"]["finalized"] == 96
 
 
 def test_unhealthy_node_with_a_higher_best_does_not_raise_the_tip() -> None:
