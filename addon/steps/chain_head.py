@@ -272,6 +272,7 @@ def _steer(follow: Follow | None, method: str, op_id: Any) -> None:
         return None  # an unknown or finished operation: no effect (the spec)
     if not op.waiting:
         raise _Error(NOT_WAITING, "the operation is not waiting for a continue")
+    op.waiting = False  # at once: a second continue before its next page is -32803
     op.resume.set()
     return None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -259,9 +260,14 @@ async def test_limits_refuse_as_the_spec_says(stack: Stack) -> None:
         assert full["result"] == {"result": "limitReached"}
         # an unknown operation: no effect, as the spec says (not an error)
         assert (await c.ask("chainHead_v1_continue", [sid, "no-such-op"]))["result"] is None
-        assert (await c.ask("chainHead_v1_continue", [sid, started["operationId"]]))[
-            "result"
-        ] is None
+        # two continues at once: the first goes on, the second finds the
+        # operation no longer waiting (the spec's -32803), not a second null
+        params = [sid, started["operationId"]]
+        batch = [call("chainHead_v1_continue", params, id_=f"go{i}") for i in (1, 2)]
+        await c.ws.send_str(json.dumps(batch))
+        await wait_until(lambda: {"go1", "go2"} <= set(c.answers), 10, "both continues answered")
+        assert c.answers["go1"]["result"] is None
+        assert c.answers["go2"]["error"]["code"] == -32803, c.answers["go2"]
         done = await _op_end(c, sid, started["operationId"])
         assert done["event"] == "operationStorageDone"
         body = (await c.ask("chainHead_v1_body", [sid, block]))["result"]
