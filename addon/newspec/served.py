@@ -1,6 +1,7 @@
 """Which methods chainproxy serves on a network and transport (pure): the
 one answer the allowlist step and ``rpc_methods`` both read, so what
-``rpc_methods`` lists is what the allowlist lets through.
+``rpc_methods`` lists is what the allowlist lets through (but for the
+``archive_v1`` group's subscriptions over HTTP, listed with their group).
 
 * The legacy methods: the operator's ``proxy.allowlist``; subscriptions only
   on a WebSocket, while ``proxy.websocket.subscriptions`` is on and the

@@ -139,8 +139,8 @@ async def _one(
         raise _Error(INTERNAL_ERROR, "chainproxy is not configured")
     if method == "chainHead_v1_header":
         header = await operations.header(legacy, follow.network, block)
-        if header is None:  # null is the spec's word for a stale follow only
-            raise _Error(INTERNAL_ERROR, "no node can give this block's header now: try again")
+        if header is None:  # not encodable; null is the spec's word for a stale follow only
+            raise _Error(INTERNAL_ERROR, "this block's header cannot be read")
         return header
     return _operation(rpc, rt, follow, legacy, call, block, args)
 

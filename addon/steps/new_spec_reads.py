@@ -21,9 +21,10 @@ recorded again (the client's call was).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
+from addon.chain.state import ChainState
 from addon.newspec import translate
 from addon.newspec.archive_storage import DIFF, StorageOperations
 from addon.newspec.metered import MeteredCaller
@@ -45,7 +46,7 @@ from addon.rpc.jsonrpc import INTERNAL_ERROR, POLICY_REFUSED, Call, error_obj
 from addon.rpc.new_spec import ARCHIVE, CHAIN_SPEC, CallFailed, LegacyCaller
 from addon.steps.record import page_charge
 from addon.subs.hub import SubscriptionHub
-from addon.upstream.pool import TIER_LAGGING, Upstream, UpstreamPool
+from addon.upstream.pool import TIER_LAGGING, TIER_SYNCED, Upstream, UpstreamPool
 from common.config import Config
 
 ANSWERED_HERE = frozenset({*ARCHIVE, *CHAIN_SPEC, RPC_METHODS})
@@ -56,6 +57,9 @@ FINALIZED_HEIGHT = "archive_v1_finalizedHeight"
 OPERATIONS = StorageOperations()
 DIFFS = StorageOperations(DIFF)
 _STOPS = {ARCHIVE_STOP_STORAGE: OPERATIONS, ARCHIVE_STOP_STORAGE_DIFF: DIFFS}
+# a routing snapshot older than this (the sidecar down: the last one stays)
+# says nothing of the nodes' finalized heights now: a node is asked instead
+SNAPSHOT_FRESH_S = 30.0
 # per network, the highest finalized height answered: the spec says it only
 # ever increases, and the nodes' least may fall (a node further behind is back)
 _finalized: dict[str, int] = {}
@@ -63,6 +67,12 @@ _finalized: dict[str, int] = {}
 
 class NewSpecReadsNeeds(Protocol):
     """What the new_spec_reads step reads of the runtime."""
+
+    @property
+    def chain(self) -> ChainState: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
 
     @property
     def config(self) -> Config: ...
@@ -122,8 +132,11 @@ def new_spec_reads(rpc: RpcContext, rt: NewSpecReadsNeeds) -> Any:
 async def _answer_reads(rpc: RpcContext, rt: NewSpecReadsNeeds, todo: list[int]) -> None:
     assert rpc.parsed is not None
     calls = [c for i in todo if isinstance(c := rpc.parsed.items[i], Call)]
+    least = None
     pool = rt.pools.get(rpc.network)
-    least = least_finalized(pool.upstreams.values()) if pool is not None else None
+    at = rt.chain.heights_at.get(rpc.network)
+    if pool is not None and at is not None and rt.clock() - at <= SNAPSHOT_FRESH_S:
+        least = least_finalized(pool.upstreams.values())
     answers = await asyncio.gather(*(_read(rt.legacy, rpc.network, c, least) for c in calls))
     for i, answer in zip(todo, answers, strict=True):
         rpc.answers[i] = answer
@@ -155,19 +168,18 @@ async def _result(legacy: LegacyCaller, network: str, call: Call) -> Any:
 
 
 def least_finalized(upstreams: Iterable[Upstream]) -> int | None:
-    """The least finalized height of the nodes calls may go to (healthy,
-    synced or lagging, on this chain, not outvoted), as the sidecar saw them;
-    None when it saw none. The spec's advice to a load balancer: every block
-    at or below it is on every such node, so no node's death can take back an
-    ``archive_v1`` answer about it."""
-    heights = [
-        u.finalized
-        for u in upstreams
-        if u.finalized is not None
-        and u.tier <= TIER_LAGGING
-        and not u.foreign
-        and not u.quarantined
-    ]
+    """The least finalized height of the nodes calls go to first (synced, on
+    this chain, not outvoted; only when none is, the lagging ones), as the
+    sidecar saw them; None when it saw none. The spec's advice to a load
+    balancer: every block at or below it is on each of them, so no one node's
+    death takes back an ``archive_v1`` answer about it. A lagging node is left
+    out while synced ones answer: one resyncing for hours would hold every
+    answer back that long (and calls reach it only when no synced node can)."""
+    by_tier: dict[int, list[int]] = {}
+    for u in upstreams:
+        if u.finalized is not None and u.tier <= TIER_LAGGING and not (u.foreign or u.quarantined):
+            by_tier.setdefault(u.tier, []).append(u.finalized)
+    heights = by_tier.get(TIER_SYNCED) or by_tier.get(TIER_LAGGING)
     return min(heights) if heights else None
 
 

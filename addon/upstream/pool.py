@@ -122,10 +122,11 @@ class UpstreamPool:
             if prev is None:
                 continue
             if prev.tier != TIER_UNPROBED:  # a snapshot had spoken for it
-                up.tier, up.score, up.best, up.archive = (
+                up.tier, up.score, up.best, up.finalized, up.archive = (
                     prev.tier,
                     prev.score,
                     prev.best,
+                    prev.finalized,
                     prev.archive,
                 )
             up.horizon, up.horizon_lost, up.keeps, up.horizon_rounds = (

@@ -53,14 +53,14 @@ def test_reloading_the_config_keeps_routing_and_quota_state(tmp_path: Any) -> No
         tctx.configure(addons[0], chainproxy_config=str(first))
         rt = addons[0].holder.runtime
         (up,) = rt.pools["finney"].upstreams.values()
-        up.tier, up.best, up.ewma_ms = 1, 123, 42.0
+        up.tier, up.best, up.finalized, up.ewma_ms = 1, 123, 121, 42.0
         rt.chain.set_heights("finney", 130, 128)
         rt.quotas.decide("1.2.3.4", 7)
         tctx.configure(addons[0], chainproxy_config=str(second))
         new = addons[0].holder.runtime
         assert new is not rt and new.config.proxy.max_batch == 50
         (up2,) = new.pools["finney"].upstreams.values()
-        assert (up2.tier, up2.best, up2.ewma_ms) == (1, 123, 42.0)
+        assert (up2.tier, up2.best, up2.finalized, up2.ewma_ms) == (1, 123, 121, 42.0)
         assert new.chain.tips["finney"] == 130 and new.chain.finalized["finney"] == 128
         assert new.quotas.decide("1.2.3.4", 1).remaining == 100 - 8  # type: ignore[union-attr]
 

@@ -102,21 +102,42 @@ async def test_the_finalized_height_never_goes_back() -> None:
     assert legacy.methods()[:2] == ["chain_getFinalizedHead", "chain_getHeader"]
 
 
-def test_the_finalized_height_is_the_least_of_the_nodes_calls_may_go_to() -> None:
-    def up(uid: str, tier: int, finalized: int | None, **kw: Any) -> Upstream:
-        return Upstream(uid, f"http://{uid}", uid, False, tier=tier, finalized=finalized, **kw)
+def _up(uid: str, tier: int, finalized: int | None, **kw: Any) -> Upstream:
+    return Upstream(uid, f"http://{uid}", uid, False, tier=tier, finalized=finalized, **kw)
 
-    ups = [up("ahead", TIER_SYNCED, 120), up("behind", TIER_LAGGING, 90)]
-    assert step.least_finalized(ups) == 90  # the node behind holds every block to 90
+
+def test_the_finalized_height_is_the_least_of_the_nodes_calls_go_to_first() -> None:
+    ups = [_up("ahead", TIER_SYNCED, 120), _up("synced-behind", TIER_SYNCED, 117)]
+    assert step.least_finalized(ups) == 117  # each synced node holds every block to 117
     ups += [
-        up("down", TIER_UNHEALTHY, 10),  # calls never go there: not counted
-        up("new", TIER_UNPROBED, 5),
-        up("other-chain", TIER_SYNCED, 1, foreign=True),
-        up("outvoted", TIER_SYNCED, 2, quarantined=True),
-        up("unknown", TIER_SYNCED, None),
+        _up("lagging", TIER_LAGGING, 90),  # resyncing for hours: never holds answers back
+        _up("down", TIER_UNHEALTHY, 10),  # calls never go there: not counted
+        _up("new", TIER_UNPROBED, 5),
+        _up("other-chain", TIER_SYNCED, 1, foreign=True),
+        _up("outvoted", TIER_SYNCED, 2, quarantined=True),
+        _up("unknown", TIER_SYNCED, None),
     ]
-    assert step.least_finalized(ups) == 90
-    assert step.least_finalized(ups[2:]) is None  # then a node is asked, as before
+    assert step.least_finalized(ups) == 117
+    assert step.least_finalized(ups[2:]) == 90  # no synced node: the lagging ones are it
+    assert step.least_finalized(ups[3:]) is None  # then a node is asked, as before
+
+
+async def test_the_finalized_height_asks_a_node_once_the_snapshot_is_stale() -> None:
+    """The sidecar down: its last snapshot stays in the pools, and would
+    answer its heights for as long (no node asked)."""
+    stages, legacy, rt = _http()
+    step._finalized.pop("finney", None)
+    now = [1000.0]
+    rt.clock = lambda: now[0]
+    for u in rt.pools["finney"].upstreams.values():
+        u.tier, u.finalized = TIER_SYNCED, 5
+    rt.chain.set_heights("finney", 10, 5, at=now[0])
+    assert (await _ask(stages, "archive_v1_finalizedHeight"))["result"] == 5
+    assert legacy.methods() == []  # no node asked: the snapshot's
+    now[0] += step.SNAPSHOT_FRESH_S + 1  # no snapshot since
+    legacy.finalized = 9
+    assert (await _ask(stages, "archive_v1_finalizedHeight"))["result"] == 9
+    assert legacy.methods()[:2] == ["chain_getFinalizedHead", "chain_getHeader"]
 
 
 async def test_errors_keep_the_nodes_code_and_bad_params_are_32602() -> None:
