@@ -2,9 +2,11 @@
 
 Starts (for ``--simulate``) a simulated node for every loopback ``node-rpc``
 endpoint of the config, then the sidecar, then mitmdump (or mitmweb) with the
-addon; prints the proxy URL and a curl that works; and on Ctrl-C / SIGTERM, or
-when any child dies, stops every child (no orphans: each child also gets
-SIGTERM from the kernel if this process is killed outright). SIGHUP or
+addon; prints the proxy URL and a curl that works; and on Ctrl-C / SIGTERM
+stops every child (no orphans: each child also gets SIGTERM from the kernel
+if this process is killed outright). A child that dies is started again
+(``chainproxy/keepers.py``), but HAProxy, whose death stops the stack; a
+simulated node is not (the proxy fails over, as from a real node). SIGHUP or
 ``chainproxy reload`` reloads the config, workers one at a time
 (``chainproxy/reload.py``).
 """
@@ -20,7 +22,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from chainproxy.commands import add_set_option, proxy_argv, tcp_port
+from chainproxy.commands import add_set_option, proxy_argv, sidecar_argv, tcp_port
+from chainproxy.keepers import Keeper, file_check, say
 from chainproxy.reload import (
     Reloader,
     ReloadRequest,
@@ -28,9 +31,8 @@ from chainproxy.reload import (
     remove_pid_file,
     write_pid_file,
 )
-from chainproxy.sidecar_keeper import SidecarKeeper
-from chainproxy.supervisor import StartError, StopRequest, Supervisor, wait_http
-from chainproxy.worker_stack import start_workers, worker_tools
+from chainproxy.supervisor import Child, StartError, StopRequest, Supervisor, wait_http
+from chainproxy.worker_stack import keep_workers, start_workers, worker_tools
 from common.config import Config, ConfigError, load_config
 from simnode.command import simnode_argv
 
@@ -108,6 +110,12 @@ def _inspect_options(web_port: int) -> tuple[str, list[str]]:
     ]
 
 
+def _tell(reloader: Reloader | None, role: str, child: Child) -> None:
+    """A child started again: the one a reload signals from now on."""
+    if reloader is not None:
+        setattr(reloader, role, child)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if bad := [s for s in args.sets if "=" not in s.strip("=")]:
@@ -159,11 +167,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.simulate:
             for node in _simulated_nodes(config):
                 stack.start("simnode", node)
-        keeper = SidecarKeeper(
-            stack, args.config, lambda: reloader.config if reloader is not None else config
-        )
-        sidecar = keeper.start()
+        keeper = Keeper(stack)
+        check = file_check(args.config, lambda: reloader.config if reloader is not None else config)
+
+        def start_sidecar() -> Child:
+            return stack.start("sidecar", sidecar_argv(args.config))
+
+        sidecar = start_sidecar()
         wait_http(f"{config.sidecar.url}/healthz", sidecar, also=stack.children)
+        keeper.keep_one(
+            "sidecar",
+            sidecar,
+            start_sidecar,
+            "RPC goes on",
+            check=check,
+            on_start=lambda child: _tell(reloader, "sidecar", child),
+        )
         proxy = proxy_argv(
             mitm,
             args.config,
@@ -179,11 +198,24 @@ def main(argv: list[str] | None = None) -> int:
             pool = start_workers(stack, args, config, mitm, tools)
             assert pool.balancer_child is not None
             proc = pool.balancer_child
+            keep_workers(keeper, pool)
         else:
             if args.inspect:
                 web_ui, extra = _inspect_options(args.web_port)
                 proxy += extra
             proc = single = stack.start(tool, proxy)
+
+            def start_proxy() -> Child:
+                return stack.start(tool, proxy)
+
+            keeper.keep_one(
+                "proxy",
+                single,
+                start_proxy,
+                "calls are refused until it is back",
+                check=check,
+                on_start=lambda child: _tell(reloader, "proxy", child),
+            )
         host = "127.0.0.1" if args.listen_host in ("0.0.0.0", "::") else args.listen_host
         base = f"http://{host}:{args.listen_port}"
         wait_http(f"{base}/healthz", proc, also=stack.children)
@@ -194,11 +226,14 @@ def main(argv: list[str] | None = None) -> int:
             if hup.requested and reloader is not None:
                 hup.requested = False  # one more SIGHUP meanwhile: one more reload after
                 reloader.run()
-            if (again := keeper.tick()) is not None and reloader is not None:
-                reloader.sidecar = again
+            keeper.tick()
 
         while (dead := stack.run_until_stopped(stop, tick)) is not None:
-            if not keeper.died(dead):  # a sidecar is started again (sidecar_keeper.py)
+            if dead.name == "simnode":  # as a real node's death: the proxy fails over
+                stack.forget(dead)
+                say(f"{dead.exit_reason()}; the proxy fails over to the other nodes")
+                continue
+            if not keeper.died(dead):  # kept children are started again (keepers.py)
                 print(f"chainproxy: {dead.exit_reason()}; stopping", file=sys.stderr)
                 return 1
         return 0

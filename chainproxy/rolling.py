@@ -53,6 +53,8 @@ class WorkerPool:
     slots: list[Slot] = field(default_factory=list)
     started: int = 0  # workers started so far: each gets a name of its own
     balancer_child: Child | None = None  # the HAProxy process
+    # the launcher's own redis-server, and how to start it again (None: the config's)
+    redis: tuple[Child, Callable[[], Child]] | None = None
 
     def start_worker(self, port: int) -> Child:
         self.started += 1
@@ -72,18 +74,9 @@ class WorkerPool:
             self.replace(slot, drain_s)
 
     def replace(self, old: Slot, drain_s: float) -> None:
-        spare = next((s for s in self.slots if s.child is None), None)
-        if spare is None or old.child is None:
-            raise RollError("no spare HAProxy slot for a replacement")
-        port = free_port()
-        child = self.start_worker(port)
-        try:
-            wait_http(f"http://127.0.0.1:{port}/healthz", child, 60.0)
-            self.balancer.enable(spare.name, port)
-        except (StartError, BalancerError) as e:
-            self._abandon(child, spare)
-            raise RollError(f"the replacement of {old.name} did not come up: {e}") from None
-        spare.port, spare.child = port, child
+        if old.child is None:
+            raise RollError(f"{old.name} has no worker to replace")
+        self._in_spare(f"the replacement of {old.name}")
         self.balancer.set_state(old.name, "drain")
         time.sleep(SETTLE_S)
         retired = old.child
@@ -92,6 +85,42 @@ class WorkerPool:
         retired.stop(signal.SIGTERM, grace_s=drain_s + EXIT_MARGIN_S)
         self.balancer.set_state(old.name, "maint")
         old.port = None
+
+    def owns(self, child: Child) -> bool:
+        """Whether ``child`` is a worker in a slot (not one being replaced)."""
+        return any(s.child is child for s in self.slots)
+
+    def lost(self, child: Child) -> None:
+        """A worker died: its slot out of the rotation, a spare from now on
+        (HAProxy already sends its calls on to the others: ``retry-on``)."""
+        for slot in self.slots:
+            if slot.child is child:
+                slot.child, slot.port = None, None
+                try:
+                    self.balancer.set_state(slot.name, "maint")
+                except BalancerError:
+                    pass  # HAProxy's check takes it out all the same
+
+    def add_worker(self) -> Child:
+        """A new worker in a spare slot, once it answers (a dead one's place)."""
+        return self._in_spare("a new worker")
+
+    def _in_spare(self, what: str) -> Child:
+        """A worker started on a fresh port and taken into the rotation on a
+        spare slot, once it answers."""
+        spare = next((s for s in self.slots if s.child is None), None)
+        if spare is None:
+            raise RollError(f"no spare HAProxy slot for {what}")
+        port = free_port()
+        child = self.start_worker(port)
+        try:
+            wait_http(f"http://127.0.0.1:{port}/healthz", child, 60.0)
+            self.balancer.enable(spare.name, port)
+        except (StartError, BalancerError) as e:
+            self._abandon(child, spare)
+            raise RollError(f"{what} did not come up: {e}") from None
+        spare.port, spare.child = port, child
+        return child
 
     def _abandon(self, child: Child, spare: Slot) -> None:
         self.stack.forget(child)

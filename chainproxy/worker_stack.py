@@ -2,7 +2,8 @@
 local redis-server when the config has no ``redis:``, N mitmdumps on loopback
 ports, HAProxy on the public address with one spare server slot and its
 runtime API (the rolling restart's, ``chainproxy/rolling.py``). All children
-of the launcher's ``Supervisor``: Ctrl-C stops every one, and none outlives it."""
+of the launcher's ``Supervisor``: Ctrl-C stops every one, and none outlives it;
+a worker or the local redis-server that dies is started again (``keep_workers``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 from chainproxy.balancer import Balancer
 from chainproxy.commands import proxy_argv
-from chainproxy.rolling import Slot, WorkerPool
-from chainproxy.supervisor import Supervisor, free_port, wait_http, wait_port, wait_until
+from chainproxy.keepers import Keeper, say
+from chainproxy.rolling import RollError, Slot, WorkerPool
+from chainproxy.supervisor import Child, Supervisor, free_port, wait_http, wait_port, wait_until
 from chainproxy.workers import (
     BALANCER_SOURCE,
     find_tool,
@@ -66,9 +68,11 @@ def start_workers(
     run_dir = (config.data_dir / "run").resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [*args.sets, f"chainproxy_trusted_proxies={BALANCER_SOURCE}/32"]
+    redis: Child | None = None
     if config.redis is None:
         port = free_port()
-        redis = stack.start("redis-server", redis_argv(tools["redis-server"], port, run_dir))
+        argv = redis_argv(tools["redis-server"], port, run_dir)
+        redis = stack.start("redis-server", argv)
         wait_port(port, redis)
         sets.append(f"chainproxy_redis_url=redis://127.0.0.1:{port}/0")
         print(f"chainproxy: shared quota in a local redis-server on 127.0.0.1:{port}", flush=True)
@@ -93,6 +97,8 @@ def start_workers(
         )
     )
     pool = WorkerPool(stack, Balancer(admin), worker_argv)
+    if redis is not None:  # on the same port: the workers find it again there
+        pool.redis = (redis, lambda: stack.start("redis-server", argv))
     children = [pool.start_worker(p) for p in ports]
     for i, (child, port) in enumerate(zip(children, ports, strict=True), 1):
         wait_http(f"http://127.0.0.1:{port}/healthz", child, also=stack.children)
@@ -108,3 +114,28 @@ def start_workers(
         flush=True,
     )
     return pool
+
+
+def keep_workers(keeper: Keeper, pool: WorkerPool) -> None:
+    """Workers that die, and the launcher's own redis-server, started again
+    (``chainproxy/keepers.py``)."""
+
+    def new_worker() -> Child | None:
+        try:
+            return pool.add_worker()
+        except RollError as e:
+            say(f"{e}; trying again")
+            return None
+
+    def lost(child: Child) -> bool:
+        if not pool.owns(child):
+            return False
+        pool.lost(child)
+        return True
+
+    keeper.keep("worker", lost, new_worker, "HTTP calls go to the other workers")
+    if pool.redis is not None:
+        first, start = pool.redis
+        keeper.keep_one(
+            "redis-server", first, start, "each worker counts its own quota until it is back"
+        )

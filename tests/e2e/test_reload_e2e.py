@@ -409,3 +409,41 @@ async def test_a_sidecar_that_dies_is_started_again_and_the_proxy_serves_on(
         assert "sidecar exited" in launcher.output() and "starting it again" in launcher.output()
         reply = await post(launcher.url, call("system_health"), client_ip=next_client_ip())
         assert reply.status == 200
+
+
+async def test_a_worker_or_the_local_redis_that_dies_is_started_again(tmp_path: Path) -> None:
+    """``--workers 2``: a worker killed, then the launcher's own redis-server.
+    Every call is answered meanwhile (HAProxy sends the dead worker's calls to
+    the other; without Redis each worker counts its own quota), and each is
+    started again. (The launcher used to stop the whole stack at either.)"""
+    if find_tool("haproxy") is None or find_tool("redis-server") is None:
+        pytest.skip("haproxy and redis-server are installed by `make test` (Debian packages)")
+    with _launch(tmp_path, 2, {"rate_limit": {"requests": 100_000, "window_s": 60}}) as launcher:
+
+        def redis() -> set[int]:
+            return {p for p in _descendants(launcher.proc.pid) if b"redis-server" in _cmdline(p)}
+
+        async def all_answered() -> None:
+            for i in range(20):
+                reply = await post(launcher.url, call("system_health", id_=i))
+                assert reply.status == 200, reply.body
+
+        before = launcher.proxies()
+        assert len(before) == 2
+        os.kill(min(before), signal.SIGKILL)
+        await all_answered()
+        await wait_until(
+            lambda: "worker started again" in launcher.output(), 90, "a worker started again"
+        )
+        now = launcher.proxies()
+        assert len(now) == 2 and len(now - before) == 1, (before, now)
+        await all_answered()
+
+        (first,) = redis()
+        os.kill(first, signal.SIGKILL)
+        await all_answered()
+        await wait_until(lambda: redis() - {first}, 30, "a new redis-server")
+        await all_answered()
+        assert launcher.proc.poll() is None
+        out = launcher.output()
+        assert "redis-server started again" in out and "; stopping" not in out
