@@ -377,7 +377,7 @@ async def _callable_ids(sidecar: str) -> set[str]:
     return set(await _callable_rows(sidecar))
 
 
-async def test_a_sidecar_that_dies_is_started_again_and_the_proxy_serves_on(
+async def test_a_sidecar_or_proxy_that_dies_is_started_again_and_rpc_goes_on(
     tmp_path: Path,
 ) -> None:
     """RELIABILITY's "the sidecar killed": under the launcher too, the proxy
@@ -409,6 +409,21 @@ async def test_a_sidecar_that_dies_is_started_again_and_the_proxy_serves_on(
         assert "sidecar exited" in launcher.output() and "starting it again" in launcher.output()
         reply = await post(launcher.url, call("system_health"), client_ip=next_client_ip())
         assert reply.status == 200
+
+        # the one proxy process too: started again on its port, from the same file
+        (proxy,) = launcher.proxies()
+        os.kill(proxy, signal.SIGKILL)
+
+        async def served() -> bool:
+            try:
+                r = await post(launcher.url, call("system_health"), client_ip=next_client_ip())
+            except aiohttp.ClientError:
+                return False
+            return r.status == 200
+
+        await wait_until(served, 60, "the proxy started again")
+        assert launcher.proxies() - {proxy} and launcher.proc.poll() is None
+        assert "proxy started again" in launcher.output()
 
 
 async def test_a_worker_or_the_local_redis_that_dies_is_started_again(tmp_path: Path) -> None:
