@@ -125,7 +125,10 @@ def parse_proxy(
             raise ConfigError("proxy.cache.methods", f"bad method name {m!r}")
         get_int(methods, m, 0, f"proxy.cache.methods.{m}", minimum=0)
     cache = CacheConfig(
-        size_limit_mb=get_int(c, "size_limit_mb", 512, "proxy.cache.size_limit_mb", minimum=1),
+        # in bytes it must fit SQLite's 64 bits (diskcache keeps it there): 1 EiB at most
+        size_limit_mb=get_int(
+            c, "size_limit_mb", 512, "proxy.cache.size_limit_mb", minimum=1, maximum=2**40
+        ),
         enabled=get_bool(c, "enabled", True, "proxy.cache.enabled"),
         methods=dict(methods),
     )

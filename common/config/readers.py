@@ -31,12 +31,29 @@ def check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], prefix: str
             raise ConfigError(where, f"unknown key (known: {', '.join(allowed)})")
 
 
-def get_int(section: Mapping[str, Any], name: str, default: int, key: str, *, minimum: int) -> int:
+# No count, size or limit of a deployment comes near it, and every one stays
+# exact in a float, a JSON number and SQLite's signed 64 bits (an integer of 24
+# digits once passed check-config and then switched the edge cache off).
+MAX_INT = 2**53 - 1
+
+
+def get_int(
+    section: Mapping[str, Any],
+    name: str,
+    default: int,
+    key: str,
+    *,
+    minimum: int,
+    maximum: int = MAX_INT,
+) -> int:
     value = section.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(key, f"must be an integer, got {value!r}")
     if value < minimum:
         raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        shown = value if value.bit_length() <= 64 else f"one of {len(str(value))} digits"
+        raise ConfigError(key, f"must be <= {maximum}, got {shown}")
     return value
 
 

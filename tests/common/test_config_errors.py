@@ -291,3 +291,26 @@ def test_a_huge_number_is_one_line_not_a_traceback() -> None:
 def test_a_network_named_twice_is_refused() -> None:
     message = assert_one_line_error({"proxy": {"networks": ["finney", "finney"]}}, "proxy.networks")
     assert "'finney' twice" in message
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        # an integer key: it passed check-config, and the proxy then ran without
+        # its edge cache (SQLite's "Python int too large")
+        ({"proxy": {"cache": {"size_limit_mb": 10**23}}}, "proxy.cache.size_limit_mb"),
+        ({"proxy": {"cache": {"size_limit_mb": 2**40 + 1}}}, "proxy.cache.size_limit_mb"),
+        ({"proxy": {"max_batch": 10**23}}, "proxy.max_batch"),
+        ({"proxy": {"max_batch": 10**400}}, "proxy.max_batch"),
+    ],
+)
+def test_an_integer_too_large_is_refused(raw: dict[str, Any], key: str) -> None:
+    message = assert_one_line_error(raw, key)
+    assert "must be <=" in message, message
+
+
+def test_the_largest_cache_that_fits_is_taken() -> None:
+    cfg = parse_config(
+        {"proxy": {"cache": {"size_limit_mb": 2**40}}, "registry": {"endpoints": []}}, env={}
+    )
+    assert cfg.proxy.cache.size_limit_mb == 2**40
