@@ -85,7 +85,7 @@ clean:
 	rm -rf $(VENV) $(ASI_VENV) $(BT_VENV) data .pytest_cache .ruff_cache
 
 # Proxy benchmarks against bare mitmdump, a direct call and nginx, plus the
-# statistics, memory, addon and Redis benchmarks (docs/BENCHMARKS.md). ~11 min; QUICK=1 < 3 min;
+# statistics, memory, addon and Redis benchmarks (docs/BENCHMARKS.md). ~30 min; QUICK=1 ~12 min;
 # SMOKE=1: every scenario once at its smallest size. Exit 1 naming any scenario that failed.
 bench: $(STAMP) bench-deps scale-deps js-deps asi-deps
 	$(PY) bench/run.py $(if $(QUICK),--quick,) $(if $(SMOKE),--smoke,)

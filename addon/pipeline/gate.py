@@ -16,14 +16,16 @@ from mitmproxy import http
 
 from addon.mitm.responses import make_headers, refusal_response
 from addon.pipeline.context import SIDECAR_PATH_KEY, Origin, Reply, RpcContext, Socket
-from addon.pipeline.paths import Preflight, RpcRoute, SidecarRoute, classify
+from addon.pipeline.paths import Preflight, ProxyHealth, RpcRoute, SidecarRoute, classify
 from addon.pipeline.reply import finish
 from addon.quota.local import client_identity
 from addon.quota.quotas import Quotas
 from addon.quota.tiers import KEY_HEADER, KEY_PARAM, BadKey, Caller, take_key
 from addon.rpc.jsonrpc import POLICY_REFUSED, BadItem, Parsed, Refusal, error_obj, parse_body
 from addon.rpc.request_ids import new_request_id, request_id_of
+from addon.upstream.pool import TIER_UNPROBED, UpstreamPool
 from common.config import Config
+from common.jsontext import dumps
 
 
 class DirectRequest(Protocol):
@@ -48,9 +50,13 @@ class GateNeeds(Protocol):
     def clock(self) -> Callable[[], float]: ...
 
     @property
+    def pools(self) -> dict[str, UpstreamPool]: ...
+
+    @property
     def quotas(self) -> Quotas: ...
 
 
+_HEALTH_HEADERS = (("Content-Type", "application/json"), ("Cache-Control", "no-store"))
 _PREFLIGHT_HEADERS = (
     ("Access-Control-Allow-Methods", "POST, OPTIONS"),
     ("Access-Control-Allow-Headers", "Content-Type"),
@@ -73,6 +79,11 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
         return None
     if isinstance(route, Preflight):
         flow.response = http.Response.make(204, b"", make_headers(_PREFLIGHT_HEADERS))
+        return None
+    if isinstance(route, ProxyHealth):
+        doc = health(rt.pools, rt.config.proxy.networks, rt.clock())
+        body = dumps(doc) if flow.request.method == "GET" else b""
+        flow.response = http.Response.make(200, body, make_headers(_HEALTH_HEADERS))
         return None
     request_id = request_id_of(flow.request.headers.get("X-Request-Id"))
     caller = flow_caller(flow, rt)
@@ -222,3 +233,27 @@ def _parse(rpc: RpcContext, body: bytes, rt: GateNeeds) -> RpcContext:
         error_obj(i.id, i.code, i.message) if isinstance(i, BadItem) else None for i in parsed.items
     ]
     return rpc
+
+
+def health(
+    pools: dict[str, UpstreamPool], networks: tuple[str, ...], now: float
+) -> dict[str, object]:
+    """``GET /rpc/healthz``: this process serves; per network its nodes and
+    how many a call may go to now (probed healthy or not probed yet, on the
+    network's chain, not outvoted, not ejected or paused). Always 200: every
+    proxy sees the same nodes, so a balancer that took them out for a
+    network's dead nodes would take them all out."""
+    out = {}
+    for name in networks:
+        pool = pools.get(name)
+        ups = list(pool.upstreams.values()) if pool is not None else []
+        usable = sum(
+            1
+            for u in ups
+            if u.tier <= TIER_UNPROBED
+            and not (u.foreign or u.quarantined)
+            and u.ejected_until <= now
+            and u.backoff_until <= now
+        )
+        out[name] = {"nodes": len(ups), "usable": usable}
+    return {"status": "ok", "networks": out}

@@ -1,10 +1,11 @@
 """Which way a request goes, from its method and path alone (pure).
 
-Only ``POST /rpc/v1/<network>`` is an RPC call. Everything else under
-``/rpc/`` is a JSON-RPC 404, the sidecar's internal API is never reachable
-through the proxy, and every other path is passed to the sidecar under its
-normalised form (so ``/api/v1/%69nternal`` or ``/x/../api/v1/internal`` cannot
-sneak past the check).
+Only ``POST /rpc/v1/<network>`` is an RPC call; ``GET /rpc/healthz`` is the
+proxy's own liveness. Everything else under ``/rpc/`` is a JSON-RPC 404, the
+sidecar's internal API is never reachable through the proxy, and every other
+path is passed to the sidecar under its normalised form (so
+``/api/v1/%69nternal`` or ``/x/../api/v1/internal`` cannot sneak past the
+check).
 
 A path's bytes need not be UTF-8: mitmproxy hands over what is not as lone
 surrogates (``\udcff`` for ``0xff``). Those are percent-encoded back to their
@@ -22,6 +23,7 @@ from addon.rpc.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Refusal
 
 RPC_VERSION = "v1"
 INTERNAL_PREFIX = "/api/v1/internal"
+HEALTH_PATH = "/rpc/healthz"  # the proxy's own liveness, for a load balancer's checks
 _PATH_SAFE = "/-._~!$&'()*+,;=:@"
 
 
@@ -36,11 +38,17 @@ class Preflight:
 
 
 @dataclass(frozen=True, slots=True)
+class ProxyHealth:
+    """``GET /rpc/healthz``: this proxy process answers, whatever the sidecar
+    does (``/healthz`` is the sidecar's, a 502 while it is down)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SidecarRoute:
     path: str  # normalised path plus the original query string
 
 
-Route = RpcRoute | Preflight | SidecarRoute | Refusal
+Route = RpcRoute | Preflight | ProxyHealth | SidecarRoute | Refusal
 
 
 def normalise_path(raw_path: str) -> tuple[str, str]:
@@ -59,6 +67,12 @@ def normalise_path(raw_path: str) -> tuple[str, str]:
 
 def classify(method: str, raw_path: str, networks: tuple[str, ...]) -> Route:
     path, query = normalise_path(raw_path)
+    if path == HEALTH_PATH:
+        if method in ("GET", "HEAD"):
+            return ProxyHealth()
+        return Refusal(
+            405, INVALID_REQUEST, f"method {method} not allowed here", headers=(("Allow", "GET"),)
+        )
     if path == "/rpc" or path.startswith("/rpc/"):
         parts = path.split("/")[2:]  # after "", "rpc"
         if len(parts) != 2 or parts[0] != RPC_VERSION or parts[1] not in networks:

@@ -4,6 +4,7 @@ simulated nodes, publishes the snapshot, and the addon's choices follow it."""
 from __future__ import annotations
 
 import asyncio
+import urllib.error
 from collections.abc import Iterator
 from typing import Any
 
@@ -246,6 +247,14 @@ async def test_proxy_keeps_serving_without_the_sidecar_and_resumes_its_snapshot(
         assert stack.sidecar is not None
         stack.sidecar.stop()
         await spray(stack, 30)
+        # a balancer's check of the proxy itself: 200 without the sidecar
+        # (/healthz is the sidecar's: 502 while it is down)
+        health = http_json(f"{stack.proxy_url}/rpc/healthz")
+        assert health["status"] == "ok"
+        assert health["networks"]["finney"] == {"nodes": 3, "usable": 3}
+        with pytest.raises(urllib.error.HTTPError) as sidecars:
+            http_json(f"{stack.proxy_url}/healthz")
+        assert sidecars.value.code == 502
         stack.start_sidecar()  # same config and data_dir
         lagging = stack.nodes[1]
         lagging.control(lag=10)

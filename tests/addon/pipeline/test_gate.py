@@ -1,8 +1,14 @@
-"""Where a POST enters (addon/pipeline/gate.py): whom it is charged to, and
-the API key taken off the request before anything logs or shows it."""
+"""Where a POST enters (addon/pipeline/gate.py): whom it is charged to, the
+API key taken off the request before anything logs or shows it, and the
+proxy's own health answer."""
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
+from addon.pipeline.gate import health
+from addon.upstream.pool import TIER_SYNCED, TIER_UNHEALTHY, TIER_UNPROBED, Upstream, UpstreamPool
 from tests.addon.helpers import body, call, make, rpc_flow, run
 
 KEY = "partner-key-0123456789abcdef"
@@ -50,3 +56,30 @@ async def test_a_gateway_without_keyed_tiers_ignores_a_key_but_never_keeps_it() 
     await run(stages, f)
     assert f.response.status_code == 200 and f.response.headers["X-RateLimit-Limit"] == "100"
     assert f.request.path == "/rpc/v1/finney"
+
+
+def test_the_proxys_health_counts_the_nodes_a_call_may_go_to() -> None:
+    def up(uid: str, tier: int, **kw: Any) -> Upstream:
+        return Upstream(uid, f"http://{uid}", uid, False, tier=tier, **kw)
+
+    pool = UpstreamPool(
+        [
+            up("ok", TIER_SYNCED),
+            up("new", TIER_UNPROBED),
+            up("down", TIER_UNHEALTHY),
+            up("ejected", TIER_SYNCED, ejected_until=200.0),
+            up("paused", TIER_SYNCED, backoff_until=200.0),
+            up("other-chain", TIER_SYNCED, foreign=True),
+            up("outvoted", TIER_SYNCED, quarantined=True),
+        ],
+        eject_after=3,
+        eject_cooldown_s=30.0,
+        clock=lambda: 100.0,
+        rng=random.Random(1),
+    )
+    doc = health({"finney": pool}, ("finney", "test"), 100.0)
+    assert doc == {
+        "status": "ok",
+        "networks": {"finney": {"nodes": 7, "usable": 2}, "test": {"nodes": 0, "usable": 0}},
+    }
+    assert health({"finney": pool}, ("finney",), 201.0)["networks"]["finney"]["usable"] == 4

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.pipeline.paths import Preflight, RpcRoute, SidecarRoute, classify
+from addon.pipeline.paths import Preflight, ProxyHealth, RpcRoute, SidecarRoute, classify
 from addon.rpc.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Refusal
 from tests.examples import examples
 
@@ -37,6 +37,15 @@ def test_wrong_http_method_is_405_with_allow_post(method: str) -> None:
     assert isinstance(r, Refusal)
     assert (r.status, r.code) == (405, INVALID_REQUEST)
     assert ("Allow", "POST") in r.headers
+
+
+def test_the_proxys_own_health_is_a_get_of_rpc_healthz() -> None:
+    for path in ("/rpc/healthz", "//rpc/healthz", "/rpc/%68ealthz", "/x/../rpc/healthz"):
+        assert classify("GET", path, NETS) == ProxyHealth()
+    assert classify("HEAD", "/rpc/healthz", NETS) == ProxyHealth()
+    r = classify("POST", "/rpc/healthz", NETS)
+    assert isinstance(r, Refusal) and r.status == 405 and ("Allow", "GET") in r.headers
+    assert isinstance(classify("GET", "/healthz", NETS), SidecarRoute)  # the sidecar's
 
 
 def test_options_is_a_preflight() -> None:
