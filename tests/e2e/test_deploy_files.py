@@ -104,7 +104,11 @@ def test_the_alert_rules_pass_promtool_and_their_unit_tests() -> None:
 
 def test_the_systemd_units_verify(tmp_path: Path) -> None:
     analyze = _tool("systemd-analyze")
-    assert {u.name for u in UNITS} == {"chainproxy-proxy.service", "chainproxy-sidecar.service"}
+    assert {u.name for u in UNITS} == {
+        "chainproxy-proxy.service",
+        "chainproxy-sidecar.service",
+        "chainproxy.service",  # the launcher: the whole stack under one unit
+    }
     # verify also checks that ExecStart's program exists: point the units at
     # this checkout (whose .venv has python and mitmdump) instead of /opt.
     for unit in UNITS:
@@ -126,7 +130,16 @@ def test_the_units_run_the_documented_commands_hardened() -> None:
     ):
         assert part in proxy
     assert "Wants=network-online.target chainproxy-sidecar.service" in proxy
-    for text in (sidecar, proxy):
+    launcher = by_name["chainproxy.service"]
+    for part in (
+        "/opt/chainproxy/.venv/bin/chainproxy run",
+        "--config /etc/chainproxy/chainproxy.yaml",
+        "--workers 4",
+        "--set flow_detail=0",
+    ):
+        assert part in launcher
+    assert "Conflicts=chainproxy-proxy.service chainproxy-sidecar.service" in launcher
+    for text in (sidecar, proxy, launcher):
         for option in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes",
                        "EnvironmentFile=-/etc/chainproxy/chainproxy.env",
                        "StateDirectory=chainproxy", "CapabilityBoundingSet=\n"):  # fmt: skip
@@ -152,6 +165,6 @@ def test_the_units_reload_in_place_and_stop_after_the_drain() -> None:
         assert _directive(text, "ExecReload") == "/bin/kill -HUP $MAINPID", name
         # SIGTERM to the main process alone; SIGKILL only to what is left at the end
         assert _directive(text, "KillMode") == "mixed", name
-    proxy = by_name["chainproxy-proxy.service"]
     # systemd waits for the drain (calls in flight, WebSocket 1001) before it kills
-    assert _seconds(_directive(proxy, "TimeoutStopSec")) >= drain_s + 5
+    for name in ("chainproxy-proxy.service", "chainproxy.service"):
+        assert _seconds(_directive(by_name[name], "TimeoutStopSec")) >= drain_s + 5, name
