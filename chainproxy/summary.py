@@ -75,7 +75,7 @@ def describe(config: Config, path: str) -> str:
     return (
         f"{path}: OK. Serves {', '.join(f'/rpc/v1/{n}' for n in p.networks)} from "
         f"{len(config.endpoints)} registry endpoints: {'; '.join(nets)}. "
-        f"Rate limit {rl.requests} calls per {rl.window_s:g} s per {per} (in units: a plain "
+        f"Rate limit {rl.requests} units per {rl.window_s:g} s per {per} (a plain "
         f"call 1, {priced})"
         f"{f', {len(p.trusted_proxies)} trusted proxies' if p.trusted_proxies else ''}; "
         f"{f'{tiers}; ' if tiers else ''}{sockets}; "

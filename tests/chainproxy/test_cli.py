@@ -42,7 +42,7 @@ def _assert_names_the_config(summary: str, config: Config) -> None:
         if archive:
             assert f"{archive} archive" in summary
     rl = config.proxy.rate_limit
-    assert f"Rate limit {rl.requests} calls per {rl.window_s:g} s" in summary
+    assert f"Rate limit {rl.requests} units per {rl.window_s:g} s" in summary
 
 
 # --- check-config: valid files -------------------------------------------------------
@@ -74,7 +74,7 @@ def test_check_config_counts_for_finney(capsys: pytest.CaptureFixture[str]) -> N
     assert "/rpc/v1/finney, /rpc/v1/test" in out
     assert "finney (4 node-rpc, 4 node-wss, 2 archive)" in out
     assert "test (2 node-rpc, 2 node-wss)" in out
-    assert "Rate limit 100 calls per 60 s per client" in out
+    assert "Rate limit 100 units per 60 s per client" in out
 
 
 def _with_redis(tmp_path: Path, url: str, extra: str = "") -> Path:
