@@ -6,7 +6,7 @@ untested mitmproxy or wsproto (its option, ``chainproxy_allow_untested``, is
 declared here with the others).
 
 mitmproxy ignores a misspelled ``--set``, so a missing or bad config is loud:
-at start-up one error line (mitmdump then exits 1); on a later reload the
+at start-up one error line and exit code 2; on a later reload the
 change is refused and the last good config keeps serving.
 
 SIGHUP re-reads the file in place (systemd's ``ExecReload``, the launcher's
@@ -158,7 +158,10 @@ class Settings:
 
     def _refuse(self, message: str) -> None:
         if self.holder.runtime is None:
-            # At start-up an error log makes mitmdump exit 1 with this one line.
+            # At start-up: this one line, then exit 2 (SystemExit: no traceback),
+            # as the sidecar does, so a unit's RestartPreventExitStatus=2 does
+            # not restart a file a restart cannot fix (mitmdump exits 1 on an
+            # error log, which systemd would take for a crash worth retrying).
             log.error("%s", message)
-            return
+            raise SystemExit(2)
         raise exceptions.OptionsError(message) from None

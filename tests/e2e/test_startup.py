@@ -91,7 +91,7 @@ def test_bad_config_stops_mitmdump_with_one_line_naming_the_key(
     tmp_path: Path, doc: object, key: str
 ) -> None:
     r = _mitmdump(_write(tmp_path, doc))
-    assert r.returncode != 0
+    assert r.returncode == 2  # as the sidecar's: the units do not restart it
     lines = [ln for ln in (r.stdout + r.stderr).splitlines() if f"config error: {key}:" in ln]
     assert len(lines) == 1, r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
@@ -99,7 +99,7 @@ def test_bad_config_stops_mitmdump_with_one_line_naming_the_key(
 
 def test_missing_config_option_stops_mitmdump(tmp_path: Path) -> None:
     r = _mitmdump(None)
-    assert r.returncode != 0
+    assert r.returncode == 2
     assert "chainproxy_config: not set" in r.stdout + r.stderr
 
 
@@ -116,7 +116,7 @@ def test_an_option_given_twice_stops_mitmdump_naming_it(tmp_path: Path) -> None:
 
 def test_unreadable_config_file_stops_mitmdump(tmp_path: Path) -> None:
     r = _mitmdump(str(tmp_path / "nope.yaml"))
-    assert r.returncode != 0 and "cannot read" in r.stdout + r.stderr
+    assert r.returncode == 2 and "cannot read" in r.stdout + r.stderr
 
 
 @pytest.mark.parametrize(("doc", "key"), BAD, ids=[k for _, k in BAD])
