@@ -34,6 +34,11 @@ RECHECK_S = 5.0  # a child that could not be started now is tried again this oft
 Restart = Callable[[], Child | None]  # the child started again; None: not now (said why)
 
 
+class StartFailed(Exception):
+    """A start that did not come up (a worker that never answered, a spawn
+    the system refused): tried again after a growing back-off, as a death."""
+
+
 def say(message: str) -> None:
     print(f"chainproxy: {message}", file=sys.stderr, flush=True)
 
@@ -46,7 +51,10 @@ class Kept:
     owns: Callable[[Child], bool]  # whether a dead child is one of these
     restart: Restart
     goes_on: str  # what goes on meanwhile, for the message
+    # why it cannot be started now (a file a reload would refuse), or None
+    check: Callable[[], str | None] = lambda: None
     clock: Callable[[], float] = time.monotonic
+    said: str = ""  # the reason last said: each said once
     started_at: float = field(default=0.0)
     delay: float = 0.0
     due: float | None = None  # when the next one is started
@@ -56,16 +64,32 @@ class Kept:
         now = self.clock()
         if now - self.started_at >= STEADY_S:
             self.delay = 0.0
-        self.delay = min(MAX_DELAY_S, max(FIRST_DELAY_S, self.delay * 2))
         self.owed += 1
         if self.due is None:
-            self.due = now + self.delay
+            self._back_off(now)
         return self.delay
+
+    def _back_off(self, now: float) -> None:
+        self.delay = min(MAX_DELAY_S, max(FIRST_DELAY_S, self.delay * 2))
+        self.due = now + self.delay
 
     def tick(self) -> Child | None:
         if self.due is None or self.clock() < self.due:
             return None
-        child = self.restart()
+        why = self.check()
+        if why is not None:
+            if why != self.said:
+                say(f"the {self.name} is not started again: {why}")
+                self.said = why
+            self.due = self.clock() + RECHECK_S
+            return None
+        self.said = ""
+        try:
+            child = self.restart()
+        except (StartFailed, OSError) as e:  # OSError: a spawn refused (EAGAIN, ENOMEM, EMFILE)
+            self._back_off(self.clock())
+            say(f"the {self.name} did not come up: {e}; trying again in {self.delay:g} s")
+            return None
         if child is None:
             self.due = self.clock() + RECHECK_S
             return None
@@ -84,9 +108,14 @@ class Keeper:
         self.kept: list[Kept] = []
 
     def keep(
-        self, name: str, owns: Callable[[Child], bool], restart: Restart, goes_on: str
+        self,
+        name: str,
+        owns: Callable[[Child], bool],
+        restart: Restart,
+        goes_on: str,
+        check: Callable[[], str | None] = lambda: None,
     ) -> Kept:
-        kept = Kept(name, owns, restart, goes_on, self.clock, started_at=self.clock())
+        kept = Kept(name, owns, restart, goes_on, check, self.clock, started_at=self.clock())
         self.kept.append(kept)
         return kept
 
@@ -104,21 +133,13 @@ class Keeper:
         again by ``start`` once ``check`` finds no reason against it (the
         reason said once, and tried again every ``RECHECK_S``)."""
         current = [first]
-        said = [""]
 
-        def restart() -> Child | None:
-            why = check()
-            if why is not None:
-                if why != said[0]:
-                    say(f"the {name} is not started again: {why}")
-                    said[0] = why
-                return None
-            said[0] = ""
+        def restart() -> Child:
             current[0] = start()
             on_start(current[0])
             return current[0]
 
-        return self.keep(name, lambda child: child is current[0], restart, goes_on)
+        return self.keep(name, lambda child: child is current[0], restart, goes_on, check)
 
     def died(self, child: Child) -> bool:
         """``child`` exited: True when a keeper starts it again (forgotten

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             pool = start_workers(stack, args, config, mitm, tools)
             assert pool.balancer_child is not None
             proc = pool.balancer_child
-            keep_workers(keeper, pool)
+            keep_workers(keeper, pool, check)
         else:
             if args.inspect:
                 web_ui, extra = _inspect_options(args.web_port)
@@ -219,7 +219,15 @@ def main(argv: list[str] | None = None) -> int:
         host = "127.0.0.1" if args.listen_host in ("0.0.0.0", "::") else args.listen_host
         base = f"http://{host}:{args.listen_port}"
         wait_http(f"{base}/healthz", proc, also=stack.children)
-        reloader = Reloader(args.config, config, sidecar, single, pool, lambda: stop.requested)
+        reloader = Reloader(
+            args.config,
+            config,
+            sidecar,
+            single,
+            pool,
+            lambda: stop.requested,
+            proxy_url=f"{base}/rpc/healthz",
+        )
         print(_banner(base, config.proxy.networks[0], web_ui), flush=True)
 
         def tick() -> None:

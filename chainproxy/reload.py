@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from chainproxy.rolling import RollError, WorkerPool
-from chainproxy.supervisor import Child
+from chainproxy.supervisor import Child, StartError, wait_http
 from common.atomic_file import write_atomic
 from common.config import Config, ConfigError, load_config
 from common.config.restart import restart_only
@@ -46,6 +46,7 @@ from common.config.restart import restart_only
 PID_FILE = "chainproxy.pid"
 STATUS_FILE = "reload.json"
 FINAL = ("done", "refused", "failed")
+HUP_WAIT_S = 30.0  # a child started a moment ago: until it answers, before its SIGHUP
 
 
 def run_dir(config: Config) -> Path:
@@ -148,6 +149,7 @@ class Reloader:
     proxy: Child | None  # the one proxy process (no --workers)
     pool: WorkerPool | None  # --workers N
     stopping: Callable[[], bool] = lambda: False  # a stop was asked for: replace no more
+    proxy_url: str = ""  # the one proxy's own health URL (``/rpc/healthz``)
 
     def __post_init__(self) -> None:
         directory = run_dir(self.config)
@@ -172,10 +174,10 @@ class Reloader:
             traceback.print_exc()
             why = f"cannot be read ({type(e).__name__})"
             return self._end("refused", f"{self.config_path}: {why}; nothing changed")
-        self.sidecar.signal_group(signal.SIGHUP)  # its registry, in place
+        _hup(self.sidecar, f"{self.config.sidecar.url}/healthz")  # its registry, in place
         if self.pool is None:
             assert self.proxy is not None
-            self.proxy.signal_group(signal.SIGHUP)
+            _hup(self.proxy, self.proxy_url)
             self.config = new
             return self._end("done", "config applied in place (sidecar and proxy)")
         before = self.pool.pids()
@@ -194,6 +196,19 @@ class Reloader:
         self.status.write(state, message)
         print(f"chainproxy: reload {state}: {message}", file=sys.stderr, flush=True)
         return state
+
+
+def _hup(child: Child, url: str, timeout_s: float = HUP_WAIT_S) -> None:
+    """SIGHUP to ``child`` once it answers at ``url``: one the keeper started
+    a moment ago has no handler yet, and SIGHUP's default action would end it.
+    One that does not answer (dead, or stuck) is not signalled: a keeper
+    starts it again, from the file as it is then."""
+    if url:
+        try:
+            wait_http(url, child, timeout_s)
+        except StartError:
+            return
+    child.signal_group(signal.SIGHUP)
 
 
 def _pids(pids: list[int]) -> str:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import resource
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from chainproxy.balancer import Balancer
 from chainproxy.commands import proxy_argv
-from chainproxy.keepers import Keeper, say
+from chainproxy.keepers import Keeper, StartFailed
 from chainproxy.rolling import RollError, Slot, WorkerPool
 from chainproxy.supervisor import Child, Supervisor, free_port, wait_http, wait_port, wait_until
 from chainproxy.workers import (
@@ -116,16 +117,16 @@ def start_workers(
     return pool
 
 
-def keep_workers(keeper: Keeper, pool: WorkerPool) -> None:
+def keep_workers(keeper: Keeper, pool: WorkerPool, check: Callable[[], str | None]) -> None:
     """Workers that die, and the launcher's own redis-server, started again
-    (``chainproxy/keepers.py``)."""
+    (``chainproxy/keepers.py``). A worker reads the config file as it starts:
+    never from one a reload would refuse (``check``)."""
 
-    def new_worker() -> Child | None:
+    def new_worker() -> Child:
         try:
             return pool.add_worker()
         except RollError as e:
-            say(f"{e}; trying again")
-            return None
+            raise StartFailed(str(e)) from None
 
     def lost(child: Child) -> bool:
         if not pool.owns(child):
@@ -133,7 +134,7 @@ def keep_workers(keeper: Keeper, pool: WorkerPool) -> None:
         pool.lost(child)
         return True
 
-    keeper.keep("worker", lost, new_worker, "HTTP calls go to the other workers")
+    keeper.keep("worker", lost, new_worker, "HTTP calls go to the other workers, if any", check)
     if pool.redis is not None:
         first, start = pool.redis
         keeper.keep_one(

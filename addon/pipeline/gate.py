@@ -82,8 +82,8 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
         return None
     if isinstance(route, ProxyHealth):
         doc = health(rt.pools, rt.config.proxy.networks, rt.clock())
-        body = dumps(doc) if flow.request.method == "GET" else b""
-        flow.response = http.Response.make(200, body, make_headers(_HEALTH_HEADERS))
+        # a HEAD's answer: the GET's headers (its length too), no body sent
+        flow.response = http.Response.make(200, dumps(doc), make_headers(_HEALTH_HEADERS))
         return None
     request_id = request_id_of(flow.request.headers.get("X-Request-Id"))
     caller = flow_caller(flow, rt)

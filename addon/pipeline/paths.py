@@ -71,7 +71,10 @@ def classify(method: str, raw_path: str, networks: tuple[str, ...]) -> Route:
         if method in ("GET", "HEAD"):
             return ProxyHealth()
         return Refusal(
-            405, INVALID_REQUEST, f"method {method} not allowed here", headers=(("Allow", "GET"),)
+            405,
+            INVALID_REQUEST,
+            f"method {method} not allowed here",
+            headers=(("Allow", "GET, HEAD"),),
         )
     if path == "/rpc" or path.startswith("/rpc/"):
         parts = path.split("/")[2:]  # after "", "rpc"

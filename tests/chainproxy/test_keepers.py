@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from chainproxy.keepers import RECHECK_S, Keeper, file_check
+from chainproxy.keepers import RECHECK_S, Keeper, StartFailed, file_check
 from common.config import load_config
 from tests.fakes import FakeClock
 
@@ -102,7 +102,7 @@ def test_a_file_a_reload_would_refuse_is_not_started_from(
     assert len(stack.started) == 2
 
 
-def test_workers_that_die_together_are_each_made_good_and_a_failed_start_is_tried_again(
+def test_workers_that_die_together_are_each_made_good_and_a_failed_start_backs_off(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     clock = FakeClock(100.0)
@@ -110,25 +110,71 @@ def test_workers_that_die_together_are_each_made_good_and_a_failed_start_is_trie
     keeper = Keeper(stack, clock)  # type: ignore[arg-type]
     workers = [stack.start("mitmdump-1", []), stack.start("mitmdump-2", [])]
     comes_up = [False]
+    refused = [""]  # a file a reload would refuse: why, or ""
 
     def new_worker() -> Any:
         if not comes_up[0]:
-            return None  # it did not answer: tried again later
+            raise StartFailed("mitmdump-3 exited with code 2")  # it never answered
         workers.append(stack.start(f"mitmdump-{len(stack.started) + 1}", []))
         return workers[-1]
 
-    keeper.keep("worker", lambda c: c in workers, new_worker, "HTTP calls go to the others")
+    keeper.keep(
+        "worker",
+        lambda c: c in workers,
+        new_worker,
+        "HTTP calls go to the others",
+        check=lambda: refused[0] or None,
+    )
     for w in list(workers):
         assert keeper.died(w)
         workers.remove(w)
-    clock.t += 1
+    (kept,) = keeper.kept
+    assert kept.delay == 1  # the second death waits with the first, it does not double it
+    delays = []
+    for _ in range(4):  # failed starts back off as deaths do
+        clock.t += kept.delay
+        keeper.tick()
+        delays.append(kept.delay)
+    assert delays == [2, 4, 8, 16] and len(stack.started) == 2
+    refused[0] = "c.yaml: registry.endpoints: a reload cannot leave test with no node-rpc"
+    clock.t += kept.delay
     keeper.tick()
-    assert len(stack.started) == 2  # its start failed: again in RECHECK_S
+    assert len(stack.started) == 2  # not from that file
     comes_up[0] = True
+    clock.t += RECHECK_S
+    keeper.tick()
+    assert len(stack.started) == 2  # still refused
+    refused[0] = ""
     clock.t += RECHECK_S
     keeper.tick()  # one started; the second is owed: the next tick
     keeper.tick()
     assert len(workers) == 2 and len(stack.started) == 4
     keeper.tick()
     assert len(stack.started) == 4  # nothing more owed
-    assert capsys.readouterr().err.count("worker started again") == 2
+    err = capsys.readouterr().err
+    assert err.count("worker started again") == 2
+    assert err.count("is not started again: c.yaml") == 1  # said once
+    assert "did not come up: mitmdump-3 exited with code 2; trying again in 2 s" in err
+
+
+def test_a_spawn_the_system_refuses_is_tried_again(capsys: pytest.CaptureFixture[str]) -> None:
+    clock = FakeClock(100.0)
+    stack = Stack()
+    keeper = Keeper(stack, clock)  # type: ignore[arg-type]
+    first = stack.start("redis-server", [])
+    fails = [True]
+
+    def start() -> Any:
+        if fails[0]:
+            raise OSError(11, "Resource temporarily unavailable")
+        return stack.start("redis-server", [])
+
+    keeper.keep_one("redis-server", first, start, "each worker counts its own quota")
+    keeper.died(first)
+    clock.t += 1
+    keeper.tick()  # no traceback, no stop: tried again later
+    fails[0] = False
+    clock.t += keeper.kept[0].delay
+    keeper.tick()
+    assert len(stack.started) == 2
+    assert "Resource temporarily unavailable" in capsys.readouterr().err

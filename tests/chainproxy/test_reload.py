@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,3 +219,33 @@ def test_a_second_launcher_finds_the_first_by_its_pid_file(
     assert other_launcher(config) is None
     pid_file.write_text("999999999\n")  # gone
     assert other_launcher(config) is None
+
+
+def test_a_child_just_started_again_gets_its_sighup_once_it_answers(tmp_path: Path) -> None:
+    """A reload right after the keeper started a child again: SIGHUP's default
+    action would end a child that has no handler yet (its restart undone,
+    its back-off doubled). It is signalled once it answers, and goes on."""
+    from chainproxy.reload import _hup
+    from chainproxy.supervisor import Supervisor, free_port
+
+    port = free_port()
+    seen = tmp_path / "hup"
+    script = textwrap.dedent(
+        f"""
+        import pathlib, signal, time
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        time.sleep(1.0)  # starting: no handler yet
+        signal.signal(signal.SIGHUP, lambda *_: pathlib.Path({str(seen)!r}).write_text("hup"))
+        HTTPServer(("127.0.0.1", {port}), BaseHTTPRequestHandler).serve_forever()
+        """
+    )
+    stack = Supervisor(grace_s=2.0)
+    child = stack.start("late", [sys.executable, "-c", script])
+    try:
+        _hup(child, f"http://127.0.0.1:{port}/healthz", timeout_s=20)
+        deadline = time.monotonic() + 10
+        while not seen.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen.read_text() == "hup" and child.alive()
+    finally:
+        stack.stop_all()

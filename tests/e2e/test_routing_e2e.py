@@ -8,6 +8,7 @@ import urllib.error
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 from common.endpoint_id import endpoint_id
@@ -252,6 +253,10 @@ async def test_proxy_keeps_serving_without_the_sidecar_and_resumes_its_snapshot(
         health = http_json(f"{stack.proxy_url}/rpc/healthz")
         assert health["status"] == "ok"
         assert health["networks"]["finney"] == {"nodes": 3, "usable": 3}
+        async with aiohttp.ClientSession() as s, s.head(f"{stack.proxy_url}/rpc/healthz") as r:
+            got = await r.read()
+            assert r.status == 200 and got == b"", got
+            assert int(r.headers["Content-Length"]) > 0  # the GET's length: no body
         with pytest.raises(urllib.error.HTTPError) as sidecars:
             http_json(f"{stack.proxy_url}/healthz")
         assert sidecars.value.code == 502
