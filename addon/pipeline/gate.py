@@ -81,9 +81,14 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
         flow.response = http.Response.make(204, b"", make_headers(_PREFLIGHT_HEADERS))
         return None
     if isinstance(route, ProxyHealth):
-        doc = health(rt.pools, rt.config.proxy.networks, rt.clock())
-        # a HEAD's answer: the GET's headers (its length too), no body sent
-        flow.response = http.Response.make(200, dumps(doc), make_headers(_HEALTH_HEADERS))
+        body = dumps(health(rt.pools, rt.config.proxy.networks, rt.clock()))
+        head = flow.request.method == "HEAD"
+        # a HEAD's answer: the GET's headers, its length too, and no body
+        # (mitmproxy sends whatever content a response has, HEAD or not)
+        flow.response = http.Response.make(
+            200, b"" if head else body, make_headers(_HEALTH_HEADERS)
+        )
+        flow.response.headers["Content-Length"] = str(len(body))
         return None
     request_id = request_id_of(flow.request.headers.get("X-Request-Id"))
     caller = flow_caller(flow, rt)

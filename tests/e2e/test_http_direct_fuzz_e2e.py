@@ -24,6 +24,7 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = 1000
 MAX_BODY = 2048
 END = post(call("system_health", id_="end"))
+CONTINUE = b"HTTP/1.1 100 Continue"
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +119,14 @@ def run(port: int, requests: list[bytes], cuts: list[int]) -> tuple[list, bool]:
         answers = []
         for _ in range(len(requests) + 1):
             r = c.response(timeout=1.5)
+            if r.startswith(CONTINUE):
+                # Whether mitmproxy sends it before refusing a bad body depends
+                # on the head arriving in a read of its own, on either proxy: a
+                # loaded machine joins pieces sent 1 ms apart. What follows is
+                # compared (a direct read that never handed the head back
+                # shows as SILENT); tests/e2e/test_http_direct_e2e.py holds
+                # the 100 Continue of a well-formed request to it.
+                continue
             answers.append(masked(r))
             if r in (CLOSED, SILENT) or b'"id":"end"' in r:
                 break

@@ -149,7 +149,9 @@ async def test_every_read_over_http_and_websocket(stack: Stack) -> None:
             assert (await ask("chainSpec_v1_genesisHash"))["result"] == genesis
             assert (await ask("archive_v1_genesisHash"))["result"] == genesis
             got = (await ask("archive_v1_finalizedHeight"))["result"]
-            assert isinstance(got, int) and finalized <= got <= finalized + 10
+            # the least of the nodes' as the sidecar last probed them: a block
+            # or two behind what a node says now, never past the finalized
+            assert isinstance(got, int) and finalized - 3 <= got <= finalized + 10
             assert (await ask("archive_v1_hashByHeight", [height]))["result"] == [at]
             header = (await ask("archive_v1_header", [at]))["result"]
             assert _blake2(bytes.fromhex(header[2:])) == at  # the SCALE header hashes to it
