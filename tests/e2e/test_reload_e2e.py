@@ -462,3 +462,21 @@ async def test_a_worker_or_the_local_redis_that_dies_is_started_again(tmp_path: 
         assert launcher.proc.poll() is None
         out = launcher.output()
         assert "redis-server started again" in out and "; stopping" not in out
+
+
+async def test_a_simulated_node_that_dies_is_a_nodes_death_not_the_stacks(tmp_path: Path) -> None:
+    """``make demo``: killing a simulated node to watch the failover used to
+    stop the whole demo; now the proxy fails over as from a real node."""
+    with _launch(tmp_path, 1, {"rate_limit": {"requests": 100_000, "window_s": 60}}) as launcher:
+        nodes = {p for p in _descendants(launcher.proc.pid) if b"simnode" in _cmdline(p)}
+        assert len(nodes) >= 2, nodes
+        os.kill(min(nodes), signal.SIGKILL)
+        await wait_until(
+            lambda: "the proxy fails over to the other nodes" in launcher.output(),
+            20,
+            "the launcher saying the node died",
+        )
+        for i in range(20):
+            reply = await post(launcher.url, call("chain_getHeader", id_=i))
+            assert reply.status == 200 and "result" in reply.body, reply.body
+        assert launcher.proc.poll() is None and "; stopping" not in launcher.output()
