@@ -201,14 +201,13 @@ class Reloader:
 def _hup(child: Child, url: str, timeout_s: float = HUP_WAIT_S) -> None:
     """SIGHUP to ``child`` once it answers at ``url``: one the keeper started
     a moment ago has no handler yet, and SIGHUP's default action would end it.
-    One that does not answer (dead, or stuck) is not signalled: a keeper
-    starts it again, from the file as it is then."""
+    A dead one is not signalled (a keeper starts it again, from the file as it
+    is then); one alive but silent for ``timeout_s`` is long past its start,
+    and is signalled all the same."""
     if url:
-        try:
+        with contextlib.suppress(StartError):
             wait_http(url, child, timeout_s)
-        except StartError:
-            return
-    child.signal_group(signal.SIGHUP)
+    child.signal_group(signal.SIGHUP)  # never to a child that exited
 
 
 def _pids(pids: list[int]) -> str:

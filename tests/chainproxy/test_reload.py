@@ -226,22 +226,29 @@ def test_a_child_just_started_again_gets_its_sighup_once_it_answers(tmp_path: Pa
     action would end a child that has no handler yet (its restart undone,
     its back-off doubled). It is signalled once it answers, and goes on."""
     from chainproxy.reload import _hup
-    from chainproxy.supervisor import Supervisor, free_port
+    from chainproxy.supervisor import Supervisor
 
-    port = free_port()
-    seen = tmp_path / "hup"
+    seen, bound = tmp_path / "hup", tmp_path / "port"
+    # its port bound first (no other test can take it), answered only once
+    # its SIGHUP handler is in place, a second later
     script = textwrap.dedent(
         f"""
         import pathlib, signal, time
         from http.server import BaseHTTPRequestHandler, HTTPServer
+        server = HTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+        pathlib.Path({str(bound)!r}).write_text(str(server.server_port))
         time.sleep(1.0)  # starting: no handler yet
         signal.signal(signal.SIGHUP, lambda *_: pathlib.Path({str(seen)!r}).write_text("hup"))
-        HTTPServer(("127.0.0.1", {port}), BaseHTTPRequestHandler).serve_forever()
+        server.serve_forever()
         """
     )
     stack = Supervisor(grace_s=2.0)
     child = stack.start("late", [sys.executable, "-c", script])
     try:
+        deadline = time.monotonic() + 10
+        while not (bound.exists() and bound.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        port = int(bound.read_text())
         _hup(child, f"http://127.0.0.1:{port}/healthz", timeout_s=20)
         deadline = time.monotonic() + 10
         while not seen.exists() and time.monotonic() < deadline:
