@@ -27,6 +27,8 @@ from common.config import ConfigError, load_config
 
 DEMO_CONFIG = "configs/demo.yaml"
 
+QUIET_FLOWS = "flow_detail=0"  # what `run` gives mitmdump unless told otherwise
+
 
 def _stack_options(ap: argparse.ArgumentParser, default_config: str) -> None:
     ap.add_argument("--config", default=default_config, help=f"(default {default_config})")
@@ -69,7 +71,14 @@ def _launch_argv(args: argparse.Namespace) -> list[str]:
         argv.append("--simulate")
     if args.command == "inspect":
         argv.append("--inspect")
-    for s in args.sets:
+    sets = list(args.sets)
+    told = any(s.startswith("flow_detail=") for s in sets)
+    if args.command == "run" and not told:
+        # production: no line per flow from mitmproxy (the addon's own lines stay;
+        # the access log is proxy.access_log), as the systemd units run it and
+        # the benchmarks measure it; the demo and mitmweb keep theirs
+        sets.insert(0, QUIET_FLOWS)
+    for s in sets:
         argv += ["--set", s]
     return argv
 

@@ -237,7 +237,12 @@ def _mapped(*argv: str) -> list[str]:
 
 
 def test_run_maps_onto_the_launcher() -> None:
-    assert _mapped("run") == ["--config", "configs/finney.yaml", "--workers", "1"]
+    assert _mapped("run") == [
+        "--config", "configs/finney.yaml", "--workers", "1", "--set", "flow_detail=0",
+    ]  # fmt: skip
+    # a line per flow when asked for; the demo and mitmweb keep theirs
+    assert _mapped("run", "--set", "flow_detail=1")[-2:] == ["--set", "flow_detail=1"]
+    assert "flow_detail=0" not in _mapped("demo") + _mapped("inspect")
     argv = _mapped(
         "run",
         "--config", "my.yaml",
@@ -251,7 +256,11 @@ def test_run_maps_onto_the_launcher() -> None:
     assert launched.config == "my.yaml"
     assert launched.workers == 4
     assert (launched.listen_host, launched.listen_port) == ("::", 9000)
-    assert launched.sets == ["chainproxy_lean=true", "chainproxy_trusted_proxies=10.0.0.0/8"]
+    assert launched.sets == [
+        "flow_detail=0",
+        "chainproxy_lean=true",
+        "chainproxy_trusted_proxies=10.0.0.0/8",
+    ]
     assert not launched.simulate and not launched.inspect
 
 
@@ -283,7 +292,8 @@ def test_run_calls_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(launch, "main", fake_main)
     assert cli.main(["run", "--workers", "3", "--set", "x=y"]) == 7
-    assert calls == [["--config", "configs/finney.yaml", "--workers", "3", "--set", "x=y"]]
+    launcher = ["--config", "configs/finney.yaml", "--workers", "3"]
+    assert calls == [[*launcher, "--set", "flow_detail=0", "--set", "x=y"]]
 
 
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
