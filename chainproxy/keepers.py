@@ -1,14 +1,16 @@
 """The launcher's children kept running: the sidecar, the one proxy process,
 a ``--workers N`` worker and the launcher's own redis-server are started
-again when they die, instead of the whole stack stopped (RELIABILITY, "the
-launcher's children"). What goes on meanwhile: RPC without the sidecar (the
-last routing snapshot, usage spooled); HTTP on the other workers (HAProxy
-retries a refused call on another); one quota per worker without Redis (each
-worker falls back to its own, and shares again once Redis is back).
+again when they die, instead of the whole stack stopped (RELIABILITY's
+table: "a worker killed, or the launcher's own redis-server"). What goes on
+meanwhile: RPC without the sidecar (the last routing snapshot, usage
+spooled); HTTP on the other workers (HAProxy retries a refused call on
+another); one quota per worker without Redis (each worker falls back to its
+own, and shares again once Redis is back).
 
 Each is started again after a back-off (1 s, doubling to 60 s while it keeps
-dying, from 1 s again once it ran a minute). The sidecar and the one proxy
-process read the config file as they start, so a file a reload would refuse
+dying, from 1 s again once it ran a minute; a start that fails backs off
+the same way). The sidecar, the one proxy process and each worker read the
+config file as they start, so a file a reload would refuse
 (``chainproxy/reload.py``'s ``validate``: bad, or moving the sidecar or
 ``data_dir``) is not started from; the keeper waits, saying why once, until
 the file is fixed. HAProxy is not: its runtime state (which slot points at
