@@ -5,8 +5,8 @@ routed, failed over), so none depends on the node a follow started on.
 An operation's end is one event on the follow: done (``operationBodyDone``,
 ``operationCallDone``, ``operationStorageDone`` after its items),
 ``operationInaccessible`` when no node could answer or had the block (the
-client may try again), or ``operationError`` with the node's error (trying again will not
-help: e.g. the runtime call failed).
+client may try again), or ``operationError`` with the node's error (trying
+again will not help: e.g. the runtime call failed).
 """
 
 from __future__ import annotations
