@@ -203,11 +203,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.inspect:
                 web_ui, extra = _inspect_options(args.web_port)
                 proxy += extra
-            proc = single = stack.start(tool, proxy)
 
             def start_proxy() -> Child:
                 return stack.start(tool, proxy)
 
+            proc = single = start_proxy()
             keeper.keep_one(
                 "proxy",
                 single,
