@@ -27,7 +27,14 @@ def _worker_ports() -> str:
     return f"{lo}-{lo + span - 1}"
 
 
-os.environ.setdefault(PORT_RANGE_ENV, _worker_ports())
+# The controller process (``pytest -n 2``) imports this file too, before it starts
+# its workers, and they inherit its environment: a range found there was set
+# here unless marked as the caller's, and each worker takes its own slice in its
+# place (inheriting the controller's whole range, two workers picked from one
+# range and took each other's ports between pick and bind: CI stop 47).
+_OURS = "CHAINPROXY_PORTS_FROM_CONFTEST"
+if PORT_RANGE_ENV not in os.environ or os.environ.get(_OURS) == os.environ[PORT_RANGE_ENV]:
+    os.environ[PORT_RANGE_ENV] = os.environ[_OURS] = _worker_ports()
 
 # Property tests: ``make test`` draws new random examples each run (a fresh
 # clone has no example database), so a property that fails on a rare example

@@ -44,3 +44,26 @@ def test_a_port_taken_before_the_bind_is_picked_again(
     finally:
         stack.stop()
         taken.close()
+
+
+def test_a_sidecar_port_taken_before_the_bind_is_picked_again(tmp_path: Path) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = taken.getsockname()[1]
+    stack = Stack(tmp_path)
+    try:
+        config: dict[str, Any] = base_config(tmp_path, [])
+        config["sidecar"] = bench_stack.sidecar_section(busy)
+        stack.write_config(config)
+        stack.start_sidecar()
+        assert stack.sidecar is not None and stack.sidecar.alive()
+        port = stack.config["sidecar"]["port"]
+        assert port != busy and stack.sidecar_url == f"http://127.0.0.1:{port}"
+        assert f"port: {port}" in stack.config_path.read_text()  # type: ignore[union-attr]
+        # a config the caller names is the caller's: its failure is said
+        with pytest.raises(StartError, match="address already in use"):
+            stack.start_sidecar("again", stack.config_path, f"http://127.0.0.1:{port}")
+    finally:
+        stack.stop()
+        taken.close()

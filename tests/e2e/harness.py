@@ -20,7 +20,7 @@ from bench.stack import BIN as BIN
 from bench.stack import REPO as REPO
 from bench.stack import Node as Node
 from bench.stack import ProcessStack, sidecar_section
-from chainproxy.supervisor import Child
+from chainproxy.supervisor import Child, StartError
 from chainproxy.supervisor import free_port as free_port
 from chainproxy.supervisor import spawn as _spawn
 from chainproxy.supervisor import wait_http as wait_http
@@ -87,12 +87,31 @@ class Stack(ProcessStack):
         timeout_s: float = 30.0,
     ) -> Proc:
         """The sidecar, on the written config unless given another."""
-        config = config or self.config_path
-        assert config is not None
-        url = url or self.config["sidecar"]["url"]
-        self.sidecar = super().start_sidecar(name, config, url, timeout_s=timeout_s)
-        self.sidecar_url = url
+        if config is not None or url is not None:  # the caller's: its failure is said
+            config = config or self.config_path
+            assert config is not None
+            url = url or self.config["sidecar"]["url"]
+            self.sidecar = super().start_sidecar(name, config, url, timeout_s=timeout_s)
+        else:
+            self.sidecar = self._start_own_sidecar(name, timeout_s)
+        self.sidecar_url = url or self.config["sidecar"]["url"]
         return self.sidecar
+
+    def _start_own_sidecar(self, name: str, timeout_s: float) -> Proc:
+        """The sidecar on the written config; a port another process took between
+        its pick and the sidecar's bind is picked again and the config rewritten
+        (as ``start_chainproxy`` does for the proxy's port)."""
+        for tries_left in (2, 1, 0):
+            assert self.config_path is not None
+            url = self.config["sidecar"]["url"]
+            try:
+                return super().start_sidecar(name, self.config_path, url, timeout_s=timeout_s)
+            except StartError as e:
+                if not tries_left or "address already in use" not in str(e):
+                    raise
+                self.sup.forget(self.procs[-1])
+                self.write_config({**self.config, "sidecar": sidecar_section()})
+        raise AssertionError("unreachable")
 
     def sets_in_force(self) -> tuple[str, ...]:
         """The proxy's ``--set`` options: a check run's for every proxy (e.g. direct

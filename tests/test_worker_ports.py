@@ -1,0 +1,27 @@
+"""Each parallel worker of ``make test`` picks ports from a slice of its own: two
+workers sharing one range take each other's ports between a pick and a bind."""
+
+from __future__ import annotations
+
+import os
+
+from chainproxy.supervisor import PORT_RANGE_ENV
+from tests.conftest import PORTS_HI, PORTS_LO, _worker_ports
+
+
+def test_this_worker_picks_from_its_own_slice() -> None:
+    lo, hi = (int(x) for x in os.environ[PORT_RANGE_ENV].split("-"))
+    assert os.environ[PORT_RANGE_ENV] == _worker_ports()
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    assert hi - lo + 1 == (PORTS_HI - PORTS_LO) // count
+
+
+def test_slices_of_two_workers_do_not_overlap(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    slices = []
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        lo, hi = (int(x) for x in _worker_ports().split("-"))
+        slices.append(range(lo, hi + 1))
+    assert not set(slices[0]) & set(slices[1])
+    assert slices[0][0] >= PORTS_LO and slices[1][-1] < PORTS_HI
