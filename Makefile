@@ -23,6 +23,7 @@ help:
 	@echo "make demo     the same, offline, with simulated nodes (configs/demo.yaml)"
 	@echo "make inspect  like run, under mitmweb (UI on http://127.0.0.1:8082)"
 	@echo "make check-config  validate $(CONFIG) and say what it deploys (CONFIG=F for another)"
+	@echo "make install  what running it needs, no test tools (a production host)"
 	@echo "make test     the test suite"
 	@echo "make lint     ruff and mypy"
 	@echo "make explore  the property tests with 20x the random examples (hunts rare failures)"
@@ -39,7 +40,19 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(RUN_STAMP)
+
+# What running it needs, and nothing the tests need (pytest, mypy, playwright…):
+# `make install` on a production host; run/demo/inspect/check-config install only this.
+RUN_STAMP := $(VENV)/.installed-run
+.PHONY: install
+install: $(RUN_STAMP)
+$(RUN_STAMP): pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12" >&2; exit 1; }
+	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	@touch $(RUN_STAMP)
 
 # PROXY_SET="chainproxy_lean=true …": mitmproxy options for the proxy (docs/CONFIGURATION.md, "mitmproxy options")
 LAUNCH_SETS = $(foreach s,$(PROXY_SET),--set $(s))
@@ -51,16 +64,16 @@ CHAINPROXY := $(VENV)/bin/chainproxy
 # make demo runs configs/demo.yaml unless CONFIG names another demo config
 DEMO_CONFIG := $(if $(findstring demo,$(CONFIG)),$(CONFIG),configs/demo.yaml)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(CHAINPROXY) run --config $(CONFIG) --workers $(WORKERS) $(LAUNCH_SETS)
 
-demo: $(STAMP)
+demo: $(RUN_STAMP)
 	$(CHAINPROXY) demo --config $(DEMO_CONFIG) --workers $(WORKERS) $(LAUNCH_SETS)
 
-inspect: $(STAMP)
+inspect: $(RUN_STAMP)
 	$(CHAINPROXY) inspect --config $(CONFIG) --workers $(WORKERS) $(LAUNCH_SETS)
 
-check-config: $(STAMP)
+check-config: $(RUN_STAMP)
 	$(CHAINPROXY) check-config $(CONFIG)
 
 test: $(STAMP) js-deps browser-deps asi-deps scale-deps
