@@ -22,7 +22,7 @@ from bench.redis_stack import missing_tools
 from bench.report import Report
 from bench.stack import NGINX_STREAM_MODULE, REPO, nginx_path
 from bench.steps import SCENARIOS
-from chainproxy.supervisor import Child, spawn
+from chainproxy.supervisor import PORT_RANGE_ENV, Child, port_slices, spawn
 
 # scenarios that share a stack, and a rough weight: seconds of a smoke run alone
 GROUPS: tuple[tuple[tuple[str, ...], float], ...] = (
@@ -60,7 +60,11 @@ def run_lanes(only: set[str], jobs: int, tmp: Path, report: Report) -> None:
     ``report`` in the scenarios' usual order."""
     runners: list[tuple[int, list[str], Child, Path, float]] = []
     try:
-        for i, lane in enumerate(lanes(only, jobs)):
+        chosen = lanes(only, jobs)
+        # each runner picks its ports from a slice of ours: side by side, with a
+        # memory of its own each, they would take each other's between pick and bind
+        slices = port_slices(len(chosen))
+        for i, lane in enumerate(chosen):
             out = tmp / f"runner-{i + 1}.json"
             argv = [
                 sys.executable,
@@ -73,7 +77,13 @@ def run_lanes(only: set[str], jobs: int, tmp: Path, report: Report) -> None:
                 "--json",
                 str(out),
             ]
-            child = spawn(f"runner-{i + 1}", argv, log=tmp / f"runner-{i + 1}.log", cwd=REPO)
+            child = spawn(
+                f"runner-{i + 1}",
+                argv,
+                log=tmp / f"runner-{i + 1}.log",
+                cwd=REPO,
+                env={PORT_RANGE_ENV: slices[i]},
+            )
             runners.append((i + 1, lane, child, out, time.monotonic()))
             print(f"  runner {i + 1}: scenarios {', '.join(lane)}", flush=True)
         results: dict[str, dict[str, Any]] = {}

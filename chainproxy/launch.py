@@ -31,7 +31,14 @@ from chainproxy.reload import (
     remove_pid_file,
     write_pid_file,
 )
-from chainproxy.supervisor import Child, StartError, StopRequest, Supervisor, wait_http
+from chainproxy.supervisor import (
+    Child,
+    StartError,
+    StopRequest,
+    Supervisor,
+    reserve,
+    wait_http,
+)
 from chainproxy.worker_stack import keep_workers, start_workers, worker_tools
 from common.config import Config, ConfigError, load_config
 from simnode.command import simnode_argv
@@ -146,6 +153,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chainproxy: {tool} not found (run `make` to install)", file=sys.stderr)
         return 2
 
+    # Ports the children bind later than the workers' and Redis's picks are made
+    # (HAProxy binds the listen port last): never one of those picks.
+    local = [urlsplit(e.url) for e in config.endpoints]
+    reserve(
+        args.listen_port,
+        args.web_port,
+        config.sidecar.port,
+        *(u.port for u in local if u.port and u.hostname in ("127.0.0.1", "localhost")),
+    )
     # The children share our terminal; the whole stack stops within drain_s.
     stack = Supervisor(grace_s=config.proxy.drain_s + 2.0)
     stop = StopRequest()

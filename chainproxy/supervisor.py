@@ -79,6 +79,24 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def reserve(*ports: int) -> None:
+    """Never give out ``ports`` here: ports this process was told to use (its
+    listen port, its sidecar's) that a child binds later than ``free_port()``'s
+    other picks are bound (a worker, a Redis of ours could take one first)."""
+    for port in ports:
+        _given[port] = None
+
+
+def port_slices(n: int) -> list[str]:
+    """``n`` disjoint ``$CHAINPROXY_PORTS`` values for ``n`` child processes that
+    each pick ports at the same time (each with a memory of its own): this
+    process's range cut in ``n``, or 20000-32000 (below the kernel's ephemeral
+    ports) when none is set."""
+    lo, hi = _port_range() or (20000, 32000)
+    span = (hi - lo + 1) // max(1, n)
+    return [f"{lo + i * span}-{lo + (i + 1) * span - 1}" for i in range(n)]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now: from
     ``$CHAINPROXY_PORTS`` when set (never one this process gave out before), else

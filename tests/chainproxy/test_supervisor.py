@@ -132,3 +132,27 @@ def test_children_die_with_a_parent_killed_outright(tmp_path: Path) -> None:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def test_a_reserved_port_is_never_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the launcher's listen port (HAProxy binds it after the workers' ports are
+    # picked) is reserved: no pick from the range gives it out
+    from chainproxy import supervisor
+
+    monkeypatch.setattr(supervisor, "_given", {})
+    monkeypatch.setenv(supervisor.PORT_RANGE_ENV, "31000-31039")
+    reserved = set(range(31000, 31040, 2))
+    supervisor.reserve(*reserved)
+    picks = {free_port() for _ in range(15)}
+    assert len(picks) == 15 and not picks & reserved
+
+
+def test_port_slices_cut_this_range_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chainproxy import supervisor
+
+    monkeypatch.setenv(supervisor.PORT_RANGE_ENV, "20000-25999")
+    slices = supervisor.port_slices(3)
+    assert slices == ["20000-21999", "22000-23999", "24000-25999"]
+    monkeypatch.delenv(supervisor.PORT_RANGE_ENV)
+    spans = [tuple(map(int, s.split("-"))) for s in supervisor.port_slices(2)]
+    assert spans[0][1] < spans[1][0] and spans[0][0] >= 20000 and spans[1][1] <= 32000

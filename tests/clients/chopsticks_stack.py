@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from chainproxy.supervisor import StopRequest
+from chainproxy.supervisor import StopRequest, reserve
 from tests.clients.chopsticks import Chopsticks, Front, start_chopsticks
 from tests.clients.js_deps import ensure_js_deps, extract_genesis, js_unavailable
 from tests.e2e.harness import REPO, Stack, free_port
@@ -269,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block-time", type=float, default=6.0, help="seconds per new block (0: none)")
     ap.add_argument("--dir", default="data/chopsticks-demo", help="logs, genesis and state")
     args = ap.parse_args(argv)
+    # the proxy and sidecar bind after chopsticks' and the fronts' ports are picked
+    reserve(args.listen_port, args.sidecar_port)
 
     if (why := js_unavailable()) is not None:
         print(f"demo-chopsticks: {why}", file=sys.stderr)

@@ -16,7 +16,15 @@ import aiohttp
 import pytest
 
 from tests.e2e.harness import Stack, base_config
-from tests.e2e.helpers import DIRECT_ON, PROXY_DEFAULTS, call, next_client_ip, post, with_wss
+from tests.e2e.helpers import (
+    DIRECT_ON,
+    PROXY_DEFAULTS,
+    call,
+    next_client_ip,
+    post,
+    wait_until,
+    with_wss,
+)
 from tests.e2e.http_raw import Raw, port_of
 from tests.e2e.http_raw import post as raw_post
 
@@ -40,6 +48,16 @@ def draining(tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[Stack]:
         yield s
     finally:
         s.stop()
+
+
+def _storage_calls(stack: Stack) -> int:
+    """``state_getStorage`` calls the nodes received (counted as they arrive)."""
+    return sum(n.state()["calls"].get("state_getStorage", 0) for n in stack.nodes)
+
+
+async def _reached(stack: Stack, count: int) -> bool:
+    # off the loop: the calls' own connections are still being written
+    return await asyncio.to_thread(_storage_calls, stack) >= count
 
 
 async def test_sigterm_answers_what_is_in_flight_and_says_going_away(draining: Stack) -> None:
@@ -66,6 +84,7 @@ async def test_sigterm_answers_what_is_in_flight_and_says_going_away(draining: S
         async with asyncio.timeout(10):
             while not heads:  # noqa: ASYNC110 - the reader task fills it
                 await asyncio.sleep(0.05)
+        before = _storage_calls(stack)
         ips = [next_client_ip() for _ in range(20)]
         calls = [
             asyncio.create_task(
@@ -74,7 +93,9 @@ async def test_sigterm_answers_what_is_in_flight_and_says_going_away(draining: S
             for i, ip in enumerate(ips)
         ]
         await ws.send_str(json.dumps(call("state_getStorage", ["0x" + "ee" * 32], id_=2)))
-        await asyncio.sleep(0.3)  # all of them reached the proxy and wait on the nodes
+        # all of them reached the proxy and wait on the nodes (not a fixed time: on a
+        # loaded machine a connection still in the listener's queue would be refused)
+        await wait_until(lambda: _reached(stack, before + 21), 10, "21 calls at the nodes")
         t0 = time.monotonic()
         stack.proxy.popen.send_signal(signal.SIGTERM)
         replies = await asyncio.gather(*calls)
@@ -101,8 +122,9 @@ async def test_a_kept_alive_connection_is_told_to_close_with_its_answer(draining
         assert b"200 OK" in c.response()
         for n in stack.nodes:
             n.control(latency_ms=800)
+        before = _storage_calls(stack)
         c.send(raw_post(call("state_getStorage", ["0x" + "dd" * 32], id_=1)))
-        await asyncio.sleep(0.3)  # it waits on a node
+        await wait_until(lambda: _reached(stack, before + 1), 10, "the call at a node")
         stack.proxy.popen.send_signal(signal.SIGTERM)
         answer = await asyncio.to_thread(c.response, 5.0)
         head, _, body = answer.partition(b"\r\n\r\n")

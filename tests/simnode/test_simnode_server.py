@@ -126,16 +126,16 @@ async def test_replica_nodes_agree_and_forks_differ(
 
 
 async def test_latency(node: SimNode, session: aiohttp.ClientSession) -> None:
-    state = await control(session, node, latency_ms=150)
-    assert state["latency_ms"] == 150
+    state = await control(session, node, latency_ms=1000)
+    assert state["latency_ms"] == 1000
     t0 = time.monotonic()
     await call(session, node, "system_chain")
-    assert time.monotonic() - t0 >= 0.15
-    # control endpoints are not delayed
+    assert time.monotonic() - t0 >= 1.0
+    # control endpoints are not delayed (a margin for a loaded machine's stalls)
     t0 = time.monotonic()
     async with session.get(node.url + "/_sim/state") as r:
         assert r.status == 200
-    assert time.monotonic() - t0 < 0.15
+    assert time.monotonic() - t0 < 0.5
 
 
 def test_byte_delay_is_linear_in_the_answer_size() -> None:

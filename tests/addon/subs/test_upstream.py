@@ -106,10 +106,11 @@ async def test_closed_by_the_proxy_is_its_own_reason() -> None:
 
 
 async def test_a_node_that_does_not_listen_is_a_connect_error() -> None:
+    # a port bound and not listening: refused, and no other socket can take it meanwhile
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # free once closed: nothing listens on it
-    sock = UpstreamSocket("endpoint-a", f"ws://127.0.0.1:{port}/", on_close=lambda *_: None)
-    async with asyncio.timeout(BOUND_S), aiohttp.ClientSession() as session:
-        with pytest.raises(UpstreamError, match="connect-error"):
-            await sock.connect(session, timeout=2.0)
+        port = s.getsockname()[1]
+        sock = UpstreamSocket("endpoint-a", f"ws://127.0.0.1:{port}/", on_close=lambda *_: None)
+        async with asyncio.timeout(BOUND_S), aiohttp.ClientSession() as session:
+            with pytest.raises(UpstreamError, match="connect-error"):
+                await sock.connect(session, timeout=2.0)

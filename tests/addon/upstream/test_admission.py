@@ -89,7 +89,7 @@ async def test_a_hedge_never_waits() -> None:
     a = _admission(budgets, fair, "c")
     t0 = time.monotonic()
     assert await a.acquire(pool, set(), calls=1, until=t0 + 5, wait=False) is None
-    assert time.monotonic() - t0 < 0.05 and not a.waited
+    assert time.monotonic() - t0 < 1.0 and not a.waited  # a wait would last until t0 + 5
 
 
 async def test_the_next_node_with_budget_is_taken() -> None:

@@ -282,14 +282,15 @@ async def test_a_slow_node_is_a_timeout(make_transport: MakeTransport) -> None:
 
 
 async def test_refused_is_a_connect_error(make_transport: MakeTransport) -> None:
-    with socket.socket() as s:  # a port nobody listens on (bound, then released)
+    # a port bound and not listening: refused, and no other socket can take it meanwhile
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    # by name too: resolved, then connected through happy eyeballs
-    for host in ("127.0.0.1", "localhost"):
-        with pytest.raises(TransportError) as e:
-            await make_transport().post(f"http://{host}:{port}/", b"{}", 5)
-        assert e.value.reason == "connect-error"
+        # by name too: resolved, then connected through happy eyeballs
+        for host in ("127.0.0.1", "localhost"):
+            with pytest.raises(TransportError) as e:
+                await make_transport().post(f"http://{host}:{port}/", b"{}", 5)
+            assert e.value.reason == "connect-error"
 
 
 async def test_an_answer_that_is_not_http(make_transport: MakeTransport) -> None:

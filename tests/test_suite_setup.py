@@ -1,9 +1,14 @@
-"""Each parallel worker of ``make test`` picks ports from a slice of its own: two
-workers sharing one range take each other's ports between a pick and a bind."""
+"""What ``tests/conftest.py`` sets up for every run: each parallel worker of
+``make test`` picks ports from a slice of its own (two workers sharing one range
+take each other's ports between a pick and a bind), and property tests have no
+per-example deadline (a loaded machine's stall is not a failure)."""
 
 from __future__ import annotations
 
 import os
+
+import pytest
+from hypothesis import settings
 
 from chainproxy.supervisor import PORT_RANGE_ENV
 from tests.conftest import PORTS_HI, PORTS_LO, _worker_ports
@@ -16,7 +21,7 @@ def test_this_worker_picks_from_its_own_slice() -> None:
     assert hi - lo + 1 == (PORTS_HI - PORTS_LO) // count
 
 
-def test_slices_of_two_workers_do_not_overlap(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_slices_of_two_workers_do_not_overlap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
     slices = []
     for worker in ("gw0", "gw1"):
@@ -25,3 +30,9 @@ def test_slices_of_two_workers_do_not_overlap(monkeypatch) -> None:  # type: ign
         slices.append(range(lo, hi + 1))
     assert not set(slices[0]) & set(slices[1])
     assert slices[0][0] >= PORTS_LO and slices[1][-1] < PORTS_HI
+
+
+def test_property_tests_have_no_deadline(request: pytest.FixtureRequest) -> None:
+    if request.config.getoption("hypothesis_profile", None):
+        pytest.skip("another profile was asked for")  # never under `make test`
+    assert settings.default.deadline is None
