@@ -20,6 +20,27 @@ def modules() -> dict[str, Path]:
     return out
 
 
+def import_nodes(path: Path, *, type_checking: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements of ``path``; those under ``if TYPE_CHECKING:`` only
+    when ``type_checking`` (they never run)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip = (
+        set()
+        if type_checking
+        else {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+    )
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skip
+    ]
+
+
 def graph(*, type_checking: bool = False) -> dict[str, set[str]]:
     """Module -> product modules it imports. ``TYPE_CHECKING`` blocks are left
     out (they never run) unless ``type_checking``: a layering drawn for readers
@@ -27,20 +48,7 @@ def graph(*, type_checking: bool = False) -> dict[str, set[str]]:
     mods = modules()
     g: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
-        tree = ast.parse(path.read_text(), str(path))
-        skip = (
-            set()
-            if type_checking
-            else {
-                id(n)
-                for node in ast.walk(tree)
-                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-                for n in ast.walk(node)
-            }
-        )
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
+        for node in import_nodes(path, type_checking=type_checking):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:

@@ -13,7 +13,7 @@ import sys
 import tomllib
 from importlib import metadata
 
-from tests.import_graph import PRODUCT, REPO, modules
+from tests.import_graph import PRODUCT, REPO, import_nodes, modules
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+")
 
@@ -53,16 +53,7 @@ def _runtime_imports() -> dict[str, set[str]]:
     """Top-level name -> the product modules importing it at run time."""
     out: dict[str, set[str]] = {}
     for mod, path in modules().items():
-        tree = ast.parse(path.read_text(), str(path))
-        skip = {
-            id(n)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)
-        }
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
+        for node in import_nodes(path):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
