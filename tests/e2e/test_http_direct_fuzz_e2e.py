@@ -105,7 +105,15 @@ def one_request(draw: st.DrawFn) -> bytes:
         at = draw(st.integers(1, max(1, head_end - 1)))
         if data[at : at + 1].isdigit():
             continue
-        data = data[:at] + draw(NOISE) + data[at + 1 :]
+        noise = draw(NOISE)
+        if at == head_end - 1 and noise in (b"\r", b"\n"):
+            # a line end just before the head's end ends the head one line early
+            # ("close\n" + "\r\n", then a spare "\r\n"): a blank line before the
+            # next request, which mitmproxy itself answers either way depending on
+            # how the bytes were cut (seen in a run: 405 then silence, or 405, 413
+            # and a close, on mitmproxy's own path alone)
+            continue
+        data = data[:at] + noise + data[at + 1 :]
     return data
 
 
