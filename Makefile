@@ -42,11 +42,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP) $(RUN_STAMP)
 
+# The bytecode of the project's own modules, written ahead: where Python may not
+# write it itself (PYTHONDONTWRITEBYTECODE set, as on CI images; a read-only
+# checkout, as under the systemd units' ProtectSystem=strict) every process
+# compiled them again at each start: ~0.6 s of CPU per proxy, ~0.3 s per sidecar,
+# a quarter of what starting one costs. Only changed files are compiled again.
+BYTECODE = $(PY) -m compileall -q -x /node_modules/ addon sidecar common chainproxy simnode bench tests
+
 # What running it needs, and nothing the tests need (pytest, mypy, playwright…):
 # `make install` on a production host; run/demo/inspect/check-config install only this.
 RUN_STAMP := $(VENV)/.installed-run
 .PHONY: install
 install: $(RUN_STAMP)
+	@$(BYTECODE)
 $(RUN_STAMP): pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
@@ -65,12 +73,15 @@ CHAINPROXY := $(VENV)/bin/chainproxy
 DEMO_CONFIG := $(if $(findstring demo,$(CONFIG)),$(CONFIG),configs/demo.yaml)
 
 run: $(RUN_STAMP)
+	@$(BYTECODE)
 	$(CHAINPROXY) run --config $(CONFIG) --workers $(WORKERS) $(LAUNCH_SETS)
 
 demo: $(RUN_STAMP)
+	@$(BYTECODE)
 	$(CHAINPROXY) demo --config $(DEMO_CONFIG) --workers $(WORKERS) $(LAUNCH_SETS)
 
 inspect: $(RUN_STAMP)
+	@$(BYTECODE)
 	$(CHAINPROXY) inspect --config $(CONFIG) --workers $(WORKERS) $(LAUNCH_SETS)
 
 check-config: $(RUN_STAMP)
@@ -79,6 +90,7 @@ check-config: $(RUN_STAMP)
 test: $(STAMP) js-deps browser-deps asi-deps scale-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	@$(BYTECODE)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # The property tests (those with @given) with 20x their examples (the `explore`
