@@ -87,7 +87,9 @@ class Stack(ProcessStack):
         timeout_s: float = 30.0,
     ) -> Proc:
         """The sidecar, on the written config unless given another."""
-        if config is not None or url is not None:  # the caller's: its failure is said
+        # a config or URL of the caller's, or a sidecar started again (a proxy or the
+        # sidecar before it knows this port): its failure is said, never moved
+        if config is not None or url is not None or self.sidecar or self.proxy:
             config = config or self.config_path
             assert config is not None
             url = url or self.config["sidecar"]["url"]
