@@ -152,7 +152,13 @@ async def test_usage_counts_exactly_the_calls_made(tmp_path_factory: Any) -> Non
     # Slow probes: the sidecar does not notice beta's fault during the test, so
     # calls that meet beta first fail over (until the addon ejects it).
     slow = {"probe": {"interval_s": 60, "head_interval_s": 30, "timeout_s": 1}}
-    stack = build_stack(tmp_path_factory.mktemp("usage"), ("alpha", "beta"), top=slow, **PROXY)
+    # the calls until the proxy uses both nodes and until one meets beta's fault
+    # are as many as the machine's pace makes them (fx56: past the default
+    # quota of 100 a minute): no quota in the way of a count of calls
+    quota = {"rate_limit": {"requests": 100_000, "window_s": 60}}
+    stack = build_stack(
+        tmp_path_factory.mktemp("usage"), ("alpha", "beta"), top=slow, **PROXY, **quota
+    )
     try:
         # the first probe round has both nodes healthy (the next is a minute away)
         await until_both_synced(stack)
