@@ -14,27 +14,37 @@ from tests.redis_server import redis_server  # noqa: F401  (a real redis-server,
 
 # Ports for the processes the tests start, below the kernel's ephemeral range
 # (32768-60999 by default) so no outgoing connection takes one between its pick and
-# its bind; each parallel worker (pytest-xdist, `make test`) gets a slice of its own.
+# its bind; each parallel worker (pytest-xdist, `make test`) gets a slice of its own
+# of the base range: the caller's ``$CHAINPROXY_PORTS`` when set, else this one.
 PORTS_LO, PORTS_HI = 20000, 32000
+# The base, kept for the workers: the controller process (``pytest -n 2``) imports
+# this file too, before it starts its workers, and they inherit its environment.
+# Inheriting the controller's range as theirs, two workers picked from one range
+# and took each other's ports between pick and bind (CI stop 47).
+PORTS_BASE_ENV = "CHAINPROXY_PORTS_BASE"
+
+
+def port_base() -> tuple[int, int]:
+    """The range the workers cut, as [lo, hi)."""
+    lo, _, hi = os.environ.get(PORTS_BASE_ENV, "").partition("-")
+    if lo.isdigit() and hi.isdigit() and int(lo) < int(hi):
+        return int(lo), int(hi) + 1
+    return PORTS_LO, PORTS_HI
 
 
 def _worker_ports() -> str:
+    base_lo, base_hi = port_base()
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
     index = int(worker) if worker.isdigit() else 0
-    span = (PORTS_HI - PORTS_LO) // max(1, count)
-    lo = PORTS_LO + index * span
+    span = (base_hi - base_lo) // max(1, count)
+    lo = base_lo + index * span
     return f"{lo}-{lo + span - 1}"
 
 
-# The controller process (``pytest -n 2``) imports this file too, before it starts
-# its workers, and they inherit its environment: a range found there was set
-# here unless marked as the caller's, and each worker takes its own slice in its
-# place (inheriting the controller's whole range, two workers picked from one
-# range and took each other's ports between pick and bind: CI stop 47).
-_OURS = "CHAINPROXY_PORTS_FROM_CONFTEST"
-if PORT_RANGE_ENV not in os.environ or os.environ.get(_OURS) == os.environ[PORT_RANGE_ENV]:
-    os.environ[PORT_RANGE_ENV] = os.environ[_OURS] = _worker_ports()
+if PORTS_BASE_ENV not in os.environ:  # the first process of the run: the controller
+    os.environ[PORTS_BASE_ENV] = os.environ.get(PORT_RANGE_ENV) or f"{PORTS_LO}-{PORTS_HI - 1}"
+os.environ[PORT_RANGE_ENV] = _worker_ports()
 
 # Property tests: ``make test`` draws new random examples each run (a fresh
 # clone has no example database), so a property that fails on a rare example

@@ -11,14 +11,15 @@ import pytest
 from hypothesis import settings
 
 from chainproxy.supervisor import PORT_RANGE_ENV
-from tests.conftest import PORTS_HI, PORTS_LO, _worker_ports
+from tests.conftest import _worker_ports, port_base
 
 
 def test_this_worker_picks_from_its_own_slice() -> None:
     lo, hi = (int(x) for x in os.environ[PORT_RANGE_ENV].split("-"))
     assert os.environ[PORT_RANGE_ENV] == _worker_ports()
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    assert hi - lo + 1 == (PORTS_HI - PORTS_LO) // count
+    base_lo, base_hi = port_base()
+    assert hi - lo + 1 == (base_hi - base_lo) // count and base_lo <= lo < hi < base_hi
 
 
 def test_slices_of_two_workers_do_not_overlap(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,7 +30,8 @@ def test_slices_of_two_workers_do_not_overlap(monkeypatch: pytest.MonkeyPatch) -
         lo, hi = (int(x) for x in _worker_ports().split("-"))
         slices.append(range(lo, hi + 1))
     assert not set(slices[0]) & set(slices[1])
-    assert slices[0][0] >= PORTS_LO and slices[1][-1] < PORTS_HI
+    base_lo, base_hi = port_base()
+    assert slices[0][0] >= base_lo and slices[1][-1] < base_hi
 
 
 def test_property_tests_have_no_deadline(request: pytest.FixtureRequest) -> None:

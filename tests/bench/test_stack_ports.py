@@ -60,6 +60,7 @@ def test_a_sidecar_port_taken_before_the_bind_is_picked_again(tmp_path: Path) ->
         assert stack.sidecar is not None and stack.sidecar.alive()
         port = stack.config["sidecar"]["port"]
         assert port != busy and stack.sidecar_url == f"http://127.0.0.1:{port}"
+        assert config["sidecar"]["port"] == port  # the test's own dict says so too
         assert f"port: {port}" in stack.config_path.read_text()  # type: ignore[union-attr]
         # a config the caller names is the caller's: its failure is said
         with pytest.raises(StartError, match="address already in use"):

@@ -246,7 +246,9 @@ def start_chain_stack(
         )
         config["proxy"].update(proxy_extra or {})
         stack.write_config(config)
-        stack.start_sidecar()
+        # a sidecar port given (make demo-chopsticks' --sidecar-port) is the
+        # caller's: taken, its clash is said rather than moved elsewhere
+        stack.start_sidecar(url=config["sidecar"]["url"] if sidecar_port else None)
         stack.start_proxy(proxy_port)
         chain = ChainStack(stack, node, fronts)
         chain.wait_all_synced(timeout=60)

@@ -112,7 +112,10 @@ class Stack(ProcessStack):
                 if not tries_left or "address already in use" not in str(e):
                     raise
                 self.sup.forget(self.procs[-1])
-                self.write_config({**self.config, "sidecar": sidecar_section()})
+                # in place: a test holding the dict it wrote (to derive more
+                # configs, or the sidecar's URL) sees the new port too
+                self.config["sidecar"] = sidecar_section()
+                self.write_config(self.config)
         raise AssertionError("unreachable")
 
     def sets_in_force(self) -> tuple[str, ...]:
