@@ -87,12 +87,18 @@ def reserve(*ports: int) -> None:
         _given[port] = None
 
 
-def port_slices(n: int) -> list[str]:
-    """``n`` disjoint ``$CHAINPROXY_PORTS`` values for ``n`` child processes that
-    each pick ports at the same time (each with a memory of its own): this
-    process's range cut in ``n``, or 20000-32000 (below the kernel's ephemeral
-    ports) when none is set."""
-    lo, hi = _port_range() or (20000, 32000)
+# where processes that pick side by side take their ports when no range is set:
+# below the kernel's ephemeral ports (32768-60999 by default), so no outgoing
+# connection's source port takes one between its pick and its bind
+SIDE_BY_SIDE_PORTS = (20000, 31999)
+
+
+def port_slices(n: int, within: tuple[int, int] | None = None) -> list[str]:
+    """``n`` disjoint ``$CHAINPROXY_PORTS`` values for ``n`` processes that each
+    pick ports at the same time (each with a memory of its own): ``within``
+    (lo, hi, both included), else this process's range, else
+    ``SIDE_BY_SIDE_PORTS``, cut in ``n``."""
+    lo, hi = within or _port_range() or SIDE_BY_SIDE_PORTS
     span = (hi - lo + 1) // max(1, n)
     return [f"{lo + i * span}-{lo + (i + 1) * span - 1}" for i in range(n)]
 

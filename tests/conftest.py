@@ -9,41 +9,38 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from chainproxy.supervisor import PORT_RANGE_ENV
+from chainproxy.supervisor import PORT_RANGE_ENV, SIDE_BY_SIDE_PORTS, port_slices
 from tests.redis_server import redis_server  # noqa: F401  (a real redis-server, per test)
 
-# Ports for the processes the tests start, below the kernel's ephemeral range
-# (32768-60999 by default) so no outgoing connection takes one between its pick and
-# its bind; each parallel worker (pytest-xdist, `make test`) gets a slice of its own
-# of the base range: the caller's ``$CHAINPROXY_PORTS`` when set, else this one.
-PORTS_LO, PORTS_HI = 20000, 32000
-# The base, kept for the workers: the controller process (``pytest -n 2``) imports
-# this file too, before it starts its workers, and they inherit its environment.
-# Inheriting the controller's range as theirs, two workers picked from one range
-# and took each other's ports between pick and bind (CI stop 47).
+# Ports for the processes the tests start: each parallel worker (pytest-xdist,
+# `make test`) gets a slice of its own of the base range, the caller's
+# ``$CHAINPROXY_PORTS`` when set, else ``SIDE_BY_SIDE_PORTS`` (below the kernel's
+# ephemeral ports). The base is kept for the workers: the controller process
+# (``pytest -n 2``) imports this file too, before it starts its workers, and they
+# inherit its environment. Inheriting the controller's range as theirs, two
+# workers picked from one range and took each other's ports between pick and
+# bind (CI stop 47).
 PORTS_BASE_ENV = "CHAINPROXY_PORTS_BASE"
 
 
 def port_base() -> tuple[int, int]:
-    """The range the workers cut, as [lo, hi)."""
+    """The range the workers cut (lo, hi, both included)."""
     lo, _, hi = os.environ.get(PORTS_BASE_ENV, "").partition("-")
     if lo.isdigit() and hi.isdigit() and int(lo) < int(hi):
-        return int(lo), int(hi) + 1
-    return PORTS_LO, PORTS_HI
+        return int(lo), int(hi)
+    return SIDE_BY_SIDE_PORTS
 
 
 def _worker_ports() -> str:
-    base_lo, base_hi = port_base()
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
     index = int(worker) if worker.isdigit() else 0
-    span = (base_hi - base_lo) // max(1, count)
-    lo = base_lo + index * span
-    return f"{lo}-{lo + span - 1}"
+    return port_slices(max(1, count), port_base())[min(index, max(1, count) - 1)]
 
 
 if PORTS_BASE_ENV not in os.environ:  # the first process of the run: the controller
-    os.environ[PORTS_BASE_ENV] = os.environ.get(PORT_RANGE_ENV) or f"{PORTS_LO}-{PORTS_HI - 1}"
+    lo, hi = SIDE_BY_SIDE_PORTS
+    os.environ[PORTS_BASE_ENV] = os.environ.get(PORT_RANGE_ENV) or f"{lo}-{hi}"
 os.environ[PORT_RANGE_ENV] = _worker_ports()
 
 # Property tests: ``make test`` draws new random examples each run (a fresh

@@ -19,7 +19,7 @@ def test_this_worker_picks_from_its_own_slice() -> None:
     assert os.environ[PORT_RANGE_ENV] == _worker_ports()
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     base_lo, base_hi = port_base()
-    assert hi - lo + 1 == (base_hi - base_lo) // count and base_lo <= lo < hi < base_hi
+    assert hi - lo + 1 == (base_hi - base_lo + 1) // count and base_lo <= lo < hi <= base_hi
 
 
 def test_slices_of_two_workers_do_not_overlap(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,7 +31,7 @@ def test_slices_of_two_workers_do_not_overlap(monkeypatch: pytest.MonkeyPatch) -
         slices.append(range(lo, hi + 1))
     assert not set(slices[0]) & set(slices[1])
     base_lo, base_hi = port_base()
-    assert slices[0][0] >= base_lo and slices[1][-1] < base_hi
+    assert slices[0][0] >= base_lo and slices[1][-1] <= base_hi
 
 
 def test_property_tests_have_no_deadline(request: pytest.FixtureRequest) -> None:
