@@ -86,37 +86,28 @@ class Stack(ProcessStack):
         *,
         timeout_s: float = 30.0,
     ) -> Proc:
-        """The sidecar, on the written config unless given another."""
-        # a config or URL of the caller's, or a sidecar started again (a proxy or the
-        # sidecar before it knows this port): its failure is said, never moved
-        if config is not None or url is not None or self.sidecar or self.proxy:
-            config = config or self.config_path
-            assert config is not None
-            url = url or self.config["sidecar"]["url"]
-            self.sidecar = super().start_sidecar(name, config, url, timeout_s=timeout_s)
-        else:
-            self.sidecar = self._start_own_sidecar(name, timeout_s)
-        self.sidecar_url = url or self.config["sidecar"]["url"]
-        return self.sidecar
-
-    def _start_own_sidecar(self, name: str, timeout_s: float) -> Proc:
-        """The sidecar on the written config; a port another process took between
-        its pick and the sidecar's bind is picked again and the config rewritten
-        (as ``start_chainproxy`` does for the proxy's port)."""
+        """The sidecar, on the written config unless given another. A port another
+        process took between its pick and the sidecar's bind is picked again and
+        the config rewritten in place (a test holding the dict it wrote sees it),
+        as ``start_chainproxy`` does for the proxy's port; never a port something
+        knows already: the caller's config or URL, a sidecar's started again, one
+        a proxy started before it was given."""
+        movable = config is None and url is None and self.sidecar is None and self.proxy is None
         for tries_left in (2, 1, 0):
-            assert self.config_path is not None
-            url = self.config["sidecar"]["url"]
+            path = config or self.config_path
+            assert path is not None
+            where = url or self.config["sidecar"]["url"]
             try:
-                return super().start_sidecar(name, self.config_path, url, timeout_s=timeout_s)
+                self.sidecar = super().start_sidecar(name, path, where, timeout_s=timeout_s)
+                break
             except StartError as e:
-                if not tries_left or "address already in use" not in str(e):
+                if not movable or not tries_left or "address already in use" not in str(e):
                     raise
                 self.sup.forget(self.procs[-1])
-                # in place: a test holding the dict it wrote (to derive more
-                # configs, or the sidecar's URL) sees the new port too
                 self.config["sidecar"] = sidecar_section()
                 self.write_config(self.config)
-        raise AssertionError("unreachable")
+        self.sidecar_url = where
+        return self.sidecar
 
     def sets_in_force(self) -> tuple[str, ...]:
         """The proxy's ``--set`` options: a check run's for every proxy (e.g. direct
