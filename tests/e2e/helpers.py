@@ -46,22 +46,35 @@ async def post(
     client_ip: str | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 20.0,
+    session: aiohttp.ClientSession | None = None,
 ) -> Reply:
+    """One POST; on a connection of its own unless ``session`` is given (a
+    client keeping its connections alive: its calls cost the proxy and the
+    test process no connection set-up each, on a loaded machine too)."""
+    if session is None:
+        connector = aiohttp.TCPConnector(local_addr=(client_ip or next_client_ip(), 0))
+        async with aiohttp.ClientSession(connector=connector) as s:
+            return await post(url, body, headers=headers, timeout=timeout, session=s)
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    connector = aiohttp.TCPConnector(local_addr=(client_ip or next_client_ip(), 0))
-    async with aiohttp.ClientSession(connector=connector) as s:
-        async with s.post(
-            url,
-            data=data,
-            headers={"Content-Type": "application/json", **(headers or {})},
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as r:
-            raw = await r.read()
-            try:
-                parsed = json.loads(raw)
-            except ValueError:
-                parsed = None
-            return Reply(r.status, r.headers, parsed, raw)
+    async with session.post(
+        url,
+        data=data,
+        headers={"Content-Type": "application/json", **(headers or {})},
+        timeout=aiohttp.ClientTimeout(total=timeout),
+    ) as r:
+        raw = await r.read()
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        return Reply(r.status, r.headers, parsed, raw)
+
+
+def client_session(client_ip: str | None = None) -> aiohttp.ClientSession:
+    """A client's session from one address, with as many connections alive as
+    it has calls in flight."""
+    connector = aiohttp.TCPConnector(local_addr=(client_ip or next_client_ip(), 0), limit=0)
+    return aiohttp.ClientSession(connector=connector)
 
 
 def call(method: str, params: Any = None, id_: Any = 1) -> dict[str, Any]:
