@@ -24,7 +24,9 @@ FAST_PROBES = {
     "probe": {
         "interval_s": 1,
         "head_interval_s": 0.5,
-        "timeout_s": 1,
+        # a dead node refuses at once; a probe waits this long only on a stall
+        # of the machine, which must not turn a synced node unhealthy
+        "timeout_s": 3,
         "fail_threshold": 2,
         "recover_threshold": 2,
     },
