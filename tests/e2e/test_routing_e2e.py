@@ -185,9 +185,13 @@ async def test_a_slow_node_gets_clearly_less_than_an_equal_share(rstack: Stack) 
     slow = rstack.nodes[1]
     slow.control(latency_ms=300)
     counts = [served(n) for n in rstack.nodes]
-    await spray(rstack, 120)
+    replies = await spray(rstack, 120)
     got = [served(n) - c for n, c in zip(rstack.nodes, counts, strict=True)]
-    assert sum(got) == 120
+    # each call reached a node, and no node got a call the proxy did not attempt
+    # (a call that timed out on a loaded machine, attempt_timeout_s 1, and
+    # failed over reaches two nodes: each attempt counts)
+    attempts = sum(int(r.headers["X-Chainproxy-Attempts"]) for r in replies)
+    assert 120 <= sum(got) <= attempts, (got, attempts)
     assert got[1] < 120 / 3 / 2, f"slow node share {got}"
 
 
