@@ -15,7 +15,7 @@ import pytest
 
 from simnode.arrivals import busiest
 from tests.e2e.harness import Stack, base_config
-from tests.e2e.helpers import PROXY_DEFAULTS, Reply, call, next_client_ip, post
+from tests.e2e.helpers import PROXY_DEFAULTS, Reply, call, client_session, post
 from tests.redis_server import REDIS_SERVER, RedisServer
 
 pytestmark = pytest.mark.e2e
@@ -27,17 +27,19 @@ _keys = iter(range(10**9))
 
 
 async def _offer(url: str, rate: float, seconds: float) -> list[Reply]:
-    """``rate`` calls a second for ``seconds``, open loop, each a cache miss."""
-    ip = next_client_ip()
+    """``rate`` calls a second for ``seconds``, open loop, each a cache miss, from
+    one client keeping its connections alive (a connection set up per call would
+    make the offered rate follow how busy the machine is)."""
     tasks = []
-    start = time.monotonic()
-    for i in range(round(rate * seconds)):
-        delay = start + i / rate - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        body = call("state_getStorage", [f"0x{next(_keys):064x}"])
-        tasks.append(asyncio.create_task(post(url, body, client_ip=ip)))
-    return await asyncio.gather(*tasks)
+    async with client_session() as session:
+        start = time.monotonic()
+        for i in range(round(rate * seconds)):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            body = call("state_getStorage", [f"0x{next(_keys):064x}"])
+            tasks.append(asyncio.create_task(post(url, body, session=session)))
+        return await asyncio.gather(*tasks)
 
 
 def _proxied_since(arrivals: list[dict[str, Any]], since: float) -> list[dict[str, Any]]:
