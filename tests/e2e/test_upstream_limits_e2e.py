@@ -23,7 +23,6 @@ from tests.e2e.helpers import (
     Reply,
     call,
     client_session,
-    next_client_ip,
     post,
 )
 from tests.redis_server import REDIS_SERVER, RedisServer
@@ -131,21 +130,25 @@ async def test_retry_after_keeps_client_calls_off_the_node(two_nodes: Stack) -> 
     await _until_served_by(two_nodes.rpc_url(), alpha_id)
     alpha.control(limit_rps=1, limit_retry_after_s=5)
     seen: list[tuple[float, Reply]] = []
-    ip = next_client_ip()
-    start = time.monotonic()
-    while time.monotonic() - start < 7.0:
-        r = await post(two_nodes.rpc_url(), _miss(), client_ip=ip)
-        seen.append((time.monotonic(), r))
-        await asyncio.sleep(0.03)
+    # one client on kept-alive connections: how many calls fit in the pause
+    # follows the calls' own cost, not a connection's set-up on a loaded machine
+    async with client_session() as session:
+        start = time.monotonic()
+        while time.monotonic() - start < 7.0:
+            r = await post(two_nodes.rpc_url(), _miss(), session=session)
+            seen.append((time.monotonic(), r))
+            await asyncio.sleep(0.03)
     assert all(r.status == 200 and "result" in r.body for _, r in seen)  # 0 client errors
     # the first 429 (the proxy failed over to beta): alpha pauses 5 s
     first = next(t for t, r in seen if r.headers.get("X-Chainproxy-Attempts") == "2")
     during = [r for t, r in seen if first < t < first + 4.8]
-    assert len(during) > 40
+    # the premise: calls throughout the pause (~50 on an idle machine, ~100 ms
+    # each; a loaded one makes fewer, and a few dozen show the node avoided)
+    assert len(during) >= 20, len(during)
     assert all(r.headers["X-Chainproxy-Upstream"] != alpha_id for r in during)
     assert all(r.headers["X-Chainproxy-Attempts"] == "1" for r in during)
     assert alpha.state()["rate_limited"] <= 3  # the 429 and the calls already in flight
-    assert beta.state()["requests"] > 40
+    assert beta.state()["requests"] >= len(during)
 
 
 @pytest.fixture
