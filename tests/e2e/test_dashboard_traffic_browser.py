@@ -109,7 +109,10 @@ def _start(tmp: Path) -> tuple[Stack, dict[str, Node]]:
             "probe": {
                 "interval_s": 2,
                 "head_interval_s": 1,
-                "timeout_s": 1,
+                # gamma, stopped, refuses at once; a probe waits this long only
+                # on a stall of the machine, which must not turn a live node
+                # Degraded (every node but gamma is asserted OK)
+                "timeout_s": 3,
                 "fail_threshold": 2,
                 "recover_threshold": 2,
             },
