@@ -25,7 +25,10 @@ from tests.e2e.helpers import build_stack, call, post, wait_until
 
 pytestmark = pytest.mark.e2e
 
-BLOCK_S = 1.0
+# A block every 2 s: the assertions below allow a head one block behind the
+# node's (its notification in flight), so a stall of the machine under a block
+# time (the node's clock moves on while its pushes wait) must not fail them.
+BLOCK_S = 2.0
 LINGER_S = 1.0
 
 
@@ -36,7 +39,7 @@ def build(tmp: Path) -> Stack:
         top={"probe": {"interval_s": 2, "head_interval_s": 1, "timeout_s": 2}},
         wss=True,
         block_time=BLOCK_S,
-        websocket={"stall_s": 3, "upstream_linger_s": LINGER_S},
+        websocket={"stall_s": 3 * BLOCK_S, "upstream_linger_s": LINGER_S},
         head_pinning={"pin_headers": True},
     )
 
