@@ -24,6 +24,8 @@ class ChainState:
     best: HeadBook = field(default_factory=HeadBook)
     # when each network's heights last came (a sidecar down keeps its last ones)
     heights_at: dict[str, float] = field(default_factory=dict)
+    # how many routing snapshots each network has had applied (``/rpc/healthz``)
+    snapshots: dict[str, int] = field(default_factory=dict)
 
     def heights(self, network: str) -> tuple[int | None, int | None]:
         """(tip, finalized) from the probes; None where unknown."""
@@ -33,7 +35,7 @@ class ChainState:
         self, network: str, tip: int | None, finalized: int | None, at: float | None = None
     ) -> None:
         """Heights from the latest snapshot (None: unknown, forget the old),
-        taken at ``at``."""
+        taken at ``at`` (a routing snapshot applied: counted)."""
         for store, value in ((self.tips, tip), (self.finalized, finalized)):
             if value is None:
                 store.pop(network, None)
@@ -41,6 +43,7 @@ class ChainState:
                 store[network] = value
         if at is not None:
             self.heights_at[network] = at
+            self.snapshots[network] = self.snapshots.get(network, 0) + 1
 
     def current_tip(self, network: str, now: float, max_age_s: float) -> int | None:
         """The probes' tip, if it came within ``max_age_s`` (or its time is

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from mitmproxy import http
 
+from addon.chain.state import ChainState
 from addon.mitm.responses import make_headers, refusal_response
 from addon.pipeline.context import SIDECAR_PATH_KEY, Origin, Reply, RpcContext, Socket
 from addon.pipeline.paths import Preflight, ProxyHealth, RpcRoute, SidecarRoute, classify
@@ -41,7 +42,8 @@ class DirectRequest(Protocol):
 
 
 class GateNeeds(Protocol):
-    """What the gate reads of the runtime: the config, the clock, the tiers."""
+    """What the gate reads of the runtime: the config, the clock, the tiers, and
+    the chain state (the routing snapshot's freshness, for ``/rpc/healthz``)."""
 
     @property
     def config(self) -> Config: ...
@@ -54,6 +56,9 @@ class GateNeeds(Protocol):
 
     @property
     def quotas(self) -> Quotas: ...
+
+    @property
+    def chain(self) -> ChainState: ...
 
 
 _HEALTH_HEADERS = (("Content-Type", "application/json"), ("Cache-Control", "no-store"))
@@ -81,7 +86,7 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
         flow.response = http.Response.make(204, b"", make_headers(_PREFLIGHT_HEADERS))
         return None
     if isinstance(route, ProxyHealth):
-        body = dumps(health(rt.pools, rt.config.proxy.networks, rt.clock()))
+        body = dumps(health(rt.pools, rt.config.proxy.networks, rt.clock(), rt.chain))
         head = flow.request.method == "HEAD"
         # a HEAD's answer: the GET's headers, its length too, and no body
         # (mitmproxy sends whatever content a response has, HEAD or not)
@@ -241,13 +246,19 @@ def _parse(rpc: RpcContext, body: bytes, rt: GateNeeds) -> RpcContext:
 
 
 def health(
-    pools: dict[str, UpstreamPool], networks: tuple[str, ...], now: float
+    pools: dict[str, UpstreamPool],
+    networks: tuple[str, ...],
+    now: float,
+    chain: ChainState | None = None,
 ) -> dict[str, object]:
     """``GET /rpc/healthz``: this process serves; per network its nodes and
     how many a call may go to now (probed healthy or not probed yet, on the
     network's chain, not outvoted, not ejected or paused). Always 200: every
     proxy sees the same nodes, so a balancer that took them out for a
-    network's dead nodes would take them all out."""
+    network's dead nodes would take them all out. ``snapshot``: per network,
+    how many routing snapshots of the sidecar's this process has applied and
+    how old the last one is (null: none yet): a view that stops refreshing
+    while the sidecar is down shows here."""
     out = {}
     for name in networks:
         pool = pools.get(name)
@@ -261,4 +272,15 @@ def health(
             and u.backoff_until <= now
         )
         out[name] = {"nodes": len(ups), "usable": usable}
-    return {"status": "ok", "networks": out}
+    doc: dict[str, object] = {"status": "ok", "networks": out}
+    if chain is not None:
+        doc["snapshot"] = {name: _snapshot_state(chain, name, now) for name in networks}
+    return doc
+
+
+def _snapshot_state(chain: ChainState, network: str, now: float) -> dict[str, object]:
+    at = chain.heights_at.get(network)
+    return {
+        "applied": chain.snapshots.get(network, 0),
+        "age_s": None if at is None else round(max(0.0, now - at), 1),
+    }

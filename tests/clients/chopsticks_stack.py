@@ -118,7 +118,7 @@ def routes(stack: Stack) -> dict[str, Any]:
 
 def wait_routes(stack: Stack, ready: Any, timeout: float = 30.0) -> dict[str, Any]:
     """Poll the routing snapshot until ``ready(upstreams by id)`` holds; if it had to
-    wait, give the addon time to pick the new snapshot up (it refreshes every second)."""
+    wait, until the addon has picked the new snapshot up too."""
     deadline = time.monotonic() + timeout
     doc: dict[str, Any] = {}
     waited = False
@@ -127,7 +127,7 @@ def wait_routes(stack: Stack, ready: Any, timeout: float = 30.0) -> dict[str, An
             doc = routes(stack)
             if ready({u["id"]: u for u in doc["upstreams"]}):
                 if waited:
-                    time.sleep(1.5)
+                    stack.wait_snapshot_applied(NETWORK)
                 return doc
         waited = True
         time.sleep(0.2)

@@ -34,7 +34,7 @@ def wait_ws_synced(chain: ChainStack, timeout: float = 30.0) -> None:
         doc = routes(chain.stack)
         ups = {u["id"]: u for u in doc.get("ws_upstreams", [])}
         if all(i in ups and ups[i]["healthy"] and ups[i]["best"] == best for i in ids):
-            time.sleep(1.5)  # the addon refreshes its snapshot every second
+            chain.stack.wait_snapshot_applied(NETWORK)  # the addon's view too
             return
         time.sleep(0.2)
     raise AssertionError(f"node-wss endpoints never synced at #{best}: {doc}")

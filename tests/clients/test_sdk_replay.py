@@ -106,7 +106,7 @@ def wait_healthy(stack: Stack, timeout: float = 30.0) -> None:
                 doc = json.loads(resp.read())
             ups = doc["upstreams"] + doc["ws_upstreams"]
             if len(ups) == 2 and all(u["healthy"] and u["best"] == HEAD for u in ups):
-                time.sleep(1.5)  # the addon refreshes its snapshot every second
+                stack.wait_snapshot_applied(NETWORK)  # the addon's view too
                 return
         time.sleep(0.2)
     raise RuntimeError(f"the replay node never got healthy: {doc}")

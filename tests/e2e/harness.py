@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,20 @@ class Stack(ProcessStack):
 
     def rpc_url(self, network: str = "finney") -> str:
         return f"{self.proxy_url}/rpc/v1/{network}"
+
+    def wait_snapshot_applied(self, network: str = "finney", timeout: float = 30.0) -> None:
+        """Until the proxy has applied a routing snapshot it asked the sidecar
+        for after this call (two more than now, by ``/rpc/healthz``: the first
+        may have been asked for before), however long a loaded machine takes."""
+
+        def applied() -> int:
+            return int(http_json(f"{self.proxy_url}/rpc/healthz")["snapshot"][network]["applied"])
+
+        want = applied() + 2
+        deadline = time.monotonic() + timeout
+        while (got := applied()) < want:
+            assert time.monotonic() < deadline, f"{got} snapshots applied, not {want}"
+            time.sleep(0.1)
 
     def write_config(self, config: dict[str, Any]) -> Path:
         self.config = config

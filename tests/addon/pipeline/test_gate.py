@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from addon.chain.state import ChainState
 from addon.pipeline.gate import health
 from addon.upstream.pool import TIER_SYNCED, TIER_UNHEALTHY, TIER_UNPROBED, Upstream, UpstreamPool
 from tests.addon.helpers import body, call, make, rpc_flow, run
@@ -83,3 +84,21 @@ def test_the_proxys_health_counts_the_nodes_a_call_may_go_to() -> None:
         "networks": {"finney": {"nodes": 7, "usable": 2}, "test": {"nodes": 0, "usable": 0}},
     }
     assert health({"finney": pool}, ("finney",), 201.0)["networks"]["finney"]["usable"] == 4
+
+
+def test_health_says_how_fresh_the_routing_snapshot_is() -> None:
+    chain = ChainState()
+    pools: dict[str, UpstreamPool] = {}
+    doc = health(pools, ("finney", "test"), 50.0, chain)
+    assert doc["snapshot"] == {  # none applied yet
+        "finney": {"applied": 0, "age_s": None},
+        "test": {"applied": 0, "age_s": None},
+    }
+    chain.set_heights("finney", 10, 8, at=40.0)
+    chain.set_heights("finney", 11, 9, at=45.0)
+    chain.set_heights("test", None, None)  # heights without a snapshot: not counted
+    doc = health(pools, ("finney", "test"), 52.25, chain)
+    assert doc["snapshot"] == {
+        "finney": {"applied": 2, "age_s": 7.2},
+        "test": {"applied": 0, "age_s": None},
+    }
