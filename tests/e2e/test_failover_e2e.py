@@ -181,10 +181,11 @@ async def test_hung_node_is_abandoned_at_the_attempt_timeout(nets: Stack) -> Non
     assert met, "no call met the hung node"
     assert hung.state()["requests"] == len(met)
     # attempt_timeout_s is 1, deadline_s 2.5: a call that met the hung node is
-    # abandoned there (mitmproxy alone would wait 600 s). In the full suite on
-    # this 2-core machine one call measured 3.0 s end to end twice (1.1 s alone):
-    # the bound is the deadline plus a margin, not a benchmark.
-    assert max(met) < 2.5 + 1.5
+    # abandoned there (mitmproxy alone would wait 600 s, the client 20 s). In the
+    # full suite on a loaded 2-core machine one call measured 3.0 s end to end
+    # (1.1 s alone): the bound is the deadline plus a margin for a stall of the
+    # machine, not a benchmark.
+    assert max(met) < 2.5 + 5
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=_fault_id)

@@ -187,7 +187,9 @@ async def test_budgets_hold_and_the_excess_is_shed_with_retry_after(capped: Stac
         data = r.body["error"]["data"]
         assert data["policy"] == "upstream_capacity" and data["retry_after"] >= 1
         assert "budget" in r.body["error"]["message"]
-    assert took < 4 + 2.5  # shed within about a second of the last call, never a hang
+    # shed within about a second of the last call (max_wait_s 1), never a hang
+    # (a client waits 20 s): the margin is for a stall of a loaded machine
+    assert took < 4 + 6
 
 
 async def test_scarce_capacity_is_shared_fairly(tmp_path: Any) -> None:
