@@ -141,8 +141,10 @@ def bench_step(ctx: Any) -> None:
     print("\n[12] upstream calls, real client (async-substrate-interface on chopsticks)")
     size = ["--smoke"] if ctx.p.smoke else ["--quick"] if ctx.p.stats_quick else []
     argv = [sys.executable, __file__, "--json", *size]
-    # within the quick run's wall limit (240 s): it takes ~30 s quick, ~60 s in full
-    timeout = 150 if ctx.p.stats_quick else 300
+    # within the quick run's wall limit (240 s): it takes ~30 s quick, ~60 s in
+    # full; the smoke run's lanes share a loaded machine with `make test`'s
+    # workers (150 s ran out there once), within its wall limit (300 s)
+    timeout = 240 if ctx.p.smoke else 150 if ctx.p.stats_quick else 300
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     result = json_results(done.stdout)
     if result is None or "skipped" in result:

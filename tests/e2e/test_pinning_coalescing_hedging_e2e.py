@@ -74,6 +74,17 @@ def upstream_calls(stack: Stack, methods: set[str]) -> int:
     return sum(c for n in stack.nodes for m, c in n.state()["calls"].items() if m in methods)
 
 
+def proxy_calls(stack: Stack, method: str, since: float) -> int:
+    """Calls of ``method`` the proxy (not the sidecar's probes) sent the nodes
+    since ``since`` (``time.time()``)."""
+    return sum(
+        a["methods"].count(method)
+        for n in stack.nodes
+        for a in n.arrivals(since)
+        if a["agent"] == "chainproxy"
+    )
+
+
 async def _sync(stack: Stack, ip: str) -> list[Any]:
     head = await post(stack.rpc_url(), call("chain_getHeader"), client_ip=ip)
     out = [head]
@@ -87,10 +98,10 @@ async def test_ten_validators_syncing_at_one_block_cost_one_upstream_call_per_re
 ) -> None:
     await post(stack.rpc_url(), call("chain_getHeader"))  # the proxy learns the head
     before = upstream_calls(stack, NOT_PROBED)
-    headers_before = upstream_calls(stack, {"chain_getHeader"})
+    since = time.time()
     results = await asyncio.gather(*(_sync(stack, next_client_ip()) for _ in range(10)))
     reads = upstream_calls(stack, NOT_PROBED) - before
-    heads = upstream_calls(stack, {"chain_getHeader"}) - headers_before
+    heads = proxy_calls(stack, "chain_getHeader", since)
     client_calls = 10 * (len(SYNC) + 1)
     bad = [r.body for rs in results for r in rs if r.status != 200 or "result" not in r.body]
     assert not bad, bad[:3]
@@ -101,9 +112,9 @@ async def test_ten_validators_syncing_at_one_block_cost_one_upstream_call_per_re
     hedges = sum(1 for rs in results for r in rs if r.headers.get("X-Chainproxy-Hedged"))
     distinct = sum(1 for m, _ in SYNC if m in NOT_PROBED)
     assert reads <= distinct * len(pinned) + hedges, (reads, hedges)
-    # the head itself is not cacheable; concurrent identical ones are shared, the
-    # probes add their own (counted here too): bounded well under one per client
-    assert heads <= 10
+    # the head itself is not cacheable; concurrent identical ones are shared:
+    # at most one per client (the probes' own, more on a slow run, not counted)
+    assert heads <= 10, heads
     assert reads + heads <= 0.3 * client_calls, (reads, heads)
 
 
