@@ -296,6 +296,9 @@ async def test_proxy_keeps_serving_without_the_sidecar_and_resumes_its_snapshot(
         health = http_json(f"{stack.proxy_url}/rpc/healthz")
         assert health["status"] == "ok"
         assert health["networks"]["finney"] == {"nodes": 3, "usable": 3}
+        # and it says it routes on the last snapshot it had, aging
+        down = health["snapshot"]["finney"]
+        assert down["applied"] >= 1 and down["age_s"] is not None
         # a HEAD: the GET's length, and not one byte of body after the head
         # (mitmproxy sends whatever content a response has; a client then
         # reads it as the next answer's status line)
@@ -316,6 +319,8 @@ async def test_proxy_keeps_serving_without_the_sidecar_and_resumes_its_snapshot(
         # its next refresh has the new snapshot, and then it holds
         got, failed_over = await spray_while_steady(stack, lagging, 45)
         assert got <= failed_over, f"the lagging node got {got} calls ({failed_over} failed over)"
+        back = http_json(f"{stack.proxy_url}/rpc/healthz")["snapshot"]["finney"]
+        assert back["applied"] > down["applied"] and back["age_s"] < 30, (down, back)
     finally:
         stack.stop()
 
