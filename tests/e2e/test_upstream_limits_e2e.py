@@ -205,7 +205,6 @@ async def test_scarce_capacity_is_shared_fairly(tmp_path: Any) -> None:
             for name, rs in (("light", light), ("heavy", heavy))
         }
         assert all(r.status in (200, 503) for r in [*light, *heavy])
-        print("SERVED", served)
         assert served["light"] >= 10 and served["heavy"] >= 10, served
         ratio = max(served.values()) / min(served.values())
         assert ratio <= 2.0, served  # within 2x, not 10x

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from addon.hooks.holder import RuntimeHolder
 from addon.hooks.snapshot import MAX_BACKOFF_S, SnapshotRefresher
+from addon.pipeline.gate import health
 from addon.runtime import Runtime
 from addon.upstream.pool import TIER_LAGGING, TIER_SYNCED, TIER_UNPROBED
 from addon.upstream.snapshot import SnapshotError
@@ -173,6 +174,34 @@ async def test_a_later_snapshot_without_a_tip_forgets_the_old_one(
     assert "finney" not in rt.chain.tips and "finney" not in rt.chain.finalized
     assert rt.chain.tips["test"] == 7000
     assert {u.tier for u in rt.pools["finney"].upstreams.values()} == {TIER_UNPROBED}
+
+
+async def test_healthz_counts_each_networks_snapshots_across_a_reload(
+    sidecar: tuple[FakeSidecar, Any], session: aiohttp.ClientSession
+) -> None:
+    """``/rpc/healthz``'s ``snapshot``: one more per network a refresh applied;
+    a refresh failing at a network counts none after it; a reload keeps the
+    count (the chain state lives on)."""
+    fake, server = sidecar
+    rt = runtime_for(server_url(server), session)
+    fill(fake, rt.config)
+    refresher = SnapshotRefresher(holder_of(rt))
+    await refresher.refresh_once()
+    await refresher.refresh_once()
+
+    def applied(runtime: Runtime) -> dict[str, object]:
+        doc = health(runtime.pools, runtime.config.proxy.networks, runtime.clock(), runtime.chain)
+        return {n: s["applied"] for n, s in doc["snapshot"].items()}  # type: ignore[attr-defined]
+
+    assert applied(rt) == {"finney": 2, "test": 2}
+    del fake.docs["finney"]  # a 404 at the first network: the round stops there
+    with pytest.raises(SnapshotError):
+        await refresher.refresh_once()
+    assert applied(rt) == {"finney": 2, "test": 2}
+    fill(fake, rt.config)
+    reloaded = rt.reload(rt.config)
+    await SnapshotRefresher(holder_of(reloaded)).refresh_once()
+    assert applied(reloaded) == {"finney": 3, "test": 3}
 
 
 async def test_refresh_once_before_configuration_is_an_error() -> None:
