@@ -106,7 +106,7 @@ async def spray_at(stack: Stack, node: Node, n: int) -> tuple[int, int]:
 
 async def spray_while_steady(stack: Stack, node: Node, n: int, rounds: int = 3) -> tuple[int, int]:
     """``spray_at`` once the addon has the sidecar's view, in a stretch where that
-    view held still: ``node`` in tier 1 and every other node in tier 0 in each
+    view held still: ``node`` in tier 1 and another node in tier 0 in each
     of the sidecar's snapshots, read every 0.1 s from before the addon's
     refresh to the last call. A probe that times out on a loaded machine turns
     a synced node unhealthy, and the tip is then the lagging node's own best:
@@ -119,7 +119,8 @@ async def spray_while_steady(stack: Stack, node: Node, n: int, rounds: int = 3) 
         while not stop.is_set():
             doc = await asyncio.to_thread(snapshot, stack)
             tiers = {u["id"]: u["tier"] for u in doc["upstreams"]}
-            if any(t != (1 if uid == eid else 0) for uid, t in tiers.items()):
+            others = [t for uid, t in tiers.items() if uid != eid]
+            if tiers.get(eid) != 1 or 0 not in others:  # no synced node to prefer
                 seen.append(str(tiers))
             await asyncio.sleep(0.1)
 
