@@ -48,11 +48,13 @@ def _stack(
     *,
     redis: str | None = None,
     probes: dict[str, Any] = QUIET_PROBES,
+    proxy: dict[str, Any] | None = None,
 ) -> Stack:
     stack = Stack(tmp)
     epoch = time.time() - 600
     stack.start_nodes(budgets, epoch=epoch)
-    config = base_config(tmp, stack.nodes, top=probes, **{**PROXY_DEFAULTS, **NO_QUOTA})
+    sections = {**PROXY_DEFAULTS, **NO_QUOTA, **(proxy or {})}
+    config = base_config(tmp, stack.nodes, top=probes, **sections)
     for e, node in zip(config["registry"]["endpoints"], stack.nodes, strict=True):
         e.update(budgets[node.name])
     if redis is not None:
@@ -193,7 +195,19 @@ async def test_budgets_hold_and_the_excess_is_shed_with_retry_after(capped: Stac
 
 
 async def test_scarce_capacity_is_shared_fairly(tmp_path: Any) -> None:
-    stack = _stack(tmp_path, {"alpha": {"max_rps": 10 + PROBE_CALLS}})  # the proxy's: 10/s
+    # the proxy's share: 10/s. A call waits up to 4 s for its turn (1 s by
+    # default, within a deadline of 5): a stall of a loaded machine longer than
+    # the wait sheds every waiting call at once, and whoever calls first after
+    # it takes the budget with nobody in line, ten times as often the heavy
+    # client (stalls of 1.5 s every 2.5 s failed the test with 1 s, 3 of 3).
+    stack = _stack(
+        tmp_path,
+        {"alpha": {"max_rps": 10 + PROBE_CALLS}},
+        proxy={
+            "upstream_limits": {"max_wait_s": 4},
+            "failover": {**PROXY_DEFAULTS["failover"], "deadline_s": 5},
+        },
+    )
     try:
         # demands 1:10 (10 and 100 calls a second), both above a fair share of 10/s
         light, heavy = await asyncio.gather(
