@@ -77,6 +77,19 @@ def client_session(client_ip: str | None = None) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector)
 
 
+def node_calls(stack: Stack, method: str, since: float, agent: str | None = "chainproxy") -> int:
+    """Calls of ``method`` the stack's nodes received since ``since``
+    (``time.time()``), from their own arrival logs: the proxy's (its
+    User-Agent), not the sidecar's probes a slow run fits more of; ``agent``
+    None: anyone's."""
+    return sum(
+        a["methods"].count(method)
+        for n in stack.nodes
+        for a in n.arrivals(since)
+        if agent is None or a["agent"] == agent
+    )
+
+
 def call(method: str, params: Any = None, id_: Any = 1) -> dict[str, Any]:
     return {
         "jsonrpc": "2.0",

@@ -10,10 +10,8 @@ call a block, the rest from the cache."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import Stack, http_json
-from tests.e2e.helpers import build_stack, call, post, wait_until
+from tests.e2e.helpers import build_stack, call, node_calls, post, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -107,17 +105,6 @@ async def test_askers_get_the_head_from_a_subscription_and_it_follows_the_chain(
     assert len(seen) >= 3  # and the answers moved with the chain
 
 
-def proxy_header_calls(stack: Stack, since: float) -> int:
-    """``chain_getHeader`` calls the proxy (not the sidecar's probes) sent the nodes."""
-    n = 0
-    for node in stack.nodes:
-        with urllib.request.urlopen(f"{node.url}/_sim/arrivals?since={since}", timeout=5) as r:
-            for a in json.load(r)["arrivals"]:
-                if a["agent"] == "chainproxy":
-                    n += a["methods"].count("chain_getHeader")
-    return n
-
-
 async def test_a_poller_of_the_best_header_costs_the_nodes_one_call_a_block(
     stack: Stack,
 ) -> None:
@@ -154,7 +141,7 @@ async def test_a_poller_of_the_best_header_costs_the_nodes_one_call_a_block(
         unpinned += pin in (None, "missed")
         numbers.add(number)
         await asyncio.sleep(0.05)
-    calls = proxy_header_calls(stack, since)
+    calls = node_calls(stack, "chain_getHeader", since)
     assert len(numbers) >= 3  # the answers moved with the chain
     # a node call for the first poll of each block (and a poll now and then that
     # the probes' newer tip sends as it came); every other poll is a cache hit

@@ -15,7 +15,7 @@ import pytest
 from addon.chain.header_hash import header_hash
 from common.endpoint_id import endpoint_id
 from tests.e2e.harness import Stack, base_config
-from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip, post
+from tests.e2e.helpers import PROXY_DEFAULTS, call, next_client_ip, node_calls, post
 
 pytestmark = pytest.mark.e2e
 
@@ -74,17 +74,6 @@ def upstream_calls(stack: Stack, methods: set[str]) -> int:
     return sum(c for n in stack.nodes for m, c in n.state()["calls"].items() if m in methods)
 
 
-def proxy_calls(stack: Stack, method: str, since: float) -> int:
-    """Calls of ``method`` the proxy (not the sidecar's probes) sent the nodes
-    since ``since`` (``time.time()``)."""
-    return sum(
-        a["methods"].count(method)
-        for n in stack.nodes
-        for a in n.arrivals(since)
-        if a["agent"] == "chainproxy"
-    )
-
-
 async def _sync(stack: Stack, ip: str) -> list[Any]:
     head = await post(stack.rpc_url(), call("chain_getHeader"), client_ip=ip)
     out = [head]
@@ -101,11 +90,11 @@ async def test_ten_validators_syncing_at_one_block_cost_one_upstream_call_per_re
     before = upstream_calls(stack, NOT_PROBED)
     results = await asyncio.gather(*(_sync(stack, next_client_ip()) for _ in range(10)))
     reads = upstream_calls(stack, NOT_PROBED) - before
-    heads = proxy_calls(stack, "chain_getHeader", since)
+    heads = node_calls(stack, "chain_getHeader", since)
     # the arrivals say which calls are the proxy's (User-Agent: chainproxy): the
     # reads no probe sends are all its, so a filter that missed them fails here
     # rather than letting ``heads`` count nothing
-    assert sum(proxy_calls(stack, m, since) for m in NOT_PROBED) >= reads, reads
+    assert sum(node_calls(stack, m, since) for m in NOT_PROBED) >= reads, reads
     client_calls = 10 * (len(SYNC) + 1)
     bad = [r.body for rs in results for r in rs if r.status != 200 or "result" not in r.body]
     assert not bad, bad[:3]

@@ -22,6 +22,7 @@ from tests.e2e.helpers import (
     Client,
     call,
     next_client_ip,
+    node_calls,
     post,
     wait_until,
     with_wss,
@@ -40,11 +41,6 @@ class TwoMachines:
     redis: RedisServer
     urls: list[str]  # the RPC URL of each proxy
     procs: list[Child]
-
-    def reads_upstream(self, method: str, since: float) -> int:
-        """Calls of ``method`` the nodes received since ``since`` (``time.time()``;
-        not the sidecar's probes, which a loaded machine may fit in between)."""
-        return sum(a["methods"].count(method) for n in self.stack.nodes for a in n.arrivals(since))
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +140,7 @@ async def test_a_block_fetched_through_one_machine_is_a_hit_on_the_other(
     assert second.status == 200 and second.headers["X-Cache"] == "HIT"
     assert second.body["id"] == "other" and second.body["result"] == first.body["result"]
     # no upstream call of the block (the probes, which never read a block, may come)
-    assert machines.reads_upstream("chain_getBlock", since) == 0
+    assert node_calls(machines.stack, "chain_getBlock", since, agent=None) == 0
     # and now machine 2's own disk has it too
     third = await post(machines.urls[1], call("chain_getBlock", [block_hash], id_=3))
     assert third.headers["X-Cache"] == "HIT"
