@@ -1,4 +1,4 @@
-"""`make test`'s two workers (tests/conftest.py's scheduler): a module's tests run
+"""`make test`'s workers (tests/conftest.py's scheduler): a module's tests run
 in one worker, the client tests together, the contract modules together, and the
 groups that start processes go first. Run in a child pytest with two xdist
 workers over a throw-away tree laid out like ``tests/``."""
