@@ -26,7 +26,15 @@ from typing import Any, ClassVar
 import yaml
 
 from chainproxy.commands import proxy_argv, reverse_proxy_argv, sidecar_argv
-from chainproxy.supervisor import Child, StartError, Supervisor, free_port, wait_http, wait_port
+from chainproxy.supervisor import (
+    Child,
+    Spawner,
+    StartError,
+    Supervisor,
+    free_port,
+    wait_http,
+    wait_port,
+)
 from common.config import FINNEY_GENESIS
 from simnode.command import simnode_argv
 from simnode.remote import RemoteNode
@@ -78,8 +86,12 @@ class ProcessStack:
     NODE_BLOCK_S: ClassVar[float] = 12.0
     NODE_START_HEIGHT: ClassVar[int] = 4_000_000
 
+    # how its children start (``chainproxy.supervisor.spawn`` when None): the test
+    # suite's pre-imported interpreter (``tests/zygote.py``) in ``make test``
+    spawner: ClassVar[Spawner | None] = None
+
     def __post_init__(self) -> None:
-        self.sup = Supervisor(logdir=self.tmp, cwd=REPO)
+        self.sup = Supervisor(logdir=self.tmp, cwd=REPO, spawner=ProcessStack.spawner)
 
     @property
     def procs(self) -> list[Child]:

@@ -35,6 +35,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from chainproxy.port_owner import session_listens
 
@@ -121,10 +122,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Process(Protocol):
+    """What a ``Child`` uses of its process: ``subprocess.Popen``'s face (the test
+    suite's pre-imported interpreter forks children behind the same one,
+    ``tests/zygote.py``)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
 @dataclass
 class Child:
     name: str
-    popen: subprocess.Popen[bytes]
+    popen: Process
     log: Path | None = None  # its stdout and stderr; None: they are ours (the launcher)
 
     @property
@@ -216,6 +234,21 @@ def spawn(
     return Child(name, popen, log)
 
 
+class Spawner(Protocol):
+    """``spawn``'s signature: what a ``Supervisor`` starts its children with."""
+
+    def __call__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log: Path | None = None,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        cpus: set[int] | None = None,
+    ) -> Child: ...
+
+
 # --- waiting ------------------------------------------------------------------------------
 
 
@@ -300,6 +333,7 @@ class Supervisor:
     cwd: Path | None = None
     grace_s: float = 10.0  # for stop_all: SIGTERM, then SIGKILL after this
     children: list[Child] = field(default_factory=list)
+    spawner: Spawner | None = None  # how ``start`` starts a child: ``spawn`` by default
 
     def start(
         self,
@@ -310,7 +344,8 @@ class Supervisor:
         cpus: set[int] | None = None,
     ) -> Child:
         log = self.logdir / f"{name}.log" if self.logdir is not None else None
-        return self.adopt(spawn(name, argv, log=log, cwd=self.cwd, env=env, cpus=cpus))
+        start = self.spawner or spawn
+        return self.adopt(start(name, argv, log=log, cwd=self.cwd, env=env, cpus=cpus))
 
     def adopt(self, child: Child) -> Child:
         """Stop ``child`` with the others (one started elsewhere)."""

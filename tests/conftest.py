@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from bench.stack import ProcessStack
 from chainproxy.supervisor import PORT_RANGE_ENV, SIDE_BY_SIDE_PORTS, port_slices
 from tests.redis_server import redis_server  # noqa: F401  (a real redis-server, per test)
+from tests.zygote import Zygote
 
 # Ports for the processes the tests start: each parallel worker (pytest-xdist,
 # `make test`) gets a slice of its own of the base range, the caller's
@@ -42,6 +44,12 @@ if PORTS_BASE_ENV not in os.environ:  # the first process of the run: the contro
     lo, hi = SIDE_BY_SIDE_PORTS
     os.environ[PORTS_BASE_ENV] = os.environ.get(PORT_RANGE_ENV) or f"{lo}-{hi}"
 os.environ[PORT_RANGE_ENV] = _worker_ports()
+
+# The mitmdump, sidecar and simulated-node processes the tests start fork from
+# one interpreter per worker that imported them once (tests/zygote.py: a third
+# of the run's CPU was those imports); CHAINPROXY_TEST_ZYGOTE=0 starts each afresh.
+ZYGOTE = Zygote() if os.environ.get("CHAINPROXY_TEST_ZYGOTE", "1") != "0" else None
+ProcessStack.spawner = ZYGOTE.spawn if ZYGOTE is not None else None
 
 # Property tests: ``make test`` draws new random examples each run (a fresh
 # clone has no example database), so a property that fails on a rare example

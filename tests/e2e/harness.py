@@ -38,7 +38,8 @@ RUN_SETS = tuple(os.environ.get("CHAINPROXY_TEST_SETS", "").split())
 
 def spawn(name: str, argv: list[str], logdir: Path) -> Child:
     """Start ``argv`` from the repository, its output in ``<logdir>/<name>.log``."""
-    return _spawn(name, argv, log=logdir / f"{name}.log", cwd=REPO)
+    start = ProcessStack.spawner or _spawn  # the suite's zygote (tests/zygote.py)
+    return start(name, argv, log=logdir / f"{name}.log", cwd=REPO)
 
 
 @dataclass
