@@ -102,3 +102,26 @@ def test_a_forked_childs_wait_times_out_and_signals_reach_it(
     child.popen.kill()
     assert child.popen.wait(10) == -9
     assert not child.alive()
+
+
+def test_a_running_childs_log_is_written_as_a_fresh_ones(zygote: Zygote, tmp_path: Path) -> None:
+    """The tests read logs of processes that still run: a forked child's
+    streams are buffered as a fresh interpreter's (``PYTHONUNBUFFERED``
+    honoured), so what a fresh mitmdump has written by the time it listens,
+    a forked one has too."""
+    (tmp_path / "proxy.yaml").write_text(
+        "proxy: {networks: [finney]}\ndata_dir: data\nregistry:\n  endpoints:\n"
+        "    - {url: 'http://127.0.0.1:9', provider: p, kind: node-rpc, network: finney}\n"
+    )
+    seen = []
+    for start in (zygote.spawn, spawn):
+        port = free_port()
+        argv = proxy_argv(BIN / "mitmdump", "proxy.yaml", "http://127.0.0.1:9", port=port)
+        child = start("proxy", argv, log=tmp_path / f"proxy-{port}.log", cwd=tmp_path)
+        try:
+            wait_http(f"http://127.0.0.1:{port}/rpc/", child)
+            seen.append("listening at" in child.output())
+        finally:
+            child.stop()
+    assert zygote.started == 1
+    assert seen[0] == seen[1], seen

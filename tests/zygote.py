@@ -94,9 +94,12 @@ def _streams(env: dict[str, str]) -> None:
         if fd == 0:
             stream: io.TextIOWrapper = io.TextIOWrapper(io.BufferedReader(raw))
         else:
-            buffered = io.BufferedWriter(raw)
+            # -u / PYTHONUNBUFFERED: the text layer writes straight to the descriptor
+            buffered: io.RawIOBase | io.BufferedWriter = (
+                raw if unbuffered else io.BufferedWriter(raw)
+            )
             stream = io.TextIOWrapper(
-                buffered,
+                buffered,  # type: ignore[arg-type]
                 errors="backslashreplace" if fd == 2 else "strict",
                 line_buffering=tty or fd == 2,
                 write_through=unbuffered,

@@ -8,8 +8,10 @@ and is killed with its group, even when a test fails."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import time
+import urllib.error
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,7 +147,28 @@ class Stack(ProcessStack):
             sets=(*sets, "flow_detail=0") if verbose else sets,
             quiet=not verbose,
         )
+        if self.sidecar is not None and self.sidecar.alive():
+            self._first_snapshot()
         return self.proxy
+
+    def _first_snapshot(self, timeout: float = 15.0) -> None:
+        """Until the proxy has applied its first routing snapshot (heights,
+        finality, health: what its routing and caching read), as a test expects
+        of a proxy that is up beside its sidecar. Its listener opens before the
+        first snapshot arrives: a call in between is routed without it and
+        caches nothing at a height it does not yet know is final. After
+        ``timeout`` the test goes on (one that starts the proxy beside a
+        sidecar it cannot reach, on purpose)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                doc = http_json(f"{self.proxy_url}/rpc/healthz")
+            except urllib.error.HTTPError as e:  # 503: no healthy node (yet), same body
+                doc = json.loads(e.read() or b"{}")
+            snapshot = doc.get("snapshot", {}) if isinstance(doc, dict) else {}
+            if any(int(n.get("applied", 0)) > 0 for n in snapshot.values()):
+                return
+            time.sleep(0.05)
 
 
 def base_config(
