@@ -169,12 +169,15 @@ async def test_a_pinned_read_is_never_older_than_the_head_a_client_was_shown(sta
 async def test_a_stalling_node_is_hedged_and_no_client_waits_for_it(fresh: Stack) -> None:
     stack = fresh
     ip = next_client_ip()
+    alpha, beta = stack.nodes
+    # alpha the first choice: beta slower from the start (two equal nodes leave
+    # the choice to whichever answered the warm-up a little faster, and a
+    # proxy that prefers beta never meets alpha's stall, never hedges)
+    beta.control(latency_ms=30)
     for i in range(40):  # good latencies: the hedge delay is learned (the 50 ms floor)
         r = await post(stack.rpc_url(), call("system_health", id_=i), client_ip=ip)
         assert r.status == 200
-    alpha, beta = stack.nodes
-    beta.control(latency_ms=30)  # alpha stays the first choice ...
-    alpha.control(stall_rate=1.0, stall_ms=1500)  # ... and now stalls on every call
+    alpha.control(stall_rate=1.0, stall_ms=1500)  # ... and now it stalls on every call
     try:
         replies = [
             await post(stack.rpc_url(), call("system_chain", id_=i), client_ip=next_client_ip())
