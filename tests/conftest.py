@@ -46,8 +46,9 @@ if PORTS_BASE_ENV not in os.environ:  # the first process of the run: the contro
 os.environ[PORT_RANGE_ENV] = _worker_ports()
 
 # The mitmdump, sidecar and simulated-node processes the tests start fork from
-# one interpreter per worker that imported them once (tests/zygote.py: a third
-# of the run's CPU was those imports); CHAINPROXY_TEST_ZYGOTE=0 starts each afresh.
+# one interpreter per worker that imported them once (tests/zygote.py: each
+# used to spend 0.6 to 2 s of CPU on the same imports); CHAINPROXY_TEST_ZYGOTE=0
+# starts each afresh.
 ZYGOTE = Zygote() if os.environ.get("CHAINPROXY_TEST_ZYGOTE", "1") != "0" else None
 ProcessStack.spawner = ZYGOTE.spawn if ZYGOTE is not None else None
 

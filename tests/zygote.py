@@ -4,9 +4,9 @@ tests start (``python -m tests.zygote SOCKET`` serves; ``Zygote`` asks).
 
 Why: a ``make test`` starts ~150 mitmdump, ~110 sidecar and ~200 simulated
 node processes, and each spent 0.6 to 2 s of CPU importing the same ~1,100
-modules before it did anything: about a third of the run's CPU on a 2-core
-machine (docs/OPERATIONS.md, Tests). A forked child skips that and is
-otherwise the process its command line would start: its own pid, session
+modules before it did anything; those processes used over half of the run's
+CPU on a 2-core machine, a third less with this (docs/OPERATIONS.md, Tests).
+A forked child skips that and is otherwise the process its command line would start: its own pid, session
 and process group, log, working directory, environment and exit code,
 running the same entry point (``mitmdump``'s, ``python -m sidecar``'s,
 ``python -m simnode``'s) with the same ``sys.argv``. Anything else (another
