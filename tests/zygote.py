@@ -5,16 +5,16 @@ tests start (``python -m tests.zygote SOCKET`` serves; ``Zygote`` asks).
 Why: a ``make test`` starts ~150 mitmdump, ~110 sidecar and ~200 simulated
 node processes, and each spent 0.6 to 2 s of CPU importing the same ~1,100
 modules before it did anything; those processes used over half of the run's
-CPU on a 2-core machine, a third less with this (docs/OPERATIONS.md, Tests).
-A forked child skips that and is otherwise the process its command line
-would start: its own pid, session and process group, log, working
-directory, environment and exit code, running the same entry point (``mitmdump``'s, ``python -m sidecar``'s,
-``python -m simnode``'s) with the same ``sys.argv``. Anything else (another
-command, a CPU set to pin it to, another checkout on ``PYTHONPATH``, any
-other ``PYTHON*`` variable than the zygote's) starts as before, and so does
-everything once the zygote cannot serve. The launcher's own processes
-(``make run``, the demo, rolling reloads) never come from here: their tests
-start them fresh, as an operator does.
+CPU on a 2-core machine, a third less with this (docs/OPERATIONS.md, Tests). A
+forked child skips that and is otherwise the process its command line would
+start: its own pid, session and process group, log, working directory,
+environment and exit code, running the same entry point (``mitmdump``'s,
+``python -m sidecar``'s, ``python -m simnode``'s) with the same ``sys.argv``.
+Anything else (another command, a CPU set to pin it to, another checkout on
+``PYTHONPATH``, any other ``PYTHON*`` variable than the zygote's) starts as
+before, and so does everything once the zygote cannot serve. The launcher's
+own processes (``make run``, the demo, rolling reloads) never come from here:
+their tests start them fresh, as an operator does.
 
 The wire: one ``SOCK_SEQPACKET`` connection per child; the request (JSON:
 argv, cwd, env) carries its stdin and output descriptors; the answer is
