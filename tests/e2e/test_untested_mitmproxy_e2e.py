@@ -69,7 +69,7 @@ def test_an_untested_version_stops_the_start_with_one_line(
         _argv(_faked(**fake), config, doc["sidecar"]["url"], port),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=90,  # a hang guard: two suites side by side once took over 60 s to start it
         cwd=REPO,
     )
     out = r.stdout + r.stderr

@@ -156,7 +156,10 @@ async def test_retry_after_keeps_client_calls_off_the_node(two_nodes: Stack) -> 
 @pytest.fixture
 def capped(tmp_path: Any) -> Iterator[Stack]:
     budgets = {"alpha": {"max_rps": 20}, "beta": {"max_rps": 20}}
-    stack = _stack(tmp_path, budgets, probes=HEAD_PROBES)
+    # a call is answered by a node or shed (503): the deadline far from both, so a
+    # stall of a loaded machine between its turn and its answer is no 504
+    failover = {**PROXY_DEFAULTS["failover"], "attempt_timeout_s": 3, "deadline_s": 8}
+    stack = _stack(tmp_path, budgets, probes=HEAD_PROBES, proxy={"failover": failover})
     try:
         yield stack
     finally:
