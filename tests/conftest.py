@@ -12,7 +12,7 @@ from hypothesis import settings
 from bench.stack import ProcessStack
 from chainproxy.supervisor import PORT_RANGE_ENV, SIDE_BY_SIDE_PORTS, port_slices
 from tests.redis_server import redis_server  # noqa: F401  (a real redis-server, per test)
-from tests.zygote import Zygote
+from tests.zygote_client import Zygote
 
 # Ports for the processes the tests start: each parallel worker (pytest-xdist,
 # `make test`) gets a slice of its own of the base range, the caller's

@@ -8,10 +8,8 @@ and is killed with its group, even when a test fails."""
 from __future__ import annotations
 
 import copy
-import json
 import os
 import time
-import urllib.error
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,15 +154,18 @@ class Stack(ProcessStack):
         finality, health: what its routing and caching read), as a test expects
         of a proxy that is up beside its sidecar. Its listener opens before the
         first snapshot arrives: a call in between is routed without it and
-        caches nothing at a height it does not yet know is final. After
-        ``timeout`` the test goes on (one that starts the proxy beside a
-        sidecar it cannot reach, on purpose)."""
+        caches nothing at a height it does not yet know is final. A proxy that
+        exits meanwhile is a ``StartError``; after ``timeout`` the test goes on
+        (a proxy started beside a sidecar it cannot reach, on purpose)."""
+        assert self.proxy is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if not self.proxy.alive():
+                raise StartError(self.proxy.exit_reason())
             try:
-                doc = http_json(f"{self.proxy_url}/rpc/healthz")
-            except urllib.error.HTTPError as e:  # 503: no healthy node (yet), same body
-                doc = json.loads(e.read() or b"{}")
+                doc = http_json(f"{self.proxy_url}/rpc/healthz", timeout=2)
+            except (OSError, ValueError):  # a stalled machine's slow answer: ask again
+                doc = {}
             snapshot = doc.get("snapshot", {}) if isinstance(doc, dict) else {}
             if any(int(n.get("applied", 0)) > 0 for n in snapshot.values()):
                 return
