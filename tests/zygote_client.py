@@ -48,9 +48,12 @@ class Forked:
     def poll(self) -> int | None:
         with self._lock:
             if self.returncode is None:
+                # non-blocking: a timeout a wait left on the socket would make a
+                # recv with MSG_DONTWAIT wait for it and raise TimeoutError
+                self._conn.settimeout(0.0)
                 try:
-                    message = self._conn.recv(64, socket.MSG_DONTWAIT)
-                except BlockingIOError:
+                    message = self._conn.recv(64)
+                except (BlockingIOError, TimeoutError):
                     return None
                 except OSError:
                     message = b""
