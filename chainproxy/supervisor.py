@@ -234,19 +234,9 @@ def spawn(
     return Child(name, popen, log)
 
 
-class Spawner(Protocol):
-    """``spawn``'s signature: what a ``Supervisor`` starts its children with."""
-
-    def __call__(
-        self,
-        name: str,
-        argv: Sequence[str],
-        *,
-        log: Path | None = None,
-        cwd: Path | None = None,
-        env: dict[str, str] | None = None,
-        cpus: set[int] | None = None,
-    ) -> Child: ...
+# ``spawn``'s signature: what a ``Supervisor`` starts its children with (the test
+# suite's zygote, ``tests/zygote_client.py``, has the same one)
+Spawner = Callable[..., Child]
 
 
 # --- waiting ------------------------------------------------------------------------------
