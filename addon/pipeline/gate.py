@@ -256,8 +256,10 @@ def health(
     network's chain, not outvoted, not ejected or paused). Always 200: every
     proxy sees the same nodes, so a balancer that took them out for a
     network's dead nodes would take them all out. ``snapshot``: per network,
-    how many routing snapshots of the sidecar's this process has applied and
-    how old the last one is (null: none yet): a view that stops refreshing
+    how many routing snapshots of the sidecar's this process has applied, how
+    old the last one is (null: none yet), and the tip and finalized heights it
+    routes and caches on (null: unknown, e.g. before the sidecar's first probe
+    answered: height reads are not cached then): a view that stops refreshing
     while the sidecar is down shows here."""
     out = {}
     for name in networks:
@@ -280,7 +282,10 @@ def health(
 
 def _snapshot_state(chain: ChainState, network: str, now: float) -> dict[str, object]:
     at = chain.heights_at.get(network)
+    tip, finalized = chain.heights(network)
     return {
         "applied": chain.snapshots.get(network, 0),
         "age_s": None if at is None else round(max(0.0, now - at), 1),
+        "tip": tip,
+        "finalized": finalized,
     }

@@ -146,28 +146,31 @@ class Stack(ProcessStack):
             quiet=not verbose,
         )
         if self.sidecar is not None and self.sidecar.alive():
-            self._first_snapshot()
+            self.wait_routing_view(self.proxy, self.proxy_url)
         return self.proxy
 
-    def _first_snapshot(self, timeout: float = 15.0) -> None:
-        """Until the proxy has applied its first routing snapshot (heights,
-        finality, health: what its routing and caching read), as a test expects
-        of a proxy that is up beside its sidecar. Its listener opens before the
-        first snapshot arrives: a call in between is routed without it and
-        caches nothing at a height it does not yet know is final. A proxy that
+    def wait_routing_view(self, proxy: Child, url: str, timeout: float = 15.0) -> None:
+        """Until ``proxy`` (at ``url``) routes on the sidecar's view (heights,
+        finality, health), as a test expects of a proxy that is up beside its
+        sidecar. Its listener opens before its first routing snapshot arrives,
+        and that one may come before the sidecar's first probe has answered: a
+        call meanwhile is routed without it and caches nothing at a height it
+        does not yet know is final. So: a snapshot with a finalized height, or
+        three without one (nodes down or hiding it on purpose). A proxy that
         exits meanwhile is a ``StartError``; after ``timeout`` the test goes on
         (a proxy started beside a sidecar it cannot reach, on purpose)."""
-        assert self.proxy is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self.proxy.alive():
-                raise StartError(self.proxy.exit_reason())
+            if not proxy.alive():
+                raise StartError(proxy.exit_reason())
             try:
-                doc = http_json(f"{self.proxy_url}/rpc/healthz", timeout=2)
+                doc = http_json(f"{url}/rpc/healthz", timeout=2)
             except (OSError, ValueError):  # a stalled machine's slow answer: ask again
                 doc = {}
-            snapshot = doc.get("snapshot", {}) if isinstance(doc, dict) else {}
-            if any(int(n.get("applied", 0)) > 0 for n in snapshot.values()):
+            views = (doc.get("snapshot") or {}).values() if isinstance(doc, dict) else ()
+            if any(v.get("finalized") is not None for v in views) or any(
+                int(v.get("applied", 0)) >= 3 for v in views
+            ):
                 return
             time.sleep(0.05)
 

@@ -48,7 +48,7 @@ def start_direct_off(stack: Stack) -> str:
     config["data_dir"] = str(stack.tmp / "data-off")
     path = Path(stack.tmp) / "config-off.yaml"
     path.write_text(yaml.safe_dump(config))
-    _, url = stack.start_chainproxy(
+    proc, url = stack.start_chainproxy(
         "mitmdump-off",
         path,
         config["sidecar"]["url"],
@@ -57,6 +57,7 @@ def start_direct_off(stack: Stack) -> str:
             "chainproxy_http_direct=false",
         ),
     )
+    stack.wait_routing_view(proc, url)
     return url
 
 

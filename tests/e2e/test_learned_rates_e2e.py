@@ -69,16 +69,17 @@ async def test_one_proxys_429_teaches_another_on_the_same_redis(tmp_path: Any) -
 
         # the first proxy, fresh: sends alpha more than it allows, and learns
         first = await _offer(stack.rpc_url(), rate=2.5 * LIMIT, seconds=2)
-        taught = alpha.state()["rate_limited"]
-        assert taught >= 1, alpha.state()
-        most, _ = busiest(_proxied_since(alpha.arrivals(), 0.0))
-        assert most > LIMIT  # what a proxy that knows nothing sends it
+        # what a proxy that knows nothing sends it: more than it allows, so alpha
+        # refused some of that proxy's calls (its log says whose: the sidecar's
+        # probes count toward the limit too, so neither the count of 429s nor the
+        # proxy's own busiest second alone shows it)
+        assert any(a["refused"] for a in _proxied_since(alpha.arrivals(), 0.0)), alpha.state()
 
         # the second proxy never had a 429 from alpha: it knows the rate from Redis
         since = time.time()
         replies = await _offer(f"{second}/rpc/v1/finney", rate=2.5 * LIMIT, seconds=3)
-        assert alpha.state()["rate_limited"] == taught  # it provoked none
         mine = _proxied_since(alpha.arrivals(), since)
+        assert not [a for a in mine if a["refused"]]  # it provoked no 429
         most, window = busiest(mine)
         assert most <= LIMIT, window  # no second, as alpha counts, above its limit
         assert sum(a["calls"] for a in mine) >= LIMIT  # alpha was used, not avoided

@@ -91,14 +91,14 @@ def test_health_says_how_fresh_the_routing_snapshot_is() -> None:
     pools: dict[str, UpstreamPool] = {}
     doc = health(pools, ("finney", "test"), 50.0, chain)
     assert doc["snapshot"] == {  # none applied yet
-        "finney": {"applied": 0, "age_s": None},
-        "test": {"applied": 0, "age_s": None},
+        "finney": {"applied": 0, "age_s": None, "tip": None, "finalized": None},
+        "test": {"applied": 0, "age_s": None, "tip": None, "finalized": None},
     }
     chain.set_heights("finney", 10, 8, at=40.0)
     chain.set_heights("finney", 11, 9, at=45.0)
     chain.set_heights("test", None, None)  # heights without a snapshot: not counted
     doc = health(pools, ("finney", "test"), 52.25, chain)
     assert doc["snapshot"] == {
-        "finney": {"applied": 2, "age_s": 7.2},
-        "test": {"applied": 0, "age_s": None},
+        "finney": {"applied": 2, "age_s": 7.2, "tip": 11, "finalized": 9},
+        "test": {"applied": 0, "age_s": None, "tip": None, "finalized": None},
     }
