@@ -12,10 +12,9 @@ PYTHON312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 STAMP := $(VENV)/.installed
 # pytest worker processes of `make test` (pytest-xdist): the suite waits on its child
-# processes much of the time, so two share this 2-core machine's work; three are
-# faster but leave the upstream-limit tests' open-loop rates too little CPU
+# processes much of the time, so three share this 2-core machine's work
 # (docs/OPERATIONS.md, Tests); 0 runs it in one
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: run test demo inspect lint explore bench clean help check-config
 

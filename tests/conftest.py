@@ -45,12 +45,11 @@ if PORTS_BASE_ENV not in os.environ:  # the first process of the run: the contro
     os.environ[PORTS_BASE_ENV] = os.environ.get(PORT_RANGE_ENV) or f"{lo}-{hi}"
 os.environ[PORT_RANGE_ENV] = _worker_ports()
 
-# With CHAINPROXY_TEST_ZYGOTE=1 the mitmdump, sidecar and simulated-node processes
-# the tests start fork from one interpreter per worker that imported them once
-# (tests/zygote.py: each start spends 0.6 to 2 s of CPU on the same imports).
-# Off by default: with it, a few timing-bound e2e tests still fail now and then
-# (docs/OPERATIONS.md, Tests).
-ZYGOTE = Zygote() if os.environ.get("CHAINPROXY_TEST_ZYGOTE", "0") == "1" else None
+# The mitmdump, sidecar and simulated-node processes the tests start fork from
+# one interpreter per worker that imported them once (tests/zygote.py: each
+# start spends 0.6 to 2 s of CPU on the same imports); CHAINPROXY_TEST_ZYGOTE=0
+# starts each afresh (docs/OPERATIONS.md, Tests).
+ZYGOTE = Zygote() if os.environ.get("CHAINPROXY_TEST_ZYGOTE", "1") != "0" else None
 ProcessStack.spawner = ZYGOTE.spawn if ZYGOTE is not None else None
 
 # Property tests: ``make test`` draws new random examples each run (a fresh
