@@ -27,169 +27,24 @@ from collections.abc import Callable
 from urllib.parse import quote, unquote, urlsplit
 
 import aiohappyeyeballs
-import httptools
 
 from addon.upstream.backoff import parse_retry_after
 from addon.upstream.forward import TransportError
+from addon.upstream.http_conn import Answer, Conn, Slots, Stale, time_out
 
 KEEPALIVE_S = 4.0  # node servers (Node, chopsticks) drop idle connections at 5 s
 LIMIT_PER_HOST = 256
 LIMIT = 1024
 MAX_TARGETS = 4096  # URLs parsed and kept (they come from the config: a handful)
-HEAD_LIMIT = 65536  # bytes of an answer's status line and headers
-# aiohttp's reason for an answer that is not HTTP: metrics read the same either way
-BAD_ANSWER = "client-error:ClientResponseError"
 _USER_AGENT = b"chainproxy"  # some providers' gateways refuse a request without one
-
-
-# status, body (still encoded), Content-Encoding, Retry-After
-_Answer = tuple[int, bytes, bytes, str | None]
-
-
-class _Stale(Exception):
-    """The connection closed before any byte of the answer arrived."""
-
-
-class _Conn(asyncio.Protocol):
-    """One keep-alive connection, one request at a time."""
-
-    __slots__ = (
-        "answered", "body", "encoding", "head", "idle_since", "keep_alive", "length", "limit",
-        "parser", "retry_after", "reused", "size", "sized", "status", "transport", "usable",
-        "waiter",
-    )  # fmt: skip
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.waiter: asyncio.Future[_Answer] | None = None
-        self.usable = True  # False: never pooled again
-        self.reused = False  # it answered a call before this one
-        self.idle_since = 0.0
-        self.limit = 0
-        self._reset()
-
-    def _reset(self) -> None:
-        self.answered = False  # a byte of this call's answer arrived
-        self.head = 0  # bytes read while its head is not complete
-        self.status = 0
-        self.body: list[bytes] = []
-        self.size = 0
-        self.sized = False  # Content-Length or chunked: the end is known without EOF
-        self.length = 0
-        self.encoding = b""
-        self.retry_after: str | None = None
-        self.keep_alive = False
-
-    def send(self, data: bytes, limit: int) -> asyncio.Future[_Answer]:
-        assert self.transport is not None
-        self._reset()
-        self.limit = limit
-        self.waiter = asyncio.get_running_loop().create_future()
-        if not self.usable or self.transport.is_closing():
-            # lost between connect and now: a write would vanish and the call
-            # wait for its timeout; nothing was answered
-            self._fail(_Stale())
-        else:
-            self.transport.write(data)
-        return self.waiter
-
-    def close(self, abort: bool = True) -> None:
-        """``abort``: at once (an answer half read is never read); else a FIN."""
-        self.usable = False
-        if self.transport is not None:
-            self.transport.abort() if abort else self.transport.close()
-
-    def _fail(self, exc: BaseException) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(exc)
-        self.close()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # TCP: a Transport
-
-    def data_received(self, data: bytes) -> None:
-        if self.waiter is None:  # nothing asked: a stray byte (a 408, garbage)
-            self.close()
-            return
-        self.answered = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            self._fail(TransportError(BAD_ANSWER))
-            return
-        if not self.status and self.waiter is not None:
-            # a head that never ends (a hostile or broken node): llhttp keeps a
-            # header value growing, so it is bounded as a client's head is
-            self.head += len(data)
-            if self.head > HEAD_LIMIT:
-                self._fail(TransportError("response-head-too-large"))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.usable = False
-        if self.waiter is None:
-            return
-        if not self.answered:
-            self._fail(_Stale())
-        elif self.status >= 200 and not self.sized:
-            self._done()  # the body ran until the node closed: complete
-        elif self.status:
-            self._fail(TransportError("truncated-body"))
-        else:  # cut inside the status line or headers
-            self._fail(TransportError("disconnected"))
-
-    # httptools' callbacks
-    def on_message_begin(self) -> None:
-        if self.waiter is None:  # bytes after the answer: the stream is not ours to reuse
-            self.usable = False
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        n = name.lower()
-        if n == b"content-length":
-            self.sized = True
-            self.length = int(value)  # llhttp has checked it is a number
-        elif n == b"transfer-encoding" and b"chunked" in value.lower():
-            self.sized = True
-        elif n == b"content-encoding":
-            self.encoding = value.strip().lower()
-        elif n == b"retry-after":
-            self.retry_after = value.decode("latin1")
-
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        if self.length > self.limit and self.status >= 200:  # refused before it is read
-            self._fail(TransportError("response-too-large"))
-
-    def on_body(self, chunk: bytes) -> None:
-        if self.waiter is None:  # failed already: the rest of this read is dropped
-            return
-        self.size += len(chunk)
-        if self.size > self.limit:
-            self._fail(TransportError("response-too-large"))
-            return
-        self.body.append(chunk)
-
-    def on_message_complete(self) -> None:
-        if self.status < 200:  # 1xx (100 Continue, 103 Early Hints): the answer follows
-            self.status = 0
-            return
-        self.keep_alive = self.parser.should_keep_alive()
-        self._done()
-
-    def _done(self) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-            waiter.set_result((self.status, body, self.encoding, self.retry_after))
 
 
 class _Host:
     __slots__ = ("idle", "slots")
 
     def __init__(self) -> None:
-        self.idle: list[_Conn] = []  # most recently used last (LIFO: cold ones expire)
-        self.slots = asyncio.Semaphore(LIMIT_PER_HOST)
+        self.idle: list[Conn] = []  # most recently used last (LIFO: cold ones expire)
+        self.slots = Slots(LIMIT_PER_HOST)
 
 
 class _Target:
@@ -246,7 +101,7 @@ class LeanTransport:
         self._keepalive_s = keepalive_s
         self._targets: dict[str, _Target] = {}
         self._hosts: dict[tuple[bool, str, int], _Host] = {}
-        self._slots = asyncio.Semaphore(LIMIT)
+        self._slots = Slots(LIMIT)
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
 
@@ -262,8 +117,16 @@ class LeanTransport:
             self._targets[url] = target
         request = b"%s%d\r\n\r\n%s" % (target.head, len(body), body)
         try:
-            async with asyncio.timeout(timeout):
-                status, raw, encoding, retry_after = await self._call(target, request)
+            host = self._hosts.get(target.key)
+            conn = self._reuse(host) if host is not None else None
+            if conn is not None:
+                assert host is not None
+                status, raw, encoding, retry_after = await self._reused(
+                    target, host, conn, request, timeout
+                )
+            else:
+                async with asyncio.timeout(timeout):
+                    status, raw, encoding, retry_after = await self._call(target, request)
         except TimeoutError:
             raise TransportError("timeout") from None
         except (TransportError, asyncio.CancelledError):
@@ -278,13 +141,53 @@ class LeanTransport:
             raw = _decode(raw, encoding, self.max_response_bytes)
         return status, raw
 
-    async def _call(self, target: _Target, request: bytes) -> _Answer:
+    def _reuse(self, host: _Host) -> Conn | None:
+        """An idle connection with both places taken, without a coroutine, when
+        there is room now and one is idle; else None (``_call`` waits its turn)."""
+        if not host.idle or not self._slots.try_take():
+            return None
+        if host.slots.try_take():
+            conn = self._idle(host)
+            if conn is not None:
+                return conn
+            host.slots.release()
+        self._slots.release()
+        return None
+
+    async def _reused(
+        self, target: _Target, host: _Host, conn: Conn, request: bytes, timeout: float
+    ) -> Answer:
+        """``_call`` on a connection ``_reuse`` took: the answer's future
+        awaited with a timer (no timeout context, no coroutine per layer, the
+        bulk of what a pooled call cost over its socket work). A connection the
+        node closed just as it was reused goes the whole way (``_call``) in the
+        time left, as there."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        answer = conn.send(request, self.max_response_bytes)
+        timer = loop.call_at(deadline, time_out, answer)
+        done = False
+        try:
+            result = await answer
+            done = True
+            return result
+        except Stale:
+            pass
+        finally:
+            timer.cancel()
+            self._finish(host, conn, done)
+            host.slots.release()
+            self._slots.release()
+        async with asyncio.timeout_at(deadline):
+            return await self._call(target, request)
+
+    async def _call(self, target: _Target, request: bytes) -> Answer:
         host = self._hosts.get(target.key) or self._hosts.setdefault(target.key, _Host())
         async with self._slots, host.slots:
             conn = self._idle(host) or await self._connect(target)
             try:
                 return await self._exchange(host, conn, request)
-            except _Stale:
+            except Stale:
                 if not conn.reused:  # a fresh connection cut: the node's doing
                     raise TransportError("disconnected") from None
             # A pooled connection the node closed just as we reused it (its
@@ -294,27 +197,30 @@ class LeanTransport:
             conn = await self._connect(target)
             try:
                 return await self._exchange(host, conn, request)
-            except _Stale:
+            except Stale:
                 raise TransportError("disconnected") from None
 
-    async def _exchange(self, host: _Host, conn: _Conn, request: bytes) -> _Answer:
+    async def _exchange(self, host: _Host, conn: Conn, request: bytes) -> Answer:
         done = False
         try:
             answer = await conn.send(request, self.max_response_bytes)
             done = True
         finally:
-            # Only a whole answer frees the connection for another call; a
-            # cancelled or failed one may still have bytes on the way.
-            if done and conn.keep_alive and conn.usable and not self._closed:
-                conn.reused = True
-                conn.idle_since = self._clock()
-                host.idle.append(conn)
-                self._arm_sweep()
-            else:
-                conn.close()
+            self._finish(host, conn, done)
         return answer
 
-    def _idle(self, host: _Host) -> _Conn | None:
+    def _finish(self, host: _Host, conn: Conn, done: bool) -> None:
+        # Only a whole answer frees the connection for another call; a
+        # cancelled or failed one may still have bytes on the way.
+        if done and conn.keep_alive and conn.usable and not self._closed:
+            conn.reused = True
+            conn.idle_since = self._clock()
+            host.idle.append(conn)
+            self._arm_sweep()
+        else:
+            conn.close()
+
+    def _idle(self, host: _Host) -> Conn | None:
         now = self._clock()
         while host.idle:
             conn = host.idle.pop()
@@ -325,7 +231,7 @@ class LeanTransport:
             conn.close(abort=False)
         return None
 
-    async def _connect(self, target: _Target) -> _Conn:
+    async def _connect(self, target: _Target) -> Conn:
         tls, name = None, None
         if target.tls:
             tls, name = self._ssl or ssl.create_default_context(), target.host
@@ -336,7 +242,7 @@ class LeanTransport:
             # aiohttp's happy eyeballs: a silent IPv6 address, then IPv4 250 ms
             # later (asyncio's own, 3.12.1, asserts when an address refuses)
             sock = await aiohappyeyeballs.start_connection(infos, happy_eyeballs_delay=0.25)
-            _, conn = await loop.create_connection(_Conn, sock=sock, ssl=tls, server_hostname=name)
+            _, conn = await loop.create_connection(Conn, sock=sock, ssl=tls, server_hostname=name)
         except OSError:  # refused, unreachable, DNS, TLS handshake or certificate
             raise TransportError("connect-error") from None
         return conn
