@@ -5,6 +5,7 @@ timer) against real servers on 127.0.0.1, and its places (``Slots``)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -14,21 +15,31 @@ from addon.upstream.http_client import LeanTransport
 from addon.upstream.http_conn import Slots
 from tests.addon.upstream.test_http_client import OK, Raw, _answer, _keep_alive, _read_request
 
+Server = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
-async def test_a_slow_answer_on_a_reused_connection_is_a_timeout_and_closes_it() -> None:
-    async def second_silent(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int
-    ) -> None:
+
+def second_call(then: Server) -> Callable[..., Awaitable[None]]:
+    """A server whose first connection answers its first call, reads the
+    second (on the pooled connection) and does ``then``; later connections
+    answer every call."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        if n > 0:
+            return await _keep_alive(reader, writer, n)
         await _read_request(reader)
         writer.write(_answer())
         await writer.drain()
-        if n == 0:
-            await _read_request(reader)
-            await reader.read()  # the second call is never answered: until the client closes
-        else:
-            await _keep_alive(reader, writer, n)
+        await _read_request(reader)
+        await then(reader, writer)
 
-    raw = Raw(second_silent)
+    return handle
+
+
+async def test_a_slow_answer_on_a_reused_connection_is_a_timeout_and_closes_it() -> None:
+    async def silent(reader: asyncio.StreamReader, _: asyncio.StreamWriter) -> None:
+        await reader.read()  # the second call is never answered: until the client closes
+
+    raw = Raw(second_call(silent))
     t = LeanTransport(max_response_bytes=1_000_000)
     async with raw as url:
         assert await t.post(url, b"{}", 5) == (200, OK)
@@ -49,19 +60,13 @@ async def test_a_slow_answer_on_a_reused_connection_is_a_timeout_and_closes_it()
 async def test_a_cancelled_call_on_a_reused_connection_closes_it() -> None:
     started = asyncio.Event()
 
-    async def halting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        if n > 0:
-            return await _keep_alive(reader, writer, n)
-        await _read_request(reader)
-        writer.write(_answer())
-        await writer.drain()
-        await _read_request(reader)
+    async def halting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + OK[:10])
         await writer.drain()
         started.set()
         await reader.read()
 
-    raw = Raw(halting)
+    raw = Raw(second_call(halting))
     t = LeanTransport(max_response_bytes=1_000_000)
     async with raw as url:
         assert await t.post(url, b"{}", 5) == (200, OK)
@@ -83,19 +88,11 @@ async def test_a_reused_connection_cut_before_its_answer_goes_again_in_the_time_
     answered): the call goes on a new connection, within its own timeout."""
     cut = asyncio.Event()
 
-    async def drop_second(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int
-    ) -> None:
-        if n > 0:
-            return await _keep_alive(reader, writer, n)
-        await _read_request(reader)
-        writer.write(_answer())
-        await writer.drain()
-        await _read_request(reader)
+    async def drop_second(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cut.set()
         writer.transport.abort()  # read, never answered
 
-    raw = Raw(drop_second)
+    raw = Raw(second_call(drop_second))
     t = LeanTransport(max_response_bytes=1_000_000)
     async with raw as url:
         assert await t.post(url, b"{}", 5) == (200, OK)
