@@ -1,6 +1,6 @@
 """What one upstream call costs the proxy's process: chainproxy's two clients,
 ``AiohttpTransport`` (``addon/upstream/forward.py``, ``proxy.upstream_client:
-aiohttp``) and ``LeanTransport`` (``addon/upstream/http_client.py``, the
+aiohttp``) and ``LeanTransport`` (``addon/upstream/lean/client.py``, the
 default), against a minimal keep-alive HTTP/1.1 client on an
 ``asyncio.Protocol`` (the shape of ``addon/redislink/pipe.py``), all POSTing to
 the trivial upstream, one call at a time and 32 at once; CPU time of this
@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from addon.upstream.forward import AiohttpTransport, new_session
-from addon.upstream.http_client import LeanTransport
+from addon.upstream.lean.client import LeanTransport
 from bench.stack import Stack
 
 BODY = json.dumps(

@@ -36,7 +36,7 @@ from addon.subs.head_watch import HeadWatch
 from addon.subs.hub import SubscriptionHub
 from addon.upstream.coalesce import Coalescer
 from addon.upstream.forward import AiohttpTransport, Transport
-from addon.upstream.http_client import LeanTransport
+from addon.upstream.lean.client import LeanTransport
 from common.config import Config
 from common.config.model import ProxyConfig
 

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from addon.upstream.fair_wait import FairWait
     from addon.upstream.forward import Budget, Transport
     from addon.upstream.hedge import Hedger
-    from addon.upstream.http_client import LeanTransport
+    from addon.upstream.lean.client import LeanTransport
     from addon.upstream.pool import UpstreamPool
 
 # read through to the part that holds them (a reload replaces only ``policy``)

@@ -113,7 +113,7 @@ class ProxyConfig:
     max_body_bytes: int = 1_048_576
     max_batch: int = 100
     max_response_bytes: int = 64 * 1_048_576  # an upstream answer larger than this fails over
-    # the upstream HTTP client: "lean" (addon/upstream/http_client.py) or "aiohttp"
+    # the upstream HTTP client: "lean" (addon/upstream/lean/client.py) or "aiohttp"
     upstream_client: str = "lean"
     sidecar_timeout_s: float = 10.0  # for dashboard/API requests passed to the sidecar
     drain_s: float = 10.0  # SIGTERM: calls in flight answered within this, then exit

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from addon.upstream.forward import AiohttpTransport, Transport, new_session
-from addon.upstream.http_client import LeanTransport
+from addon.upstream.lean.client import LeanTransport
 
 
 class MakeTransport:

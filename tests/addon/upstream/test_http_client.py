@@ -25,9 +25,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from addon.runtime import Runtime
-from addon.upstream import http_client
 from addon.upstream.forward import AiohttpTransport, TransportError, new_session
-from addon.upstream.http_client import LeanTransport
+from addon.upstream.lean import client as http_client
+from addon.upstream.lean.client import LeanTransport
 from common.config import ConfigError, parse_config
 from tests.addon.upstream.conftest import MakeTransport
 

@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from addon.upstream import http_client
 from addon.upstream.forward import TransportError
-from addon.upstream.http_client import LeanTransport
-from addon.upstream.http_conn import Slots
+from addon.upstream.lean import client as http_client
+from addon.upstream.lean.client import LeanTransport
+from addon.upstream.lean.conn import Slots
 from tests.addon.upstream.test_http_client import OK, Raw, _answer, _keep_alive, _read_request
 
 Server = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

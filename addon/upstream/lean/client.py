@@ -30,7 +30,7 @@ import aiohappyeyeballs
 
 from addon.upstream.backoff import parse_retry_after
 from addon.upstream.forward import TransportError
-from addon.upstream.http_conn import Answer, Conn, Slots, Stale, time_out
+from addon.upstream.lean.conn import Answer, Conn, Slots, Stale, time_out
 
 KEEPALIVE_S = 4.0  # node servers (Node, chopsticks) drop idle connections at 5 s
 LIMIT_PER_HOST = 256

@@ -1,6 +1,6 @@
 """One keep-alive HTTP/1.1 connection to a node (``Conn``, an
 ``asyncio.Protocol`` whose answers ``httptools`` parses) and the places that
-bound how many are in use (``Slots``): the parts of ``http_client``'s
+bound how many are in use (``Slots``): the parts of ``client``'s
 ``LeanTransport`` below its pool."""
 
 from __future__ import annotations
