@@ -13,6 +13,7 @@ import diskcache
 import pytest
 
 from addon.reporting.spool import calls_in
+from common.endpoint_id import endpoint_id
 from tests.e2e.harness import Stack, http_json
 from tests.e2e.helpers import (
     build_stack,
@@ -164,11 +165,26 @@ async def test_usage_counts_exactly_the_calls_made(tmp_path_factory: Any) -> Non
         await until_both_synced(stack)
         ip = next_client_ip()
         calls = await until_the_proxy_uses_both(stack, ip)  # its snapshot has both
-        stack.nodes[1].control(http_status=503)
-        h = stack.nodes[0].rpc("chain_getBlockHash", [7])["result"]
+        alpha, beta = stack.nodes
+        # The proxy sends a call to the cheaper of its nodes by their answers'
+        # latency: two equal nodes may leave beta unchosen for long. So alpha
+        # answers slowly until the proxy prefers beta, then beta fails: its next
+        # call meets beta's fault and fails over.
+        alpha.control(latency_ms=150)
+        deadline = time.monotonic() + 20
+        while True:
+            assert time.monotonic() < deadline, "the proxy never preferred beta"
+            r = await post(stack.rpc_url(), call("system_health", id_=calls), client_ip=ip)
+            assert r.status == 200
+            calls += 1
+            if r.headers.get("X-Chainproxy-Upstream") == endpoint_id(beta.url):
+                break
+        alpha.control(latency_ms=0)
+        beta.control(http_status=503)
+        h = alpha.rpc("chain_getBlockHash", [7])["result"]
         failovers = hits = 0
         deadline = time.monotonic() + 20
-        while not failovers:  # until a call meets beta's fault (the cheaper node is chosen)
+        while not failovers:  # until a call meets beta's fault
             assert time.monotonic() < deadline, "no call met beta"
             r = await post(stack.rpc_url(), call("system_health", id_=calls), client_ip=ip)
             assert r.status == 200
