@@ -118,9 +118,7 @@ class LeanTransport:
         request = b"%s%d\r\n\r\n%s" % (target.head, len(body), body)
         try:
             host = self._hosts.get(target.key)
-            conn = self._reuse(host) if host is not None else None
-            if conn is not None:
-                assert host is not None
+            if host is not None and (conn := self._reuse(host)) is not None:
                 status, raw, encoding, retry_after = await self._reused(
                     target, host, conn, request, timeout
                 )
