@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import orjson
 from mitmproxy.test import tflow
 
 from addon.addons import build_addons
@@ -49,14 +50,19 @@ HEADER = {
     "digest": {"logs": []},
 }
 PINNED = "0x" + "ab" * 32
+STORAGE_VALUE = "0x" + "01" * 80  # an AccountInfo-sized value
 
 
 class InstantUpstream:
-    """Answers every call with a block header, as the trivial upstream does."""
+    """Answers at once: a storage read with a value (a hex string, as a node
+    answers one), anything else with a block header, as the trivial upstream does."""
 
     async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-        doc = json.loads(body)
-        return 200, json.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": HEADER}).encode()
+        # orjson: making a node's answer is not the proxy's work (the stdlib's json
+        # here put ~12 µs of the fake's own into each miss's figure)
+        doc = orjson.loads(body)
+        result = STORAGE_VALUE if doc["method"] == "state_getStorage" else HEADER
+        return 200, orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": result})
 
 
 def _stages(tmp: Path, costs: bool = True) -> tuple[list[Any], Runtime]:
