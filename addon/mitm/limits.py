@@ -17,9 +17,12 @@ a hole measured here against mitmproxy itself:
    is closed. Idle keep-alive connections are not affected (no request begun).
 3. **Body over ``body_size_limit``.** mitmproxy stops reading there (a chunked
    body too) and answers with an HTML page; the contract's JSON-RPC 413 is sent
-   instead, so the limit can be the JSON-RPC limit itself.
-4. **WebSocket message size.** mitmproxy gathers a message whole, with no bound
-   (by repeated ``bytes +=``, quadratic in its pieces; a list entry per frame).
+   instead, so the limit can be the JSON-RPC limit itself. After the "100
+   Continue" it sends for ``Expect: 100-continue`` it sent nothing at all (it
+   took the interim answer for the answer, ``server_send``): the 413 is sent.
+4. **WebSocket message size** (``addon/mitm/ws_limits.py``). mitmproxy
+   gathers a message whole, with no bound (by repeated ``bytes +=``,
+   quadratic in its pieces; a list entry per frame).
    A client message passing ``ws_message_bytes`` (or ``MAX_FRAGMENTS`` frames)
    is not gathered past that point: the rest is read and dropped, and the
    addon answers it with the contract's -32600 (``refused_message``); the
@@ -58,11 +61,13 @@ from mitmproxy import ctx, http
 from mitmproxy.proxy import commands, events, server
 from mitmproxy.proxy.layers import websocket as mitm_ws
 from mitmproxy.proxy.layers.http import _http1
+from mitmproxy.proxy.layers.http._events import ResponseProtocolError
 
 from addon.mitm import internals as mitm_internals
 from addon.mitm.http_requests import HEAD_LIMIT, head_too_large
 from addon.mitm.responses import json_error
-from addon.rpc.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, error_obj
+from addon.mitm.ws_limits import client_events
+from addon.rpc.jsonrpc import INTERNAL_ERROR
 
 log = logging.getLogger("chainproxy")
 
@@ -81,13 +86,15 @@ _READ_HEADERS = (_http1.Http1Server, "read_headers")
 _ERROR_RESPONSE = (_http1, "make_error_response")
 _WS_EVENTS = (mitm_ws.WebsocketConnection, "events")
 _HANDLE_CONNECTION = (server.ConnectionHandler, "handle_connection")
+_SERVER_SEND = (_http1.Http1Server, "send")
 _ORIGINALS: dict[tuple[Any, str], Any] = {
     t: vars(t[0]).get(t[1], _ABSENT)
-    for t in (_READ_HEADERS, _ERROR_RESPONSE, _WS_EVENTS, _HANDLE_CONNECTION)
+    for t in (_READ_HEADERS, _ERROR_RESPONSE, _WS_EVENTS, _HANDLE_CONNECTION, _SERVER_SEND)
 }
 _ORIGINAL_READ_HEADERS = _ORIGINALS[_READ_HEADERS]
 _ORIGINAL_ERROR_RESPONSE = _ORIGINALS[_ERROR_RESPONSE]
 _ORIGINAL_HANDLE_CONNECTION = _ORIGINALS[_HANDLE_CONNECTION]
+_ORIGINAL_SERVER_SEND = _ORIGINALS[_SERVER_SEND]
 _READ_BODY = _http1.Http1Connection.read_body
 
 
@@ -208,7 +215,7 @@ class ReadLimits:
             )
 
         def ws_events(conn: Any) -> Generator[wsproto.events.Event, None, None]:
-            return _client_events(conn, limits.ws_message_bytes, self._refused)
+            return client_events(conn, limits.ws_message_bytes, self._refused)
 
         async def handle_connection(handler: Any, connection: Any) -> None:
             await _handle_connection(handler, connection)
@@ -219,6 +226,9 @@ class ReadLimits:
             _ERROR_RESPONSE: error_response,
             _WS_EVENTS: ws_events,
             _HANDLE_CONNECTION: handle_connection,
+            # its own function, as each of the others: an old instance's late
+            # ``done`` takes out only what is its own
+            _SERVER_SEND: lambda layer, event: server_send(layer, event),
         }
 
 
@@ -228,6 +238,7 @@ def _assumptions() -> list[tuple[str, bool]]:
         ("Http1Server.read_headers", callable(getattr(_http1.Http1Server, "read_headers", None))),
         ("Http1Connection.read_body", callable(getattr(_http1.Http1Connection, "read_body", None))),
         ("Http1Connection.done", callable(getattr(_http1.Http1Connection, "done", None))),
+        ("Http1Server.send", callable(_ORIGINAL_SERVER_SEND)),
         ("_http1.make_error_response", callable(getattr(_http1, "make_error_response", None))),
         ("WebsocketConnection", issubclass(mitm_ws.WebsocketConnection, wsproto.Connection)),
         ("ConnectionHandler.handle_connection", callable(_ORIGINAL_HANDLE_CONNECTION)),
@@ -326,51 +337,20 @@ def _close_slow(layer: Any, limit: float) -> None:
     io.handler.cancel("chainproxy: request read timeout")
 
 
-# --- 4: WebSocket message size ---------------------------------------------------------
-
-MAX_FRAGMENTS = 4096  # frames of one client message (empty ones cost mitmproxy a list entry)
-_MSG_KEY = "_chainproxy_message"  # (bytes, frames) of the client message being received
+# --- 3: a refusal after "100 Continue" ------------------------------------------------
 
 
-def _client_events(
-    conn: Any, limit: int, refused: dict[str, dict[str, Any]]
-) -> Generator[wsproto.events.Event, None, None]:
-    """wsproto's ``events()``; on the client's side a message passing the byte
-    ``limit`` (or ``MAX_FRAGMENTS``) is no longer gathered: what mitmproxy holds
-    of it is dropped and the rest reaches it empty, so it costs no memory; once
-    it ends, ``refused`` has its answer under the connection's id (the
-    contract's -32600, as a POST of it would get) and the socket stays open."""
-    if conn.client or not limit:  # the sink's side, or no limit
-        yield from wsproto.Connection.events(conn)
-        return
-    for event in wsproto.Connection.events(conn):
-        if isinstance(event, wsproto.events.Message):
-            data = event.data  # str for text: its UTF-8 length, cheaply when ASCII
-            n = len(data) if not isinstance(data, str) or data.isascii() else len(data.encode())
-            size, frames = getattr(conn, _MSG_KEY, (0, 0))
-            size, frames = size + n, frames + event.frame_finished
-            over = size > limit or frames > MAX_FRAGMENTS
-            if over:
-                conn.frame_buf = [b""]  # mitmproxy's pieces of this message
-                event = type(event)(
-                    data="" if isinstance(data, str) else b"",
-                    frame_finished=event.frame_finished,
-                    message_finished=event.message_finished,
-                )
-            if event.message_finished:
-                if over:
-                    refused[conn.conn.id] = _too_large(size, frames, limit)
-                size = frames = 0
-            setattr(conn, _MSG_KEY, (size, frames))
-        yield event
-
-
-def _too_large(size: int, frames: int, limit: int) -> dict[str, Any]:
-    if size > limit:  # the gate's words for a POST body (addon/pipeline/gate.py)
-        message = f"body too large: {size} bytes, the limit is {limit}"
-        return error_obj(None, INVALID_REQUEST, message, {"limit": limit})
-    message = f"message in {frames} fragments, the limit is {MAX_FRAGMENTS}"
-    return error_obj(None, INVALID_REQUEST, message, {"limit_fragments": MAX_FRAGMENTS})
+def server_send(layer: Any, event: Any) -> Generator[Any, None, None]:
+    """mitmproxy's ``Http1Server.send``. It takes the interim "100 Continue"
+    it sent a client's ``Expect: 100-continue`` for the answer under way, so a
+    refusal of the body that follows (a chunked body over ``body_size_limit``:
+    curl's way of posting one) closed the connection without the 413. An
+    interim answer is not the answer: the refusal is sent."""
+    response = getattr(layer, "response", None)
+    if isinstance(event, ResponseProtocolError) and response is not None:
+        if 100 <= response.status_code < 200:
+            layer.response = None
+    yield from _ORIGINAL_SERVER_SEND(layer, event)
 
 
 # --- 5: a reader that ends closes its socket ---------------------------------------------

@@ -22,6 +22,7 @@ import json
 import os
 import select
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -314,6 +315,45 @@ def test_a_chunked_body_over_the_limit_gets_413_and_is_not_read(sstack: Stack) -
     # even be sent (what went out sits in kernel buffers at most)
     assert sent < total // 2, f"{sent} of {total} bytes were taken"
     assert rss_kb(pid) - rss_before < 16 * 1024
+
+
+def test_a_chunked_body_over_the_limit_after_100_continue_gets_413(sstack: Stack) -> None:
+    """``Expect: 100-continue`` (curl sends it with a chunked body): mitmproxy's
+    interim "100 Continue" went out, then the refused body closed the connection
+    with no answer at all; the 413 follows the 100 now."""
+    payload = b"x" * 65536
+    chunk = b"%x\r\n%s\r\n" % (len(payload), payload)
+    first = head(chunked=True).replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n")
+    answer, _, closed = _push(port_of(sstack), first, chunk, 4 * 1_048_576)
+    interim, _, rest = answer.partition(b"\r\n\r\n")
+    assert interim.startswith(b"HTTP/1.1 100"), answer[:200]
+    doc = assert_json_error(rest, 413)
+    assert closed
+    assert doc["error"]["data"] == {"limit": LIMIT}, doc
+
+
+def test_curl_posting_a_large_body_chunked_gets_the_json_413(sstack: Stack, tmp_path: Path) -> None:
+    """As a user meets it: curl, a body file over the limit, chunked (curl adds
+    ``Expect: 100-continue`` itself; before the fix it got an empty reply)."""
+    body = tmp_path / "big.json"
+    body.write_bytes(
+        b'{"jsonrpc":"2.0","id":1,"method":"system_health","params":["'
+        + b"x" * (2 * LIMIT)
+        + b'"]}'
+    )
+    out = subprocess.run(
+        [
+            "curl", "-s", "-S", "-i", "--max-time", "20", "-H", "Content-Type: application/json",
+            "-H", "Transfer-Encoding: chunked", "--data-binary", f"@{body}", sstack.rpc_url(),
+        ],
+        capture_output=True,
+        timeout=30,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    final = out.stdout.rpartition(b"HTTP/1.1 ")[2]  # past the interim 100
+    assert final.startswith(b"413"), out.stdout[:300]
+    doc = json.loads(final.partition(b"\r\n\r\n")[2])
+    assert doc["error"]["code"] == -32600 and doc["error"]["data"] == {"limit": LIMIT}
 
 
 def test_a_declared_length_over_the_limit_is_refused_before_any_body(sstack: Stack) -> None:

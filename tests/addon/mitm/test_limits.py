@@ -25,6 +25,7 @@ from mitmproxy.test import taddons, tflow
 
 from addon.mitm import limits as mitm_limits
 from addon.mitm.limits import Limits, ReadLimits
+from addon.mitm.ws_limits import MAX_FRAGMENTS
 
 # mitmproxy's own functions, as found when this module is imported (importing
 # addon/mitm/limits.py patches nothing: a ReadLimits does, when loaded)
@@ -254,7 +255,7 @@ def test_a_client_message_past_the_limit_is_not_kept_and_gets_the_413_error(
 
 def test_a_message_in_too_many_fragments_is_refused(owner: ReadLimits) -> None:
     owner.limits.ws_message_bytes = 1 << 20
-    n = mitm_limits.MAX_FRAGMENTS + 1
+    n = MAX_FRAGMENTS + 1
     frames = _client_frame(0x1, b"", fin=False)
     frames += b"".join(_client_frame(0x0, b"", fin=False) for _ in range(n - 2))
     frames += _client_frame(0x0, b"")
