@@ -28,6 +28,7 @@ from chainproxy.reload import (
     Reloader,
     ReloadRequest,
     other_launcher,
+    reload_hint,
     remove_pid_file,
     write_pid_file,
 )
@@ -84,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _banner(base: str, network: str, web_ui: str | None) -> str:
+def _banner(base: str, network: str, web_ui: str | None, config_path: str) -> str:
     return (
         f"\nchainproxy is up: {base}/rpc/v1/{network}   (dashboard/API: {base}/)\n"
         + (f"mitmweb UI:  {web_ui}\n" if web_ui else "")
@@ -92,7 +93,9 @@ def _banner(base: str, network: str, web_ui: str | None) -> str:
         '-d \'{"jsonrpc":"2.0","id":1,"method":"chain_getHeader","params":[]}\'\n'
         f"  live heads over WebSocket: ws://{base.split('://', 1)[1]}/rpc/v1/{network} "
         '(send {"jsonrpc":"2.0","id":1,"method":"chain_subscribeNewHeads","params":[]})\n'
-        "Ctrl-C stops everything; `chainproxy reload` (or SIGHUP) re-reads the config.\n"
+        "Ctrl-C stops everything; `"
+        + reload_hint(config_path)
+        + "` (or SIGHUP to this process) re-reads the config.\n"
     )
 
 
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        pid_file = write_pid_file(config)
+        pid_file = write_pid_file(config, args.config)
     except OSError as e:
         print(f"chainproxy: data_dir: cannot use {config.data_dir}: {e.strerror}", file=sys.stderr)
         return 2
@@ -244,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda: stop.requested,
             proxy_url=f"{base}/rpc/healthz",
         )
-        print(_banner(base, config.proxy.networks[0], web_ui), flush=True)
+        print(_banner(base, config.proxy.networks[0], web_ui, args.config), flush=True)
 
         def tick() -> None:
             if hup.requested and reloader is not None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -111,9 +112,26 @@ def is_launcher(pid: int) -> bool:
 
 def launcher_pid(pid_file: Path) -> int | None:
     try:
-        return int(pid_file.read_text().strip())
+        return int(pid_file.read_text().split("\n", 1)[0].strip())
     except (OSError, ValueError):
         return None
+
+
+def reload_hint(config_path: str) -> str:
+    """The command that reloads the stack running ``config_path`` (its file
+    named: ``chainproxy reload`` alone looks for the stack of
+    configs/finney.yaml)."""
+    return f"chainproxy reload --config {shlex.quote(config_path)}"
+
+
+def launcher_config(pid_file: Path) -> Path | None:
+    """The config file the launcher runs, as its pid file's second line says
+    (None: not said, as by a launcher before this line was written)."""
+    try:
+        lines = pid_file.read_text().splitlines()
+    except OSError:
+        return None
+    return Path(lines[1]) if len(lines) > 1 and lines[1].strip() else None
 
 
 def other_launcher(config: Config) -> int | None:
@@ -123,19 +141,21 @@ def other_launcher(config: Config) -> int | None:
     return pid if pid is not None and pid != os.getpid() and is_launcher(pid) else None
 
 
-def write_pid_file(config: Config) -> Path:
+def write_pid_file(config: Config, config_path: str) -> Path:
     """This launcher's pid in ``data_dir/run``, first thing at its start (a
-    ``chainproxy reload`` meanwhile waits for the stack, not "no launcher")."""
+    ``chainproxy reload`` meanwhile waits for the stack, not "no launcher"),
+    and on the next line the config file it runs (a reload of another file
+    under the same ``data_dir`` is refused, not applied from this one)."""
     directory = run_dir(config)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / PID_FILE
-    path.write_text(f"{os.getpid()}\n")
+    path.write_text(f"{os.getpid()}\n{Path(config_path).resolve()}\n")
     return path
 
 
 def remove_pid_file(path: Path) -> None:
     with contextlib.suppress(OSError):
-        if path.read_text().strip() == str(os.getpid()):
+        if launcher_pid(path) == os.getpid():
             path.unlink()
 
 
@@ -153,7 +173,7 @@ class Reloader:
 
     def __post_init__(self) -> None:
         directory = run_dir(self.config)
-        self.pid_file = write_pid_file(self.config)
+        self.pid_file = write_pid_file(self.config, self.config_path)
         self.status = StatusFile(directory / STATUS_FILE)
         with contextlib.suppress(OSError):
             self.status.path.unlink()  # a previous launcher's outcome is not ours

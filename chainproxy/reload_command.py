@@ -3,9 +3,11 @@ running launcher of ``F`` to reload (``chainproxy/reload.py``) and wait for
 the outcome, like ``systemctl reload``.
 
 The file is validated here first, so a bad one is refused with its one line
-before anything is signalled (exit 2). The launcher is found by the pid file
-in the config's ``data_dir/run`` (or ``--pid``), and must be a chainproxy
-process: a stale pid file never gets another program a SIGHUP. Exit 0 when
+before anything is signalled (exit 2); so is a file other than the one the
+launcher runs (its pid file says which), which a reload would not read. The
+launcher is found by the pid file in the config's ``data_dir/run`` (or
+``--pid``), and must be a chainproxy process: a stale pid file never gets
+another program a SIGHUP. Exit 0 when
 the reload is done, 2 when the launcher refused the file, 1 otherwise."""
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from chainproxy.reload import (
     PID_FILE,
     STATUS_FILE,
     is_launcher,
+    launcher_config,
     launcher_pid,
     read_status,
+    reload_hint,
     run_dir,
 )
 from common.config import ConfigError, load_config
@@ -90,6 +94,16 @@ def reload_command(
     if not is_launcher(pid):
         _say(f"process {pid} is not a running chainproxy launcher (a stale pid file?)")
         return 1
+    runs = launcher_config(directory / PID_FILE) if pid == recorded else None
+    if runs is not None and runs != Path(config_path).resolve():
+        # another file under the same data_dir: the launcher would re-read its own
+        # and say "done", and the operator would believe this one live
+        _say(
+            f"{config_path}: the stack under {config.data_dir} (launcher pid {pid}) runs "
+            f"{runs}, and a reload re-reads that file, never another: edit it and run "
+            f"`{reload_hint(str(runs))}`; nothing changed"
+        )
+        return 2
     status_path = directory / STATUS_FILE
     last = read_status(status_path) or {}
     # a previous launcher's file: the new one counts from 0 again

@@ -23,9 +23,14 @@ from chainproxy.reload import (
     PID_FILE,
     STATUS_FILE,
     StatusFile,
+    launcher_config,
+    launcher_pid,
     other_launcher,
     read_status,
+    reload_hint,
+    remove_pid_file,
     validate,
+    write_pid_file,
 )
 from common.config import ConfigError, load_config
 
@@ -219,6 +224,46 @@ def test_a_second_launcher_finds_the_first_by_its_pid_file(
     assert other_launcher(config) is None
     pid_file.write_text("999999999\n")  # gone
     assert other_launcher(config) is None
+
+
+@pytest.mark.parametrize("fake_launcher", ["done"], indirect=True)
+def test_another_file_under_the_same_data_dir_is_refused_not_reported_done(
+    fake_launcher: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher re-reads the file it runs: a reload naming a copy of it
+    (same data_dir, another limit) said "done" with nothing of the copy
+    applied. It is refused, naming the file that runs and the command for it;
+    the file that runs, named by a relative path, still reloads."""
+    run = fake_launcher.parent / "data" / "run"
+    pid = launcher_pid(run / PID_FILE)
+    assert pid is not None
+    (run / PID_FILE).write_text(f"{pid}\n{fake_launcher.resolve()}\n")  # as the launcher writes
+    copy = _write(fake_launcher.parent, "copy.yaml", proxy={"rate_limit": {"requests": 50}})
+    code, err = _reload(capsys, "--config", str(copy), "--timeout", "5")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"runs {fake_launcher.resolve()}" in err and "nothing changed" in err
+    assert f"chainproxy reload --config {fake_launcher.resolve()}" in err
+    assert not (run / STATUS_FILE).exists()  # never signalled
+    monkeypatch.chdir(fake_launcher.parent)
+    code, err = _reload(capsys, "--config", fake_launcher.name, "--timeout", "10")
+    assert code == 0 and "as told" in err
+
+
+def test_the_pid_file_says_the_launchers_pid_and_file(tmp_path: Path) -> None:
+    path = _write(tmp_path)
+    pid_file = write_pid_file(load_config(path), str(path))
+    assert launcher_pid(pid_file) == os.getpid()
+    assert launcher_config(pid_file) == path.resolve()
+    pid_file.write_text("123\n")  # a launcher before the second line
+    assert launcher_pid(pid_file) == 123 and launcher_config(pid_file) is None
+    pid_file.write_text(f"{os.getpid()}\n{path}\n")
+    remove_pid_file(pid_file)  # its own: removed
+    assert not pid_file.exists()
+
+
+def test_the_banner_names_the_file_to_reload() -> None:
+    assert reload_hint("configs/demo.yaml") == "chainproxy reload --config configs/demo.yaml"
+    assert reload_hint("my configs/a.yaml") == "chainproxy reload --config 'my configs/a.yaml'"
 
 
 def test_a_child_just_started_again_gets_its_sighup_once_it_answers(tmp_path: Path) -> None:
