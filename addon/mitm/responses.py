@@ -21,7 +21,8 @@ CORS_HEADERS = (
         "Access-Control-Expose-Headers",
         "X-Cache, X-RateLimit-Limit, X-RateLimit-Remaining, "
         "X-RateLimit-Reset, X-RateLimit-Policy, Retry-After, X-Chainproxy-Upstream, "
-        "X-Chainproxy-Attempts, X-Request-Id, x-metagraph-rpc-endpoint-id, "
+        "X-Chainproxy-Attempts, X-Chainproxy-Pinned, X-Chainproxy-Coalesced, "
+        "X-Chainproxy-Hedged, X-Request-Id, x-metagraph-rpc-endpoint-id, "
         "x-metagraph-rpc-provider, x-metagraph-rpc-attempts, x-metagraph-rpc-cache",
     ),
 )

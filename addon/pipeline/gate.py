@@ -84,6 +84,9 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
         return None
     if isinstance(route, Preflight):
         flow.response = http.Response.make(204, b"", make_headers(_PREFLIGHT_HEADERS))
+        flow.response.headers["X-Request-Id"] = request_id_of(
+            flow.request.headers.get("X-Request-Id")
+        )
         return None
     if isinstance(route, ProxyHealth):
         body = dumps(health(rt.pools, rt.config.proxy.networks, rt.clock(), rt.chain))
@@ -94,6 +97,9 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
             200, b"" if head else body, make_headers(_HEALTH_HEADERS)
         )
         flow.response.headers["Content-Length"] = str(len(body))
+        flow.response.headers["X-Request-Id"] = request_id_of(
+            flow.request.headers.get("X-Request-Id")
+        )
         return None
     request_id = request_id_of(flow.request.headers.get("X-Request-Id"))
     caller = flow_caller(flow, rt)

@@ -168,6 +168,37 @@ async def test_wrong_http_method_is_405_with_allow_post(stack: Stack) -> None:
             assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == "*"
 
 
+async def test_every_answer_has_a_request_id_and_browsers_may_read_the_contracts_headers(
+    stack: Stack,
+) -> None:
+    """The proxy's own answers (its health, the CORS preflight) carry
+    ``X-Request-Id`` as every call's answer does, and a browser page is
+    allowed to read every header of USING's table."""
+    import aiohttp
+
+    sent = {"X-Request-Id": "mine-42"}
+    async with aiohttp.ClientSession() as s:
+        for method, url in (
+            ("GET", f"{stack.proxy_url}/rpc/healthz"),
+            ("HEAD", f"{stack.proxy_url}/rpc/healthz"),
+            ("OPTIONS", stack.rpc_url()),
+        ):
+            async with s.request(method, url) as r:
+                assert r.status in (200, 204) and len(r.headers["X-Request-Id"]) >= 8, method
+            async with s.request(method, url, headers=sent) as r:
+                assert r.headers["X-Request-Id"] == "mine-42", method
+        async with s.post(stack.rpc_url(), json=call("system_health")) as r:
+            exposed = {
+                h.strip().lower() for h in r.headers["Access-Control-Expose-Headers"].split(",")
+            }
+    contract = {
+        "X-Cache", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+        "X-RateLimit-Policy", "Retry-After", "X-Chainproxy-Upstream", "X-Chainproxy-Attempts",
+        "X-Chainproxy-Pinned", "X-Chainproxy-Coalesced", "X-Chainproxy-Hedged", "X-Request-Id",
+    }  # fmt: skip
+    assert {h.lower() for h in contract} <= exposed, sorted({h.lower() for h in contract} - exposed)
+
+
 async def test_network_without_upstreams_is_503(stack: Stack) -> None:
     r = await post(stack.rpc_url("test"), call("system_health", id_="t"))
     assert r.status == 503 and r.body["error"]["code"] == -32603 and r.body["id"] == "t"
