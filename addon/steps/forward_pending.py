@@ -273,8 +273,13 @@ def _fill(
     elif result.kind == "no-upstream":
         status, message = 503, f"no upstream available for network {rpc.network}"
     elif result.kind == "deadline":
-        status = 504
-        message = f"deadline of {rt.budget.deadline_s:g}s passed before an upstream answered"
+        # the deadline passed, or every node tried timed out before it did (a
+        # gateway timeout either way): both limits named, neither claimed
+        status, b = 504, rt.budget
+        message = (
+            f"no upstream answered in time: {len(attempts)} attempt(s) timed out "
+            f"(attempt_timeout_s {b.attempt_timeout_s:g}, deadline_s {b.deadline_s:g})"
+        )
     else:
         status = 502
         message = f"all {len(attempts)} upstream attempt(s) failed"

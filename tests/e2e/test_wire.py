@@ -232,6 +232,9 @@ async def test_deadline_passed_is_504(stack: Stack) -> None:
     r = await post(stack.rpc_url(), call("system_health", id_="slow"))
     assert r.status == 504 and r.body["error"]["code"] == -32603 and r.body["id"] == "slow"
     assert all(a["reason"] == "timeout" for a in r.body["error"]["data"]["attempts"])
+    # what happened, both limits named (every attempt timed out before the deadline did)
+    message = r.body["error"]["message"]
+    assert "timed out" in message and "attempt_timeout_s" in message and "deadline_s" in message
 
 
 async def test_failed_batch_puts_errors_inside_a_200(stack: Stack) -> None:
