@@ -16,7 +16,8 @@ def quota_error(call_id: Any, decision: Decision, cost: int, client: str) -> dic
     return error_obj(
         call_id,
         LIMIT_EXCEEDED,
-        f"rate limit exceeded: {decision.policy.replace(';w=', ' requests per ')}s",
+        # units, not requests: a call may cost more than one (docs/USING.md)
+        f"rate limit exceeded: {decision.policy.replace(';w=', ' units per ')}s",
         {
             "policy": decision.policy,
             "reason": (
@@ -29,5 +30,6 @@ def quota_error(call_id: Any, decision: Decision, cost: int, client: str) -> dic
             "retry_after": decision.retry_after,
             "cost": cost,
             "remaining": decision.remaining,
+            "limit": decision.limit,  # the whole quota: a cost above it never fits
         },
     )

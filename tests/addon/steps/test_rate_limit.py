@@ -33,7 +33,11 @@ async def test_batch_larger_than_the_whole_quota_says_split_it() -> None:
     stages, fake, _ = make(rate_limit={"requests": 3, "window_s": 60})
     f = await run(stages, rpc_flow([call("system_health", id_=i) for i in range(5)]))
     assert f.response.status_code == 429
-    assert "split it" in body(f)["error"]["data"]["reason"]
+    error = body(f)["error"]
+    assert "split it" in error["data"]["reason"]
+    # what a client needs to tell it never fits: the cost above the whole quota
+    assert error["data"]["cost"] == 5 > error["data"]["limit"] == 3
+    assert error["message"] == "rate limit exceeded: 3 units per 60s"  # units, not requests
     assert fake.seen == []
 
 
