@@ -14,11 +14,13 @@ Definitions:
   in scope; ``errors_pct`` = its errors / its requests; ``avg_latency_ms`` =
   its latency sum / its requests, rounded.
 * **endpoint label**: ``<provider>-<network>-rpc``, or ``<provider>-archive-rpc``
-  for an archive endpoint. Labels are assigned over the config's ``node-rpc``
-  endpoints plus any other id seen in the window (an id no longer in the
-  config has provider ``unknown``), in id order: the first keeps the plain
-  label, the next ones get ``-2``, ``-3`` … So a label does not depend on the
-  ``?network=`` filter or on which endpoints happen to have traffic.
+  for an archive endpoint; a ``node-wss`` endpoint's (the subscriptions' and
+  the new spec's node) ends ``-wss`` instead, any other kind in its kind.
+  Labels are assigned over every endpoint of the config plus any other id
+  seen in the window (an id no longer in the config has provider
+  ``unknown``), in id order: the first keeps the plain label, the next ones
+  get ``-2``, ``-3`` … So a label does not depend on the ``?network=``
+  filter or on which endpoints happen to have traffic.
 * **methods**: the (at most 10) methods that cost the most quota units over
   the window's whole hours, then the most requests: ``method``,
   ``requests``, ``units`` and ``units_pct`` (its units / all units of the
@@ -54,10 +56,14 @@ class EndpointInfo:
     provider: str
     network: str
     archive: bool = False
+    kind: str = "node-rpc"  # the config's kind; an id no longer in it: as node-rpc
 
     @property
     def base_label(self) -> str:
-        return f"{self.provider}-{'archive' if self.archive else self.network}-rpc"
+        # a node-wss endpoint is another socket of a node, never the same
+        # label as its node-rpc: the two would share ``-rpc`` and its ``-2``
+        suffix = {"node-rpc": "rpc", "node-wss": "wss"}.get(self.kind, self.kind)
+        return f"{self.provider}-{'archive' if self.archive else self.network}-{suffix}"
 
 
 def endpoint_labels(infos: Iterable[EndpointInfo]) -> dict[str, str]:
@@ -130,18 +136,12 @@ def summarize(
 
     config_by_id = {e.id: e for e in endpoints}
     infos = {
-        e.id: EndpointInfo(e.id, e.provider, e.network, e.archive)
+        e.id: EndpointInfo(e.id, e.provider, e.network, e.archive, e.kind)
         for e in config_by_id.values()
-        if e.kind == "node-rpc"
     }
     for eid, net in seen_net.items():
         if eid not in infos:
-            e = config_by_id.get(eid)
-            infos[eid] = (
-                EndpointInfo(eid, e.provider, e.network, e.archive)
-                if e is not None
-                else EndpointInfo(eid, UNKNOWN_PROVIDER, net)
-            )
+            infos[eid] = EndpointInfo(eid, UNKNOWN_PROVIDER, net)
     labels = endpoint_labels(infos.values())
 
     endpoint_requests = sum(c.requests for c in per_endpoint.values())

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common import latency_hist
+from common.config import Endpoint
 from common.usage_wire import Rollup
 from sidecar.jsonfmt import iso
 from sidecar.usage.stats.summary import EndpointInfo, endpoint_labels, freshness, summarize
@@ -54,6 +55,26 @@ def test_labels_stay_unique_when_a_provider_name_mimics_a_suffix() -> None:
     ]
     labels = endpoint_labels(infos)
     assert len(set(labels.values())) == 3
+
+
+def test_a_wss_endpoints_traffic_never_renames_its_nodes_rpc_endpoint() -> None:
+    """A node's node-wss endpoint (an id that sorts first) took the plain
+    ``-rpc`` label once it had traffic, and its node-rpc became ``-rpc-2``:
+    labels come from the whole config, and a wss endpoint's ends ``-wss``."""
+    wss = Endpoint(
+        url="ws://x",
+        provider="sim",
+        kind="node-wss",
+        network="finney",
+        id="endpoint-srf-" + "0" * 16,
+    )
+    endpoints = [endpoint(EP_A, "sim"), wss]
+    rpc_only = [Rollup(MINUTE, "finney", EP_A, "m", 2, 0, 0, 0, 20.0, {10: 2})]
+    both = [*rpc_only, Rollup(MINUTE, "finney", wss.id, "m", 1, 0, 0, 0, 10.0, {10: 1})]
+    before = {r["id"]: r["endpoint"] for r in _summary(rpc_only, endpoints=endpoints)["endpoints"]}
+    after = {r["id"]: r["endpoint"] for r in _summary(both, endpoints=endpoints)["endpoints"]}
+    assert before == {EP_A: "sim-finney-rpc"}
+    assert after == {EP_A: "sim-finney-rpc", wss.id: "sim-finney-wss"}
 
 
 def test_freshness() -> None:
