@@ -89,7 +89,10 @@ def classify(method: str, raw_path: str, networks: tuple[str, ...]) -> Route:
             return Refusal(
                 405,
                 INVALID_REQUEST,
-                f"method {method} not allowed: JSON-RPC calls are HTTP POST",
+                # a GET here is often a WebSocket handshake that did not take
+                # (a bad Sec-WebSocket-Key or version): say both ways in
+                f"method {method} not allowed: JSON-RPC calls are HTTP POST, or a "
+                "WebSocket upgrade (GET with Upgrade: websocket and a valid handshake)",
                 headers=(("Allow", "POST"),),
             )
         return RpcRoute(parts[1])

@@ -47,10 +47,10 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigError("chainproxy_config", f"cannot read {str(path)!r}: {e.strerror}") from None
+        raise ConfigError("(file)", f"cannot read {str(path)!r}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(
-            "chainproxy_config", f"{str(path)!r} is not UTF-8 text (byte {e.start})"
+            "(file)", f"{str(path)!r} is not UTF-8 text (byte {e.start})"
         ) from None
     try:
         raw = yaml.load(text, Loader=_UniqueKeys)  # a SafeLoader: no Python objects

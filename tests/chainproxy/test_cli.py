@@ -140,7 +140,7 @@ def _bad_files(tmp_path: Path) -> list[tuple[Path, str]]:
         (bad_yaml, "(file)"),
         (scheme, "redis.url"),
         (prefix, "redis.key_prefix"),
-        (tmp_path / "missing.yaml", "chainproxy_config"),
+        (tmp_path / "missing.yaml", "(file)"),
     ]
 
 

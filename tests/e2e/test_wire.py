@@ -164,6 +164,7 @@ async def test_wrong_http_method_is_405_with_allow_post(stack: Stack) -> None:
             body = await r.json()
             assert r.status == 405 and r.headers["Allow"] == "POST"
             assert body["error"]["code"] == -32600
+            assert "WebSocket upgrade" in body["error"]["message"]  # a handshake gone wrong
         async with s.options(stack.rpc_url()) as r:
             assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == "*"
 
