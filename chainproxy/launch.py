@@ -32,6 +32,7 @@ from chainproxy.reload import (
     remove_pid_file,
     write_pid_file,
 )
+from chainproxy.rolling import WorkerPool
 from chainproxy.supervisor import (
     Child,
     StartError,
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chainproxy: data_dir: cannot use {config.data_dir}: {e.strerror}", file=sys.stderr)
         return 2
     reloader: Reloader | None = None
+    pool: WorkerPool | None = None
     try:
         if args.simulate:
             for node in _simulated_nodes(config):
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             sets=args.sets,
         )
         web_ui = None
-        pool = single = None
+        single = None
         if args.workers > 1:
             assert isinstance(tools, dict)
             pool = start_workers(stack, args, config, mitm, tools)
@@ -268,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chainproxy: {e}; stopping", file=sys.stderr)
         return 1
     finally:
+        if pool is not None:  # the workers drain first, behind a HAProxy no longer listening
+            running = reloader.config if reloader is not None else config
+            pool.stop(running.proxy.drain_s)
         stack.stop_all()
         if reloader is not None:
             reloader.close()

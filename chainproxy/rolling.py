@@ -86,6 +86,21 @@ class WorkerPool:
         self.balancer.set_state(old.name, "maint")
         old.port = None
 
+    def stop(self, drain_s: float) -> None:
+        """The stack stops: HAProxy stops listening but keeps the connections it
+        holds (its soft stop, SIGUSR1), and every worker drains at once, its
+        answers and its WebSocket clients' 1001 going out through HAProxy;
+        then the caller stops the rest. (All at once, HAProxy went first and cut
+        every client: no answer, no 1001.)"""
+        if self.balancer_child is not None:
+            self.balancer_child.signal_group(signal.SIGUSR1)
+        workers = [s.child for s in self.live() if s.child is not None]
+        for child in workers:
+            child.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + drain_s + EXIT_MARGIN_S
+        for child in workers:
+            child.wait_or_kill(deadline - time.monotonic())
+
     def owns(self, child: Child) -> bool:
         """Whether ``child`` is a worker in a slot (not one being replaced)."""
         return any(s.child is child for s in self.slots)

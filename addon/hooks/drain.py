@@ -23,6 +23,7 @@ from typing import Any
 from mitmproxy import ctx, http
 
 from addon.hooks.holder import RuntimeHolder
+from addon.mitm import shutdown
 
 log = logging.getLogger("chainproxy")
 
@@ -43,6 +44,14 @@ class Drain:
         self.draining = False
         self.stopping = False  # the drain is over and the process stops: nothing is taken
         self._task: asyncio.Task[None] | None = None
+
+    def load(self, loader: Any) -> None:
+        # before mitmproxy's master runs: the stop's false alarm filtered
+        # (addon/mitm/shutdown.py), also after mitmproxy's handler is gone
+        try:
+            shutdown.install(asyncio.get_running_loop())
+        except RuntimeError:  # no loop runs (a tool, a test)
+            pass
 
     def running(self) -> None:
         try:
@@ -85,9 +94,13 @@ class Drain:
         drain_s = rt.config.proxy.drain_s if rt is not None else 10.0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + drain_s
+        sockets, messages = self.sockets.in_flight()
         log.info(
-            "SIGTERM: draining (no new connections; %d calls in flight; at most %.0f s)",
+            "SIGTERM: draining (no new connections; %d HTTP calls in flight, %d WebSocket "
+            "messages on %d sockets; at most %.0f s)",
             len(self.inflight),
+            messages,
+            sockets,
             drain_s,
         )
         try:

@@ -285,6 +285,10 @@ class WebSocketRpc:
             conn.slots.release()
         reply(conn, rpc)
 
+    def in_flight(self) -> tuple[int, int]:
+        """The sockets open, and their messages not yet answered (the drain's log)."""
+        return len(self._conns), sum(len(c.tasks) for c in self._conns.values())
+
     async def drain(self, deadline: float) -> int:
         """Going away (``addon/hooks/drain.py``): each socket's calls in flight are
         answered, its subscriptions end, what it was already sent is flushed,

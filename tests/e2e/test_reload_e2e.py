@@ -197,7 +197,10 @@ class Load:
                     return
                 msg = recv.result()
                 if msg.type != aiohttp.WSMsgType.TEXT:
-                    self.closes[n].append(ws.close_code)
+                    # the close frame's code, as the proxy sent it (``ws.close_code``
+                    # turns 1006 when the reply finds the socket already gone)
+                    code = msg.data if msg.type == aiohttp.WSMsgType.CLOSE else ws.close_code
+                    self.closes[n].append(code)
                     stop.cancel()
                     return
                 if json.loads(msg.data).get("method") == "chain_newHead":

@@ -204,3 +204,92 @@ def test_two_workers_serve_one_address_with_one_quota(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _slow_nodes(config: Path, latency_ms: float) -> None:
+    """Every simulated node of the config answers ``latency_ms`` late."""
+    for e in yaml.safe_load(config.read_text())["registry"]["endpoints"]:
+        if e["kind"] != "node-rpc":
+            continue
+        body = json.dumps({"latency_ms": latency_ms}).encode()
+        req = urllib.request.Request(
+            e["url"] + "/_sim/control", body, {"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(req, timeout=5).read()
+
+
+async def _in_flight_at_stop(url: str, config: Path, proc: subprocess.Popen[str]) -> None:
+    """Two POSTs and two WebSocket calls (each socket with a subscription)
+    in flight when the launcher gets SIGTERM: each is answered, and each
+    socket is then closed 1001 ("going away"), through HAProxy."""
+    import aiohttp
+
+    ws_url = url.replace("http://", "ws://")
+    async with aiohttp.ClientSession() as s:
+        sockets = [await s.ws_connect(ws_url) for _ in range(2)]
+        for n, ws in enumerate(sockets):
+            await ws.send_str(json.dumps(call("chain_subscribeNewHeads", id_=f"sub{n}")))
+            while "sub" not in str(json.loads((await ws.receive(timeout=15)).data).get("id")):
+                pass  # a head may come before the subscription's id: read on
+        await asyncio.to_thread(_slow_nodes, config, 1500)
+        posts = [
+            asyncio.create_task(post(url, call("state_getStorage", [f"0x{n:064x}"], id_=n)))
+            for n in range(2)
+        ]
+        for n, ws in enumerate(sockets):
+            await ws.send_str(json.dumps(call("state_getStorage", [f"0x{n + 9:064x}"], id_=n)))
+        await asyncio.sleep(0.4)  # the calls reached the workers, the nodes hold them
+        os.kill(proc.pid, signal.SIGTERM)
+        replies = await asyncio.gather(*posts)
+        assert [r.status for r in replies] == [200, 200], [r.body for r in replies]
+        assert all("result" in r.body for r in replies), [r.body for r in replies]
+        for n, ws in enumerate(sockets):
+            answered = False
+            while (msg := await ws.receive(timeout=20)).type == aiohttp.WSMsgType.TEXT:
+                doc = json.loads(msg.data)
+                answered = answered or (doc.get("id") == n and "result" in doc)
+            assert answered, f"socket {n}: no answer before {msg.type}"
+            # the code in the close frame the worker sent (``ws.close_code`` turns
+            # 1006 when the client's own close frame in reply finds the socket gone)
+            assert (msg.type, msg.data) == (aiohttp.WSMsgType.CLOSE, 1001), (n, msg)
+
+
+def test_stopping_the_workers_answers_what_is_in_flight_and_says_going_away(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to a ``--workers`` stack: HAProxy went first and cut every
+    client (no answer, WebSocket close 1006). Now HAProxy stops listening and
+    the workers drain through it, as one proxy process does."""
+    config = demo_config(tmp_path)
+    port = free_port()
+    argv = [sys.executable, "-m", "chainproxy.launch", "--config", str(config), "--simulate"]
+    proc = subprocess.Popen(
+        [*argv, "--workers", "2", "--listen-port", str(port)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        text = "".join(read_until_banner(proc, 90))
+        assert "2 proxy processes" in text, text[-3000:]
+        try:
+            asyncio.run(_in_flight_at_stop(f"http://127.0.0.1:{port}/rpc/v1/finney", config, proc))
+        except (AssertionError, TimeoutError):
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+            assert proc.stdout is not None
+            print(_notable(proc.stdout.read())[-5000:])
+            raise
+        assert proc.wait(30) == 0
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        # each worker says what it drained, and no traceback alarms the operator
+        assert out.count("SIGTERM: draining") == 2, _notable(out)[-3000:]
+        assert "Traceback" not in out and "Exception in callback" not in out, out[-5000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
