@@ -294,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
             f"  WebSocket, subscriptions too: {chain.ws_rpc_url}\n"
             f"  chain: one chopsticks node ({chain.node.url}) behind two endpoints "
             f"{chain.fronts[0].url} and {chain.fronts[1].url}\n"
+            "  an endpoint dying: kill "
+            + " or kill ".join(f"{f.proc.pid} ({f.name})" for f in chain.fronts if f.proc)
+            + "; the proxy fails over, clients see no error\n"
             f"  logs and config: {workdir}\n"
             f"try:\n  curl -s -X POST {url} -H 'content-type: application/json' "
             '-d \'{"jsonrpc":"2.0","id":1,"method":"chain_getHeader","params":[]}\'\n'
@@ -315,7 +318,15 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"block #{node.new_blocks(1)}", flush=True)
                 next_block = time.monotonic() + args.block_time
 
-        if (dead := chain.stack.sup.run_until_stopped(stop, make_blocks)) is not None:
+        while (dead := chain.stack.sup.run_until_stopped(stop, make_blocks)) is not None:
+            if dead.name.startswith("front-"):  # an endpoint died (by hand): the proxy fails over
+                chain.stack.sup.forget(dead)
+                print(
+                    f"demo-chopsticks: {dead.name} exited: that endpoint is down, the proxy "
+                    "fails over to the other",
+                    flush=True,
+                )
+                continue
             print(f"demo-chopsticks: {dead.name} exited; stopping", file=sys.stderr)
             return 1
         return 0

@@ -1,9 +1,11 @@
 """``make demo-chopsticks`` as a user meets it: it starts chopsticks, the two
 endpoint fronts, the sidecar and mitmdump, prints a curl that works, makes
-blocks, and Ctrl-C stops every process it started."""
+blocks, goes on when an endpoint is killed by hand, and Ctrl-C stops every
+process it started."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -64,6 +66,17 @@ def test_demo_serves_a_real_chain_and_ctrl_c_stops_everything(js: Path, tmp_path
             return int(b["result"]["number"], 16) > first
 
         assert eventually(advanced, timeout=15), "the demo makes no blocks"
+
+        # an endpoint killed by hand, by the pid the banner prints: the demo
+        # goes on (it stopped whole), and the proxy answers from the other
+        fast = re.search(r"kill (\d+) \(front-fast\)", banner)
+        assert fast is not None, banner
+        os.kill(int(fast.group(1)), signal.SIGTERM)
+        assert out.wait_for("front-fast exited: that endpoint is down", timeout=15), out.text
+        for _ in range(5):
+            status, _, b = raw_post(url, "chain_getHeader", source_ip=ip)
+            assert status == 200 and "result" in b, (status, b)
+        assert demo.poll() is None, out.text
 
         demo.send_signal(signal.SIGINT)  # what Ctrl-C delivers to the launcher
         assert demo.wait(30) == 0
