@@ -118,6 +118,22 @@ OTHER_METHOD: Final = "other"
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # The usual ones; any ``soft:<reason>`` and other short printable results are accepted too.
 ATTEMPT_RESULTS: Final = ("ok", "timeout", "connect-error", "http-5xx", "http-429", "bad-body")
+# The ``policy`` label of ``chainproxy_refusals_total``: a bounded set (the quota's
+# own policy string is ``rate_limit``; a malformed or oversized body ``request``).
+# The sidecar shows each at 0 before its first refusal (a rate() needs the series).
+REFUSAL_POLICIES: Final = (
+    "allowlist",
+    "api_key",
+    "max_connections",
+    "max_follows",
+    "max_subscriptions",
+    "rate_limit",
+    "request",
+    "state_unavailable",
+    "subscriptions",
+    "upstream_capacity",
+)
+
 EXTRA_COUNTERS: Final = (
     "chainproxy_coalesced_total",
     "chainproxy_hedged_total",

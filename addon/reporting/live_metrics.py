@@ -19,7 +19,7 @@ from addon.quota.costs import runtime_api
 from addon.rpc.attempt import Attempt
 from addon.rpc.jsonrpc import Call
 from common.config.model import CostConfig
-from common.metrics_wire import DURATION_BUCKETS, OTHER_METHOD, bucket_index
+from common.metrics_wire import DURATION_BUCKETS, OTHER_METHOD, REFUSAL_POLICIES, bucket_index
 
 UNITS = "chainproxy_quota_units_total"
 REFUSALS = "chainproxy_refusals_total"
@@ -155,17 +155,9 @@ def _call_outcome(rpc: RpcContext, i: int, item: Any, answer: dict[str, Any] | N
     return "error"
 
 
-POLICIES = frozenset(
-    {
-        "allowlist",
-        "api_key",
-        "max_connections",
-        "max_follows",
-        "max_subscriptions",
-        "state_unavailable",
-        "subscriptions",
-    }
-)
+# the policies an answer names itself (``data.policy``); the quota's and a
+# body's are read from their shape (``refusal_policy``)
+POLICIES = frozenset(REFUSAL_POLICIES) - {"rate_limit", "request", "upstream_capacity"}
 
 
 def policy_of(doc: Any) -> Any:

@@ -207,8 +207,8 @@ class Runtime:
         """The hub's, with the follows beside the legacy subscriptions."""
         gauges = self.lasting.subs.gauges()
         book = self.lasting.follows
-        if book.open_follows():
-            gauges["client_subscriptions"][CHAIN_HEAD_FOLLOW] = book.open_follows()
+        # 0 too: the series stays after the last unfollow (a gone series reads "no data")
+        gauges["client_subscriptions"][CHAIN_HEAD_FOLLOW] = book.open_follows()
         gauges["follow_pinned_blocks"] = book.pinned()
         return gauges
 

@@ -19,9 +19,11 @@ from prometheus_client.core import (
     Metric,
 )
 
-from common.metrics_wire import EXTRA_COUNTERS
+from common.metrics_wire import EXTRA_COUNTERS, REFUSAL_POLICIES
 from sidecar.metrics.proxy_counters import CAPPED, Counters, GaugeTotals, ProxyCounters
 from sidecar.metrics.upstream_families import upstream_gauge_families
+
+REFUSALS = "chainproxy_refusals_total"
 
 _EXTRA_HELP = {
     "chainproxy_coalesced_total": "Calls answered by sharing an identical call already in flight",
@@ -68,8 +70,10 @@ _EXTRA_HELP = {
 }
 
 
-def live_counter_families(c: Counters) -> Iterator[Metric]:
-    """The contract counters (deploy/README.md#metric-names), as the proxies reported them."""
+def live_counter_families(c: Counters, networks: Sequence[str] = ()) -> Iterator[Metric]:
+    """The contract counters (deploy/README.md#metric-names), as the proxies reported
+    them; the failovers of each served network and the refusals of each policy at 0
+    before their first (an alert's rate() has a series to read, not "no data")."""
     requests = CounterMetricFamily(
         "chainproxy_requests",
         "Calls by network, method (off-allowlist methods: other) and outcome"
@@ -96,14 +100,17 @@ def live_counter_families(c: Counters) -> Iterator[Metric]:
     failovers = CounterMetricFamily(
         "chainproxy_failovers", "Calls that failed over to another upstream", labels=["network"]
     )
-    for net, n in sorted(c.failovers.items()):
+    for net, n in sorted({**dict.fromkeys(networks, 0), **c.failovers}.items()):
         failovers.add_metric([net], n)
     yield from (requests, duration, attempts, failovers)
     for name in EXTRA_COUNTERS:
         # Label names are the proxy's choice (common.metrics_wire), so samples are
         # added one by one rather than through a family with fixed label names.
         family = Metric(name.removesuffix("_total"), _EXTRA_HELP[name], "counter")
-        for labels, n in sorted(c.extra.get(name, {}).items()):
+        rows = c.extra.get(name, {})
+        if name == REFUSALS:
+            rows = {**{(("policy", p),): 0 for p in REFUSAL_POLICIES}, **rows}
+        for labels, n in sorted(rows.items()):
             family.add_sample(name, dict(labels), n)
         yield family
     dropped = CounterMetricFamily(
@@ -240,5 +247,5 @@ def usage_families(usage: UsageIntake, networks: Sequence[str]) -> Iterator[Metr
         " (the API's freshness is unknown past 600 s)",
         usage.updated or 0.0,
     )
-    yield from live_counter_families(usage.proxy_metrics.counters())
+    yield from live_counter_families(usage.proxy_metrics.counters(), networks)
     yield from live_gauge_families(usage.proxy_metrics.gauges())

@@ -6,6 +6,8 @@ from mitmproxy.proxy.layers.http import HttpRequestHook
 from mitmproxy.test import taddons, tflow
 
 from addon.addons import OUTER_GUARD, Guard, install_outer_guard
+from addon.runtime import Runtime
+from common.config import parse_config
 from tests.addon.helpers import (
     body,
 )
@@ -51,3 +53,11 @@ async def test_without_the_outer_guard_the_flow_would_be_forwarded() -> None:
         f = tflow.tflow()
         await tctx.master.addons.handle_lifecycle(HttpRequestHook(f))
         assert f.response is None
+
+
+def test_the_follow_gauge_is_reported_at_zero_too() -> None:
+    """``chainproxy_client_subscriptions{method="chainHead_v1_follow"}``: with no
+    follow open it is 0, not left out (the series vanished after the last
+    unfollow while the legacy methods' stayed at 0)."""
+    rt = Runtime.build(parse_config({}))
+    assert rt.gauges()["client_subscriptions"]["chainHead_v1_follow"] == 0

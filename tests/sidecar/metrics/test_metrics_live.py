@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.config import Config, parse_config
+from common.metrics_wire import REFUSAL_POLICIES
 from sidecar.probing.results import ProbeResult
 from sidecar.server.app import create_app
 from sidecar.server.app_keys import PROBER_KEY, USAGE_KEY
@@ -235,3 +236,17 @@ async def test_the_dashboard_shows_follows_beside_subscriptions(
     assert (await client.post(USAGE, json=later)).status == 200
     f = await scrape(client)
     assert value(f, "chainproxy_follow_pinned_blocks", network="finney") == 42
+
+
+async def test_failovers_and_refusals_are_there_at_zero_before_the_first(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """A sidecar no proxy reported to yet: ``chainproxy_failovers_total`` for
+    each served network and ``chainproxy_refusals_total`` for each policy are
+    0, not absent (an alert's rate() would read "no data")."""
+    _, client, _, _ = await start(aiohttp_client, tmp_path)
+    f = await scrape(client)
+    failovers = {s.labels["network"]: s.value for s in f["chainproxy_failovers"].samples}
+    assert failovers == {"finney": 0.0, "test": 0.0}
+    refusals = {s.labels["policy"]: s.value for s in f["chainproxy_refusals"].samples}
+    assert set(refusals) == set(REFUSAL_POLICIES) and not any(refusals.values())

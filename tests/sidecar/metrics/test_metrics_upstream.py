@@ -11,6 +11,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.config import Config, parse_config
+from common.metrics_wire import REFUSAL_POLICIES
 from sidecar.server.app import create_app
 from tests.fakes import FakeClock
 from tests.sidecar.metrics_batch import batch_with_metrics
@@ -80,7 +81,11 @@ async def test_the_nodes_capacity_is_in_the_metrics(aiohttp_client: Any, tmp_pat
     assert samples(f, "chainproxy_upstream_backoffs") == {
         (("endpoint", b), ("reason", "rate-limited")): 2
     }
-    assert samples(f, "chainproxy_refusals") == {(("policy", "upstream_capacity"),): 4}
+    refusals = samples(f, "chainproxy_refusals")
+    assert refusals[(("policy", "upstream_capacity"),)] == 4
+    # every other policy at 0 before its first refusal: a rate() has a series to read
+    assert {k: v for k, v in refusals.items() if v} == {(("policy", "upstream_capacity"),): 4}
+    assert len(refusals) == len(REFUSAL_POLICIES)
     assert samples(f, "chainproxy_upstream_calls_last_second") == {
         (("endpoint", a),): 38, (("endpoint", b),): 0,
     }  # fmt: skip
