@@ -101,8 +101,8 @@ def _comment(
 ) -> str:
     shown = ", ".join(methods[:3]) + (f" +{len(methods) - 3}" if len(methods) > 3 else "")
     parts = [f"#{rpc.request_id} {rpc.network} {shown or '-'}"]
-    if rpc.upstream:
-        parts.append(f"→ {rpc.provider} {rpc.upstream}")
+    if rpc.upstream:  # "method → node", one part
+        parts[0] += f" → {rpc.provider} {rpc.upstream}"
     if rpc.attempts:
         trail = " → ".join(f"{a.endpoint[-6:]}:{a.reason or 'ok'}" for a in rpc.attempts)
         parts.append(f"{len(rpc.attempts)} attempt{'s' * (len(rpc.attempts) > 1)} ({trail})")

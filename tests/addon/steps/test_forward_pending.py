@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 from addon.chain.head_book import HeadBook
@@ -43,6 +44,9 @@ async def test_identical_calls_in_flight_share_one_upstream_call() -> None:
     assert [body(f)["id"] for f in flows] == list(range(10))  # each its own id
     joined = [f for f in flows if f.response.headers.get("X-Chainproxy-Coalesced") == "1"]
     assert len(joined) == 9 and all("COALESCED" in f.comment for f in joined)
+    # mitmweb's comment, as OPERATIONS shows it: "#id network method → node · …"
+    first = flows[0].comment
+    assert re.match(r"#\S+ finney system_health → \S+ endpoint-srf-\S+ · 1 attempt ", first), first
     assert rt.metrics._extra[("chainproxy_coalesced_total", (("network", "finney"),))] == 9
 
 
