@@ -154,12 +154,11 @@ def _notable(output: str) -> str:
     return "\n".join(line for line in output.splitlines() if not any(n in line for n in noise))
 
 
-def test_two_workers_serve_one_address_with_one_quota(tmp_path: Path) -> None:
-    config = demo_config(tmp_path)
-    sidecar = f"http://127.0.0.1:{yaml.safe_load(config.read_text())['sidecar']['port']}"
-    port = free_port()
+def _launch_two_workers(config: Path, port: int) -> subprocess.Popen[str]:
+    """The launcher as an operator runs it: ``--workers 2`` on ``port``, the
+    config's nodes simulated, its output in one pipe."""
     argv = [sys.executable, "-m", "chainproxy.launch", "--config", str(config), "--simulate"]
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [*argv, "--workers", "2", "--listen-port", str(port)],
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -167,6 +166,13 @@ def test_two_workers_serve_one_address_with_one_quota(tmp_path: Path) -> None:
         text=True,
         start_new_session=True,
     )
+
+
+def test_two_workers_serve_one_address_with_one_quota(tmp_path: Path) -> None:
+    config = demo_config(tmp_path)
+    sidecar = f"http://127.0.0.1:{yaml.safe_load(config.read_text())['sidecar']['port']}"
+    port = free_port()
+    proc = _launch_two_workers(config, port)
     try:
         text = "".join(read_until_banner(proc, 90))
         assert "2 proxy processes" in text and "redis-server" in text, text[-3000:]
@@ -262,15 +268,7 @@ def test_stopping_the_workers_answers_what_is_in_flight_and_says_going_away(
     the workers drain through it, as one proxy process does."""
     config = demo_config(tmp_path)
     port = free_port()
-    argv = [sys.executable, "-m", "chainproxy.launch", "--config", str(config), "--simulate"]
-    proc = subprocess.Popen(
-        [*argv, "--workers", "2", "--listen-port", str(port)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = _launch_two_workers(config, port)
     try:
         text = "".join(read_until_banner(proc, 90))
         assert "2 proxy processes" in text, text[-3000:]
