@@ -17,7 +17,9 @@ state horizons (the routing snapshot's ``horizon``, ``horizon_lost``,
   sidecar's own measurement says as much, or two rounds of its checks later
   (then the sidecar's word stands).
 * ``oldest_block``: the oldest block any of the upstreams is known to hold
-  the state of: what a client is told when no node holds the one it asked.
+  the state of (``known_held``: measured, and not contradicted by a block
+  since found lost): what a client is told when no node holds the one it
+  asked.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ def latest_lost(u: Horizoned) -> int | None:
     return max(known) if known else None
 
 
-def earliest(u: Horizoned, tip: int | None = None) -> int | None:
-    """The earliest block whose state the node is known to hold (after any
-    block known lost); with nothing measured, 0 for an upstream flagged archive."""
+def _measured_start(u: Horizoned, tip: int | None) -> int | None:
+    """Where the node's state starts as measured (or its keep-window says);
+    with nothing measured, 0 for an upstream flagged archive."""
     first = u.horizon
     if first is None and u.archive:
         first = 0
@@ -61,6 +63,15 @@ def earliest(u: Horizoned, tip: int | None = None) -> int | None:
         return None
     if u.keeps is not None and tip is not None:
         first = max(first, tip - u.keeps + 1)
+    return first
+
+
+def earliest(u: Horizoned, tip: int | None = None) -> int | None:
+    """The earliest block whose state the node is taken to hold, for routing:
+    its measured start, or just after the latest block known lost."""
+    first = _measured_start(u, tip)
+    if first is None:
+        return None
     lost = latest_lost(u)
     return first if lost is None else max(first, lost + 1)
 
@@ -100,6 +111,19 @@ def settle(u: Horizoned) -> None:
         u.lost_seen = None
 
 
+def known_held(u: Horizoned, tip: int | None = None) -> int | None:
+    """The earliest block the node is *known* to hold the state of: its
+    measured start, unless a block at or after it was since found lost; then
+    where its state starts now is not known. (``earliest``'s lost + 1 is
+    routing's guess, not a fact to tell a client: told it, a client walks up
+    one block per refusal.)"""
+    first = _measured_start(u, tip)
+    lost = latest_lost(u)
+    if first is None or (lost is not None and lost >= first):
+        return None
+    return first
+
+
 def oldest_block(upstreams: Iterable[Horizoned], tip: int | None = None) -> int | None:
-    known = [b for b in (earliest(u, tip) for u in upstreams) if b is not None]
+    known = [b for b in (known_held(u, tip) for u in upstreams) if b is not None]
     return min(known) if known else None

@@ -156,7 +156,10 @@ class Admission:
         short of ``PROBE_ROOM`` under its learned rate is taken only when no
         node has that room (then the least used first). A failover goes to a
         node with room under its learned rate if there is one, and only else
-        to one past it (a learned rate never holds a failover back)."""
+        to one past it (a learned rate never holds a failover back). A node
+        that is failing (ejected) is not taken for one that is only busy: a first
+        attempt waits for the busy one's budget instead, so a last healthy node
+        behind its learned rate is not reached by failovers from the failing."""
         args = (pool, tried, calls, prefer_archive, min_block, state_block)
         got, _ = await self._pass(*args, retry=False, room=PROBE_ROOM)
         if got is not None:
@@ -186,6 +189,12 @@ class Admission:
         soonest: float | None = None
         while True:
             upstream = self._choose(pool, skip, prefer_archive, min_block, state_block, room == 0)
+            busy = soonest is not None  # a node was passed over for its budget
+            if upstream is not None and busy and not retry and pool.ejected(upstream):
+                # a node known to fail is no stand-in for one that is only busy:
+                # the call waits its turn there (then is shed with Retry-After)
+                # rather than fail over from the failing one into its limit
+                upstream = None
             if upstream is None:
                 backoff = pool.backoff_left(skip)
                 if backoff is not None:

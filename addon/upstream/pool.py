@@ -154,6 +154,11 @@ class UpstreamPool:
     def effective_tier(self, u: Upstream, now: float) -> int:
         return TIER_EJECTED if u.ejected_until > now else u.tier
 
+    def ejected(self, u: Upstream) -> bool:
+        """Failing now (its calls failed, or the sidecar found it down): tried
+        only when no other node is left."""
+        return self.effective_tier(u, self._clock()) == TIER_EJECTED
+
     def cost(self, u: Upstream, now: float) -> float:
         age = max(0.0, now - u.updated_at)
         latency = u.ewma_ms * math.exp(-age / _DECAY_S)

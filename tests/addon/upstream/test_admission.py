@@ -104,6 +104,38 @@ async def test_the_next_node_with_budget_is_taken() -> None:
     assert first[0].id != second[0].id
 
 
+async def test_a_failing_node_is_no_stand_in_for_a_busy_one() -> None:
+    """The healthy node is full under its budget, the other failing (ejected):
+    a first attempt waits its turn at the healthy one (and is shed with a time
+    to retry) rather than go to the failing one, whose error would send it on
+    to the healthy one past its limit anyway. A failover may still go there."""
+    pool, budgets, fair = _setup(max_concurrency=1, nodes=2)
+    healthy, failing = pool.upstreams["endpoint-srf-0"], pool.upstreams["endpoint-srf-1"]
+    failing.ejected_until = time.monotonic() + 30
+    held = budgets.try_take(healthy.id, 1)
+    assert isinstance(held, Ticket)
+    a = _admission(budgets, fair, "c", wait_s=0.2)
+    got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+    assert got is None and a.shed and a.waited  # waited for the healthy node, then shed
+    # the healthy node frees up within the wait: the call goes there
+    b = _admission(budgets, fair, "c", wait_s=2.0)
+
+    async def finish_later() -> None:
+        await asyncio.sleep(0.1)
+        b.release(held)
+
+    task = asyncio.create_task(finish_later())
+    got = await b.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+    await task
+    assert got is not None and got[0] is healthy
+    b.release(got[1])
+    # with no healthy node left at all, the failing one is still tried
+    del pool.upstreams[healthy.id]
+    c = _admission(budgets, fair, "c", wait_s=0.2)
+    got = await c.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+    assert got is not None and got[0] is failing
+
+
 def _learned(budgets: Budgets, eid: str, seen: int) -> None:
     """``eid`` answered 429 with ``seen`` calls in its window (all ended now):
     its rate is learned, and they count a window more."""

@@ -87,6 +87,22 @@ def test_with_nothing_measured_the_archive_flag_holds_and_others_may() -> None:
     assert oldest_block([node("x")], TIP) is None
 
 
+def test_oldest_block_tells_a_client_only_what_is_known_held() -> None:
+    """A node flagged archive that answered "discarded" at a block: routing
+    takes it to hold from the next block on (a guess it corrects as it goes),
+    but a client is not told so (told it, a client walked up one block per
+    refusal): the oldest block is another node's measured one, or unknown."""
+    pruned_archive = node("a", archive=True)
+    correct(pruned_archive, TIP - 500)
+    assert earliest(pruned_archive, TIP) == TIP - 499  # routing's guess
+    measured = node("p", horizon=TIP - 255, lost=TIP - 256)  # as the sidecar measures one
+    assert oldest_block([pruned_archive, measured], TIP) == TIP - 255
+    assert oldest_block([pruned_archive], TIP) is None
+    # a block found lost below the measured start contradicts nothing
+    correct(measured, TIP - 300)
+    assert oldest_block([measured], TIP) == TIP - 255
+
+
 def test_a_correction_lacks_at_once_and_settles_with_the_sidecar() -> None:
     u = node("p", horizon=TIP - 1000, lost=TIP - 2000)
     u.horizon_rounds = 7
