@@ -58,7 +58,10 @@ class WebSocketRpc:
         rejected = await self._handshake_fault(request)
         if rejected is not None:
             return rejected
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except ConnectionResetError:  # the client gave up first (a probe timing out on a hang)
+            return ws
         self._sockets.add(ws)
         subs = Subscriptions(
             self.node.chain,
