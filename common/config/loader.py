@@ -49,9 +49,7 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     except OSError as e:
         raise ConfigError("(file)", f"cannot read {str(path)!r}: {e.strerror}") from None
     except UnicodeDecodeError as e:
-        raise ConfigError(
-            "(file)", f"{str(path)!r} is not UTF-8 text (byte {e.start})"
-        ) from None
+        raise ConfigError("(file)", f"{str(path)!r} is not UTF-8 text (byte {e.start})") from None
     try:
         raw = yaml.load(text, Loader=_UniqueKeys)  # a SafeLoader: no Python objects
     except yaml.YAMLError as e:
