@@ -46,6 +46,21 @@ def _admission(budgets: Budgets, fair: FairWait, client: str, wait_s: float = 2.
     return Admission(budgets, fair, client=client, max_wait_s=wait_s, clock=time.monotonic)
 
 
+async def _acquire_while_freed(
+    a: Admission, pool: UpstreamPool, held: Ticket
+) -> tuple[Upstream, Ticket] | None:
+    """``a`` acquires while ``held`` is released 0.1 s in, by the same admission."""
+
+    async def finish_later() -> None:
+        await asyncio.sleep(0.1)
+        a.release(held)
+
+    task = asyncio.create_task(finish_later())
+    got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
+    await task
+    return got
+
+
 async def test_free_budget_is_taken_at_once() -> None:
     pool, budgets, fair = _setup(max_rps=5)
     a = _admission(budgets, fair, "c")
@@ -72,14 +87,7 @@ async def test_a_call_waits_for_budget_that_frees_within_its_wait() -> None:
     held = budgets.try_take("endpoint-srf-0", 1)
     assert isinstance(held, Ticket)
     a = _admission(budgets, fair, "c", wait_s=2.0)
-
-    async def finish_later() -> None:
-        await asyncio.sleep(0.1)
-        a.release(held)
-
-    task = asyncio.create_task(finish_later())
-    got = await a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
-    await task
+    got = await _acquire_while_freed(a, pool, held)
     assert got is not None and a.waited and not a.shed
 
 
@@ -119,14 +127,7 @@ async def test_a_failing_node_is_no_stand_in_for_a_busy_one() -> None:
     assert got is None and a.shed and a.waited  # waited for the healthy node, then shed
     # the healthy node frees up within the wait: the call goes there
     b = _admission(budgets, fair, "c", wait_s=2.0)
-
-    async def finish_later() -> None:
-        await asyncio.sleep(0.1)
-        b.release(held)
-
-    task = asyncio.create_task(finish_later())
-    got = await b.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True)
-    await task
+    got = await _acquire_while_freed(b, pool, held)
     assert got is not None and got[0] is healthy
     b.release(got[1])
     # with no healthy node left at all, the failing one is still tried
