@@ -82,7 +82,8 @@ def build_addons() -> list[Any]:
     rpc = RpcPipeline(holder)
     sockets = WebSocketRpc(holder, rpc, limits)
     idle = IdleConnections(holder)
-    drain = Drain(holder, sockets)
+    shipper = ShipperAddon(holder)
+    drain = Drain(holder, sockets, before_stop=shipper.before_stop)
     return [
         Settings(holder, limits, Prewarmer(holder)),  # the config → the runtime every part reads
         ReadLimitsAddon(limits),  # mitmproxy's missing read limits: patched in on load, out on done
@@ -90,7 +91,7 @@ def build_addons() -> list[Any]:
         ProxyTuning(),  # mitmproxy options, fast dispatch / lean mode
         HttpSession(holder),  # the pooled HTTP session (upstreams and sidecar)
         SnapshotRefresher(holder),  # background: routing snapshot from the sidecar
-        ShipperAddon(holder),  # background: usage batches to the sidecar
+        shipper,  # background: usage batches to the sidecar
         SizesKeeper(holder),  # background: the learned answer sizes to data_dir
         CacheKeeper(holder),  # at a stop: the edge cache's pending writes to disk
         # before the pipeline: takes WebSocket handshakes, runs each message through it

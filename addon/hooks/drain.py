@@ -9,7 +9,9 @@ listening sockets close first (``server=False``: a balancer or the other
 workers take new connections); a request that still arrives on a kept-alive
 connection is answered, with ``Connection: close``. A second SIGTERM stops at
 once. The usage records left are spooled by ``ShipperAddon.done`` and
-delivered by whichever process runs next.
+delivered by whichever process runs next; those the spool cannot take (a full
+disk) get one last delivery first (``before_stop``), at most
+``LAST_DELIVERY_S`` past the drain.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mitmproxy import ctx, http
@@ -26,6 +28,8 @@ from addon.hooks.holder import RuntimeHolder
 from addon.mitm import shutdown
 
 log = logging.getLogger("chainproxy")
+
+LAST_DELIVERY_S = 5.0  # the most the stop waits for the sidecar to take what memory holds
 
 
 async def wait_until(done: Callable[[], bool], deadline: float) -> None:
@@ -37,9 +41,16 @@ async def wait_until(done: Callable[[], bool], deadline: float) -> None:
 
 
 class Drain:
-    def __init__(self, holder: RuntimeHolder, sockets: Any) -> None:
+    def __init__(
+        self,
+        holder: RuntimeHolder,
+        sockets: Any,
+        before_stop: Callable[[float], Awaitable[object]] | None = None,
+    ) -> None:
         self.holder = holder
         self.sockets = sockets  # addon/hooks/websocket.py's WebSocketRpc: its drain()
+        # the usage shipper's last delivery (addon/hooks/shipping.py), given a timeout
+        self.before_stop = before_stop
         self.inflight: set[str] = set()  # HTTP flows not yet answered
         self.draining = False
         self.stopping = False  # the drain is over and the process stops: nothing is taken
@@ -117,4 +128,17 @@ class Drain:
             log.exception("drain failed: stopping now")
         finally:
             self.stopping = True
+            await self._last_delivery(deadline)
             ctx.master.shutdown()
+
+    async def _last_delivery(self, deadline: float) -> None:
+        """Nothing more is answered: the usage records the spool could not take
+        go to the sidecar now, in the drain's time left (at least a second,
+        at most ``LAST_DELIVERY_S``), or are lost with the process (logged)."""
+        if self.before_stop is None:
+            return
+        left = deadline - asyncio.get_running_loop().time()
+        try:
+            await self.before_stop(min(LAST_DELIVERY_S, max(1.0, left)))
+        except Exception:
+            log.exception("usage: the last delivery at stop failed")

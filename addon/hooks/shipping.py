@@ -1,7 +1,9 @@
 """The usage shipper's life as an addon: started when mitmproxy runs, and at a
 graceful stop or reload the records not yet sent are drained into the on-disk
 spool synchronously (delivered after the restart). If the spool cannot take
-them (a full disk), what stays in memory is lost with the process: logged.
+them (a full disk), a drained stop (SIGTERM) first offers them to the sidecar
+once more (``before_stop``); what still stays in memory is lost with the
+process: logged.
 Batches go out through the current runtime's sidecar client, so a reload
 that changes ``sidecar.token`` does not leave them failing with 401."""
 
@@ -62,6 +64,12 @@ class ShipperAddon:
             rt.spool.max_batches = usage.spool_max_batches
         for n in mitm_responses.take_refused().values():
             rt.metrics.count_refusal("request", n)  # a body, head or slow request refused
+
+    async def before_stop(self, timeout_s: float) -> None:
+        """The drain's last step (addon/hooks/drain.py): what the spool could
+        not take goes to the sidecar now if it takes it; ``done`` follows."""
+        if self.shipper is not None:
+            await self.shipper.deliver_before_stop(timeout_s)
 
     def done(self) -> None:  # synchronous: mitmproxy's hot reload calls it so
         if self._task is not None:

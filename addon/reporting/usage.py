@@ -226,6 +226,12 @@ class UsageShipper:
             except SpoolError as e:
                 self._unremoved.add(batch_id)
                 self._spool_failed(e)
+        return await self._deliver_memory()
+
+    async def _deliver_memory(self) -> bool:
+        """Send the batches the spool could not take, oldest first; stop at the
+        first failure. A batch sent twice (the run's delivery and the stop's
+        overlapping) is counted once: the sidecar knows its ``batch_id``."""
         for batch in self.backlog:  # a copy, oldest first
             if not await self._deliver(batch):
                 return False
@@ -233,9 +239,34 @@ class UsageShipper:
             self.delivered += 1
         return True
 
+    async def deliver_before_stop(self, timeout_s: float) -> int:
+        """At a drained stop: spool what is left, and give what memory still
+        holds (the spool could not take it) one last delivery, whatever the
+        retry's back-off says: a sidecar back for a second takes them. The
+        spooled batches wait for the next process. Returns how many went."""
+        self.spool_pending()
+        before = len(self.backlog)
+        if not before:
+            return 0
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._deliver_memory()
+        except TimeoutError:
+            pass
+        sent = before - len(self.backlog)
+        if sent:
+            log.info("usage: %d batches kept in memory delivered at stop", sent)
+        return sent
+
     def lost_at_stop(self) -> None:
         """At stop: what memory still holds dies with the process; say so."""
-        if len(self.backlog):
+        if len(self.backlog) and not self.backlog.calls():
+            # counters of the last moments (the stop's own), no usage record
+            log.warning(
+                "usage: %d batches of live metrics (no calls) kept in memory not delivered at stop",
+                len(self.backlog),
+            )
+        elif len(self.backlog):
             log.error(
                 "usage spool unusable at stop: %d batches (%d calls) kept in memory are lost",
                 len(self.backlog),

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -257,3 +258,41 @@ async def test_a_full_disk_loses_no_call_and_counts_none_twice(
         runner.cancel()
         with contextlib.suppress(BaseException):
             await runner
+
+
+async def test_a_stop_delivers_what_memory_holds_once_the_sidecar_is_back(
+    disks: tuple[Stack, Path, Path],
+) -> None:
+    """Both disks full long enough for the proxy's delivery to back off (the
+    sidecar refused every batch); the sidecar's disk is freed and the proxy is
+    stopped (SIGTERM) at once, before its next try: the stop delivers the
+    batches it kept in memory instead of losing them, and every call answered
+    is counted once."""
+    stack, proxy_dir, sidecar_dir = disks
+    proxy = stack.proxy
+    assert proxy is not None
+    hashes = [stack.nodes[0].rpc("chain_getBlockHash", [n])["result"] for n in range(1, 200)]
+    traffic = Traffic(stack.rpc_url(), hashes)
+    runner = asyncio.create_task(traffic.run(workers=2))
+    try:
+        assert await wait_for(lambda: usage_requests(stack) > 0, 10), "no usage reached the sidecar"
+        fill(proxy_dir)
+        sidecar_filler = fill(sidecar_dir)
+        assert await wait_for(lambda: failed_batches(stack) > 0, 10), "no ingest was refused"
+        # refused for long enough that the next try is seconds away (1, 2, 4, 8 s)
+        await asyncio.sleep(7)
+        traffic.stop.set()
+        await asyncio.wait_for(runner, 20)
+        assert not traffic.bad, traffic.bad[:3]
+        assert SPOOL_FAILED in proxy.output()
+        sidecar_filler.unlink()
+        proxy.popen.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(proxy.popen.wait, 20)
+    finally:
+        traffic.stop.set()
+        runner.cancel()
+        with contextlib.suppress(BaseException):
+            await runner
+    log = proxy.output()
+    assert "kept in memory are lost" not in log, log[-2000:]
+    assert usage_requests(stack) == traffic.answered, (usage_requests(stack), traffic.answered)

@@ -4,7 +4,9 @@ backlog and are delivered later; the failure is logged once and its end once."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +140,57 @@ async def test_the_memory_backlog_is_bounded_and_a_drop_is_counted_and_logged(
     assert log_lines(caplog, "dropped the oldest") == 1  # the first drop, then every 100th
     ship.lost_at_stop()
     assert log_lines(caplog, "3 batches (6 calls) kept in memory are lost") == 1
+
+
+async def test_at_a_drained_stop_what_memory_holds_gets_one_last_delivery(
+    disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sidecar was down while the disk was full (the run's retry backs off);
+    it is back when the proxy stops: the stop delivers what memory holds, the
+    records made since the last flush included, instead of losing them."""
+    caplog.set_level(logging.INFO, logger="chainproxy.usage")
+    sidecar = Sidecar(up=False)
+    ship, agg = shipper(Spool(disk / "spool", max_batches=100), sidecar)
+    fill(disk)
+    for _ in range(3):
+        usage_record(agg)
+        ship.spool_pending()
+        assert await ship.deliver_spooled() is False
+    usage_record(agg)  # after the last flush: spooled (here: kept) by the stop itself
+    sidecar.up = True
+    assert await ship.deliver_before_stop(1.0) == 4
+    assert sidecar.calls() == 4 and len(ship.backlog) == 0
+    ship.lost_at_stop()
+    assert log_lines(caplog, "kept in memory are lost") == 0
+    assert log_lines(caplog, "4 batches kept in memory delivered at stop") == 1
+
+
+async def test_a_last_delivery_the_sidecar_does_not_answer_ends_at_its_timeout(
+    disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hanging sidecar holds the stop no longer than the timeout given; what
+    was not taken is reported lost, as before."""
+
+    async def hangs(batch: Batch) -> bool:
+        await asyncio.sleep(3600)
+        return True
+
+    ship, agg = shipper(Spool(disk / "spool", max_batches=100), Sidecar())
+    ship._deliver = hangs
+    fill(disk)
+    usage_record(agg)
+    started = time.monotonic()
+    assert await ship.deliver_before_stop(0.2) == 0
+    assert time.monotonic() - started < 5
+    ship.lost_at_stop()
+    assert log_lines(caplog, "1 batches (1 calls) kept in memory are lost") == 1
+
+
+async def test_a_stop_with_a_working_spool_sends_nothing(disk: Path) -> None:
+    """What the spool took waits for the next process: a stop is not held
+    up by a delivery when nothing would be lost."""
+    sidecar = Sidecar(up=True)
+    ship, agg = shipper(Spool(disk / "spool", max_batches=100), sidecar)
+    usage_record(agg)
+    assert await ship.deliver_before_stop(1.0) == 0
+    assert sidecar.got == [] and len(ship.spool) == 1
