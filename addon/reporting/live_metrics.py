@@ -150,9 +150,16 @@ def _call_outcome(rpc: RpcContext, i: int, item: Any, answer: dict[str, Any] | N
         return "error"
     if answer.get("error") is None:
         return "ok"
-    if policy_of(answer) is not None and i not in rpc.forwarded:
+    policy = policy_of(answer)
+    if policy is not None and (i not in rpc.forwarded or policy in AFTER_ASKING):
         return "refused"  # a policy's own answer (allowlist, subscriptions…), not a failure
     return "error"
+
+
+# typed answers the proxy gives in place of the nodes' words, also after asking
+# them: a read of state no node holds is one refusal whether or not a node was
+# asked first (counted alike, as the client sees the same answer)
+AFTER_ASKING = frozenset({"state_unavailable"})
 
 
 # the policies an answer names itself (``data.policy``); the quota's and a

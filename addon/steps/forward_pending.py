@@ -7,6 +7,7 @@ nodes said so (``addon/chain/state_unavailable.py``)."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
@@ -283,10 +284,25 @@ def _fill(
     else:
         status = 502
         message = f"all {len(attempts)} upstream attempt(s) failed"
+    if status in (502, 504):
+        message += _paused(rt.pools[rpc.network], result, data)
     log.warning("#%s %s %s: %s %s", rpc.request_id, rpc.network, status, message, attempts)
     for i in pending:
         rpc.answers[i] = error_obj(rpc.parsed.items[i].id, INTERNAL_ERROR, message, data)
     rpc.error_status = status
+
+
+def _paused(pool: UpstreamPool, result: ForwardResult, data: dict[str, object]) -> str:
+    """Nodes not asked because they pause at their own ``Retry-After``: named,
+    with when the first takes calls again (``data.retry_after``, the reply's
+    ``Retry-After``), so a client and an operator learn when capacity returns."""
+    paused = pool.paused({a.endpoint for a in result.attempts})
+    if not paused:
+        return ""
+    data["paused"] = {uid: math.ceil(s) for uid, s in sorted(paused.items())}
+    data["retry_after"] = first = max(1, math.ceil(min(paused.values())))
+    names = ", ".join(sorted(paused))
+    return f"; {len(paused)} node(s) paused by their Retry-After ({names}), back in {first} s"
 
 
 def _capacity(

@@ -16,7 +16,7 @@ def respond(rpc: RpcContext, rt: object) -> None:
             retry = (("Retry-After", str(result.retry_after)),)
             rpc.reply = Reply(rpc.error_status, rpc.answers[0], "refused", retry)
             return
-        rpc.reply = Reply(rpc.error_status, rpc.answers[0], "error")
+        rpc.reply = Reply(rpc.error_status, rpc.answers[0], "error", _retry_after(rpc.answers[0]))
         return
     # x-metagraph-rpc-*: Metagraphed's names for the same facts, read by its clients.
     headers = [("X-Cache", rpc.cache), ("x-metagraph-rpc-cache", rpc.cache.lower())]
@@ -36,3 +36,12 @@ def respond(rpc: RpcContext, rt: object) -> None:
         headers.append(("X-Chainproxy-Hedged", "1"))
     doc = rpc.answers if rpc.parsed.is_batch else rpc.answers[0]
     rpc.reply = Reply(200, doc, "ok", tuple(headers))
+
+
+def _retry_after(answer: object) -> tuple[tuple[str, str], ...]:
+    """A 502/504 that names nodes pausing at their own Retry-After says when
+    the first takes calls again (``data.retry_after``), as a header too."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    data = error.get("data") if isinstance(error, dict) else None
+    retry = data.get("retry_after") if isinstance(data, dict) else None
+    return (("Retry-After", str(retry)),) if isinstance(retry, int) else ()

@@ -377,7 +377,7 @@ class Forward:
             # are; a time to retry, not a 502. (A 503 is a node failing, with or
             # without Retry-After: the contract's 502.) A batch keeps the items
             # the last of them answered: only those it refused are refused.
-            left = self.pool.backoff_left(set())
+            left = self.pool.back_in({a.endpoint for a in attempts})
             answers, upstream, size = self.limited or (None, None, 0)
             if answers is not None and all(error_limit(a) for a in answers):
                 answers, upstream, size = None, None, 0  # nothing answered: refused whole

@@ -230,16 +230,29 @@ class UpstreamPool:
         a, b = self._rng.sample(tier, 2)
         return a if self.cost(a, now) <= self.cost(b, now) else b
 
+    def paused(self, exclude: set[str]) -> dict[str, float]:
+        """The other upstreams backing off (a node's Retry-After): seconds left each."""
+        now = self._clock()
+        return {
+            u.id: u.backoff_until - now
+            for u in self.upstreams.values()
+            if u.id not in exclude and u.backoff_until > now
+        }
+
     def backoff_left(self, exclude: set[str]) -> float | None:
         """Seconds until the first of the other upstreams backing off may be
         sent calls again (None: none of them is backing off)."""
-        now = self._clock()
-        waits = [
-            u.backoff_until - now
-            for u in self.upstreams.values()
-            if u.id not in exclude and u.backoff_until > now
-        ]
-        return min(waits) if waits else None
+        return min(self.paused(exclude).values(), default=None)
+
+    def back_in(self, refused: set[str]) -> float | None:
+        """After the nodes in ``refused`` each refused a call for their limits:
+        seconds until the first node may take calls again. None when one of
+        them is not paused: only its learned rate paces it, so it takes calls
+        again soon, whatever another node's Retry-After says."""
+        paused = self.paused(set())
+        if any(uid not in paused for uid in refused):
+            return None
+        return min(paused.values(), default=None)
 
     # --- outcomes reported by the forwarder ------------------------------------------------
 

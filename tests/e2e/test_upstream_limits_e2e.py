@@ -160,6 +160,33 @@ async def test_retry_after_keeps_client_calls_off_the_node(two_nodes: Stack) -> 
     assert beta.state()["requests"] >= len(during)
 
 
+async def test_a_502_names_the_node_that_pauses_at_its_retry_after(two_nodes: Stack) -> None:
+    """alpha answered 429 with ``Retry-After: 10`` and pauses; then beta fails
+    (500): the client's 502 names alpha as paused and says when it is back (in
+    ``data`` and ``Retry-After``), not only beta's failed attempt."""
+    alpha, beta = two_nodes.nodes
+    beta.control(latency_ms=40)
+    alpha_id, beta_id = endpoint_id(alpha.url), endpoint_id(beta.url)
+    await _until_served_by(two_nodes.rpc_url(), alpha_id)
+    alpha.control(limit_rps=1, limit_retry_after_s=10)
+    async with client_session() as session:
+        for _ in range(50):  # until alpha's first 429: the proxy failed over to beta
+            r = await post(two_nodes.rpc_url(), _miss(), session=session)
+            assert r.status == 200, r.body
+            if r.headers.get("X-Chainproxy-Attempts") == "2":
+                break
+        else:
+            raise AssertionError("alpha never refused")
+        beta.control(http_status=500)
+        r = await post(two_nodes.rpc_url(), _miss(), session=session)
+    assert r.status == 502, r.body
+    data = r.body["error"]["data"]
+    assert [a["endpoint"] for a in data["attempts"]] == [beta_id], data
+    assert set(data["paused"]) == {alpha_id} and 1 <= data["paused"][alpha_id] <= 10, data
+    assert r.headers["Retry-After"] == str(data["retry_after"]) == str(data["paused"][alpha_id])
+    assert f"paused by their Retry-After ({alpha_id})" in r.body["error"]["message"]
+
+
 @pytest.fixture
 def capped(tmp_path: Any) -> Iterator[Stack]:
     budgets = {"alpha": {"max_rps": 20}, "beta": {"max_rps": 20}}

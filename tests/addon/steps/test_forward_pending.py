@@ -10,7 +10,10 @@ import re
 from typing import Any
 
 from addon.chain.head_book import HeadBook
+from addon.upstream.transport import TransportError
 from tests.addon.helpers import (
+    A,
+    B,
     body,
     call,
     make,
@@ -125,6 +128,32 @@ async def test_a_call_every_node_refused_for_its_limits_is_503_upstream_capacity
     assert len(set(node.seen)) == 2  # both nodes asked, once each
 
 
+async def test_a_502_names_the_node_paused_at_its_retry_after_and_when_it_is_back() -> None:
+    """A answered 429 with ``Retry-After: 10`` and pauses; B fails: the 502
+    says A was not asked and when it takes calls again (data, header), where
+    before it listed B's attempt alone and no time."""
+    stages, fake, rt = make(upstream_limits={"max_wait_s": 0})
+    pool = rt.pools["finney"]
+    a, b = (next(u for u in pool.upstreams.values() if u.url == url) for url in (A, B))
+    pool.started(a)
+    pool.throttled(a, 5, 10.0, "rate-limited")
+    fake.behaviour[B] = TransportError("http-500")
+    f = rpc_flow(call("system_health", id_=4))
+    await run(stages, f)
+    assert f.response.status_code == 502 and f.response.headers["Retry-After"] == "10"
+    error = body(f)["error"]
+    assert [x["endpoint"] for x in error["data"]["attempts"]] == [b.id]
+    assert error["data"]["paused"] == {a.id: 10} and error["data"]["retry_after"] == 10
+    assert f"paused by their Retry-After ({a.id}), back in 10 s" in error["message"]
+    # nothing paused: the 502 as before, without a time
+    rt.clock.advance(11)  # type: ignore[attr-defined]
+    fake.behaviour[A] = TransportError("http-500")
+    f = rpc_flow(call("system_health", id_=5))
+    await run(stages, f)
+    assert f.response.status_code == 502 and "Retry-After" not in f.response.headers
+    assert "paused" not in body(f)["error"]["data"]
+
+
 async def test_a_batch_keeps_its_answers_but_for_the_items_every_node_refused() -> None:
     stages, _, rt = make()
     rt.transport = _Refusing()
@@ -216,6 +245,9 @@ async def test_nodes_that_say_discarded_are_corrected_and_the_client_gets_the_ty
     # the next read of that block asks no node
     await run(stages, rpc_flow(call("state_getStorage", [KEY, OLD], id_=10)))
     assert len(asked) == 2
+    # both typed answers are refusals of one policy, the one after asking too
+    refusals = {k: v for k, v in rt.metrics._extra.items() if k[0] == "chainproxy_refusals_total"}
+    assert refusals == {("chainproxy_refusals_total", (("policy", "state_unavailable"),)): 2}
 
 
 async def test_discarded_at_a_block_of_unknown_height_is_typed_once_every_node_said_so() -> None:

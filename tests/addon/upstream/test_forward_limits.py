@@ -180,6 +180,24 @@ async def test_every_node_saying_too_many_is_capacity_not_a_failure() -> None:
     assert r.kind == "failed"
 
 
+async def test_capacity_is_back_soon_when_a_node_that_refused_is_paced_not_paused() -> None:
+    """b refused without Retry-After and learned a rate (not paused: it takes
+    calls again within the second); a paused itself for 10 s. The time to
+    retry is b's (1 s), not a's pause (before: 10 s)."""
+    a, b = up("a", ewma=50.0), up("b", ewma=1.0)
+    pool, t, clock = setup(a, b, script={"a": [(0.01, ok("0x1"))], "b": [(0.001, ok("0x1"))]})
+    adm = _admission(pool, clock)
+    for _ in range(10):  # ten calls to b within the second: a 429 then teaches it a rate
+        assert (await _run(pool, t, clock, adm)).upstream is b
+    t.script[b.url] = [(0.001, http(429, b""))]
+    t.script[a.url] = [(0.01, TransportError("rate-limited", retry_after=10.0))]
+    r = await _run(pool, t, clock, adm)
+    assert r.kind == "capacity" and [x.endpoint for x in r.attempts] == [b.id, a.id]
+    assert b.backoff_until <= clock.t < a.backoff_until - 9  # b paced, a paused
+    assert r.retry_after == 1
+    assert pool.back_in({b.id, a.id}) is None and pool.back_in({a.id}) is not None
+
+
 async def test_every_node_answering_503_is_still_the_contracts_502() -> None:
     """A 503 with Retry-After pauses the node, but a node failing is a failure."""
     a, b = up("a", ewma=1.0), up("b", ewma=50.0)
