@@ -44,6 +44,20 @@ def shipper(spool: Spool, sidecar: Sidecar, **kw: Any) -> tuple[UsageShipper, Us
     return UsageShipper(agg, spool, sidecar, flush_s=1, **kw), agg
 
 
+async def flushed_on_a_full_disk(
+    disk: Path, sidecar: Sidecar, flushes: int
+) -> tuple[UsageShipper, UsageAggregator]:
+    """A shipper whose spool's disk is full, after ``flushes`` flushes of one
+    call each, every delivery answered as ``sidecar.up`` says."""
+    ship, agg = shipper(Spool(disk / "spool", max_batches=100), sidecar)
+    fill(disk)
+    for _ in range(flushes):
+        usage_record(agg)
+        ship.spool_pending()
+        assert await ship.deliver_spooled() is sidecar.up
+    return ship, agg
+
+
 def test_a_spool_on_a_full_disk_raises_spool_error_and_works_once_space_is_back(
     disk: Path,
 ) -> None:
@@ -98,12 +112,7 @@ async def test_what_the_spool_cannot_take_waits_in_memory_and_is_spooled_in_orde
 
 async def test_batches_in_memory_are_delivered_while_the_spool_stays_full(disk: Path) -> None:
     sidecar = Sidecar(up=True)
-    ship, agg = shipper(Spool(disk / "spool", max_batches=100), sidecar)
-    fill(disk)
-    for _ in range(3):
-        usage_record(agg)
-        ship.spool_pending()
-        assert await ship.deliver_spooled() is True
+    ship, _ = await flushed_on_a_full_disk(disk, sidecar, 3)
     assert sidecar.calls() == 3 and len(ship.backlog) == 0
     assert ship.spool_outage.failing  # no write worked: no recovery announced
 
@@ -150,12 +159,7 @@ async def test_at_a_drained_stop_what_memory_holds_gets_one_last_delivery(
     records made since the last flush included, instead of losing them."""
     caplog.set_level(logging.INFO, logger="chainproxy.usage")
     sidecar = Sidecar(up=False)
-    ship, agg = shipper(Spool(disk / "spool", max_batches=100), sidecar)
-    fill(disk)
-    for _ in range(3):
-        usage_record(agg)
-        ship.spool_pending()
-        assert await ship.deliver_spooled() is False
+    ship, agg = await flushed_on_a_full_disk(disk, sidecar, 3)
     usage_record(agg)  # after the last flush: spooled (here: kept) by the stop itself
     sidecar.up = True
     assert await ship.deliver_before_stop(1.0) == 4
