@@ -36,6 +36,10 @@ log = logging.getLogger("chainproxy.follow")
 MAX_ANCESTRY = 256  # missing ancestors fetched for one head; deeper: rebuild
 MAX_UNFINALIZED = 4096  # blocks above the finalized one; more: finality stalled, rebuild
 RETRIES_S = (0.25, 0.5, 1.0, 2.0, 0.0)  # a block's header or runtime asked again after these
+# best heads in a row whose chain meets ours only below finality: the node feeding
+# them follows another fork (a lone late head of a lost fork is one), so the
+# shared new-heads subscription leaves it (``SubscriptionHub.distrust``)
+FORK_STRIKES = 2
 _KINDS: tuple[SubKind, ...] = (
     SUBSCRIBE["chain_subscribeNewHeads"],
     SUBSCRIBE["chain_subscribeFinalizedHeads"],
@@ -71,6 +75,8 @@ class NetworkView:
         self.ready = asyncio.Event()  # set while a tree is held
         self.rebuilds = 0
         self._owner = OwnSubscriber(client=f"{OWN_PREFIX}view:{network}")
+        self._shared: dict[str, Any] = {}  # the hub's shared subscription, by kind
+        self._off_fork = 0  # best heads in a row on a fork below finality
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         self._on_stop = on_stop  # a metric: follows stopped, by reason
@@ -117,6 +123,7 @@ class NetworkView:
                 self.network, kind, [], self._receiver(kind.kind), self._owner
             )
             self._owner.subscriptions[sub.sub_id] = kind.subscribe
+            self._shared[kind.kind] = shared
             shared.greet(sub)  # the current head comes at once, then each new one
 
     def _receiver(self, kind: str) -> Callable[[bytes], None]:
@@ -154,9 +161,10 @@ class NetworkView:
         number = parse_height(header.get("number")) if isinstance(header, dict) else None
         if h is None or number is None or number <= tree.root.number:
             return  # not a header we can place, or at/below the finalized block
-        await self._place(h, header)
+        placed = await self._place(h, header)
         if kind == "new_heads":
-            if tree.set_best(h):
+            self._fork_strike(placed)
+            if placed and tree.set_best(h):
                 for listener in list(self.listeners):
                     listener.best_changed(h)
         elif kind == "finalized_heads":
@@ -164,8 +172,21 @@ class NetworkView:
         if len(tree.blocks) > MAX_UNFINALIZED:
             raise _Rebuild(f"more than {MAX_UNFINALIZED} blocks above the finalized one")
 
-    async def _place(self, block_hash: str, header: dict[str, Any]) -> None:
-        """Add the block and its missing ancestors, parent first."""
+    def _fork_strike(self, placed: bool) -> None:
+        """A best head on a fork below finality is a strike against the node
+        feeding them; ``FORK_STRIKES`` in a row move the subscription to
+        another node (it goes on from there: nothing is missed)."""
+        self._off_fork = 0 if placed else self._off_fork + 1
+        if self._off_fork < FORK_STRIKES:
+            return
+        self._off_fork = 0
+        shared = self._shared.get("new_heads")
+        if shared is not None:
+            self.hub.distrust(shared, "its best heads are on a fork below finality")
+
+    async def _place(self, block_hash: str, header: dict[str, Any]) -> bool:
+        """Add the block and its missing ancestors, parent first; False when
+        its chain meets ours only below finality (another fork: ignored)."""
         tree = self.tree
         assert tree is not None
         chain: list[tuple[str, dict[str, Any]]] = []
@@ -180,7 +201,7 @@ class NetworkView:
                 # its chain does not meet ours above the finalized block
                 if len(chain) > MAX_ANCESTRY:
                     raise _Rebuild(f"a gap of more than {MAX_ANCESTRY} blocks")
-                return  # a fork below finality (a late head from a node): ignored
+                return False  # a fork below finality (a late head from a node): ignored
             hdr = await self._header(parent)
             h = parent
         for bh, bhdr in reversed(chain):
@@ -196,6 +217,7 @@ class NetworkView:
             changed = block.runtime if block.runtime != before else None
             for listener in list(self.listeners):
                 listener.new_block(block, changed)
+        return True
 
     def _finalize(self, block_hash: str) -> None:
         tree = self.tree

@@ -104,6 +104,13 @@ class Watchdog:
         seen = getattr(sh.sequencer, "last", None)
         return judge(sh.kind.kind, seen, now - sh.last_at, self.settings.stall_s, best, fin)
 
+    def distrust(self, sh: SharedSubscription, reason: str) -> None:
+        """A reader of ``sh``'s heads judged them wrong (the follow view: a
+        node on another fork): it moves to another node, as from a node that
+        died; the node stays in the pool for calls."""
+        if self.shared.get(sh.key) is sh and sh.upstream is not None:
+            self._move(sh, reason)
+
     def _spoke(self, socket: UpstreamSocket) -> None:
         """A silent node's canary heard a notification: it pushes again."""
         canary = self.silent.spoke(socket.endpoint_id, socket)

@@ -74,6 +74,7 @@ class Chain:
 class Hub:
     def __init__(self) -> None:
         self.sends: dict[str, Any] = {}
+        self.distrusted: list[str] = []  # why the new-heads subscription was moved
 
     async def subscribe(self, network: str, kind: Any, params: Any, send: Any, owner: Any) -> Any:
         self.sends[kind.kind] = send
@@ -89,6 +90,9 @@ class Hub:
 
     def unsubscribe(self, sub_id: str, owner: Any) -> bool:
         return True
+
+    def distrust(self, shared: Any, reason: str) -> None:
+        self.distrusted.append(reason)
 
     def push(self, kind: str, h: dict[str, Any]) -> None:
         frame = {"jsonrpc": "2.0", "method": "x", "params": {"subscription": "s", "result": h}}
@@ -201,4 +205,32 @@ async def test_a_block_the_next_node_has_not_imported_yet_is_asked_again() -> No
     assert ("best", new[0]) in listener.events
     assert not any(e[0] == "stop" for e in listener.events)
     assert view.rebuilds == 0
+    await view.close()
+
+
+async def test_best_heads_on_a_fork_below_finality_move_the_subscription() -> None:
+    """The node feeding best heads follows a minority fork: once finality
+    passed the fork point, its heads are ignored (the follows' best stays put)
+    and, two in a row, the new-heads subscription is moved off it. A lone late
+    head of a lost fork is not enough; a head on our chain in between resets
+    the count."""
+    chain = Chain()
+    root = chain.grow(ZERO, 100, 1)[0]
+    chain.finalized = root
+    main = chain.grow(root, 101, 4)
+    fork = chain.grow(root, 101, 4, salt="f")
+    view, hub, listener = await started(chain)
+    hub.push("new_heads", chain.headers[main[1]])
+    hub.push("finalized_heads", chain.headers[main[1]])  # finality passes the fork point
+    hub.push("new_heads", chain.headers[fork[2]])  # #103 on the fork: ignored, one strike
+    hub.push("new_heads", chain.headers[main[2]])  # our chain again: the count starts over
+    hub.push("new_heads", chain.headers[fork[3]])
+    await settle(view)
+    assert hub.distrusted == []
+    assert listener.events[-1] == ("best", main[2])
+    hub.push("new_heads", chain.headers[fork[2]])  # a second one in a row: moved
+    await settle(view)
+    assert hub.distrusted == ["its best heads are on a fork below finality"]
+    assert not any(e[0] == "new" and e[1] in fork for e in listener.events)
+    assert view.tree is not None and view.tree.best == main[2]
     await view.close()
