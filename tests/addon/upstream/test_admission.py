@@ -232,6 +232,22 @@ async def test_backing_off_longer_than_the_wait_sheds_with_its_end() -> None:
     assert a.retry_after == 7
 
 
+async def test_calls_shed_in_line_behind_others_say_when_the_paused_nodes_are_back() -> None:
+    """Every node pauses 7 s at its Retry-After; ten calls arrive together:
+    those that waited in line behind the first (never asking a node) are shed
+    with the pauses' end too, not a default of 1 s (9 of 10 said 1 s before)."""
+    pool, budgets, fair = _setup(nodes=2)
+    for u in pool.upstreams.values():
+        pool.started(u)
+        pool.throttled(u, 1, 7.0, "rate-limited")
+    calls = [_admission(budgets, fair, f"c{i}", wait_s=0.1) for i in range(10)]
+    got = await asyncio.gather(
+        *(a.acquire(pool, set(), calls=1, until=time.monotonic() + 5, wait=True) for a in calls)
+    )
+    assert got == [None] * 10 and all(a.shed for a in calls)
+    assert [a.retry_after for a in calls] == [7] * 10
+
+
 async def test_open_loop_demands_one_to_ten_get_shares_within_two_times() -> None:
     """Calls arriving at 20/s and 200/s for a node of 20/s, each waiting at most
     2 s: the heavy client's calls expire in line by the hundred, and must not
