@@ -100,12 +100,17 @@ def _apply(
             call_id = rpc.parsed.items[i].id
             rpc.answers[i] = quota_error(call_id, decision, n, rpc.client)
         return
+    cost = sum(units.values()) + taken
     if taken:
         rt.quotas.refund(rpc.client, taken, rpc.tier)
         rpc.units, rpc.item_units = 0, None
-        # what is left once given back; its Retry-After already counts it
-        decision = replace(decision, remaining=min(decision.limit, decision.remaining + taken))
+        # read again once given back: the window as the client left it (its
+        # Reset is its own last spend's, not the base unit just given back)
+        fresh = rt.quotas.decide(rpc.client, cost, rpc.tier, take=False)
+        if isinstance(fresh, Decision) and not fresh.allowed:
+            decision = fresh
+        else:  # in Redis (a second round trip is not waited for): what is left
+            decision = replace(decision, remaining=min(decision.limit, decision.remaining + taken))
         rpc.rate = decision
     call_id = rpc.parsed.items[0].id if rpc.parsed and not rpc.parsed.is_batch else None
-    cost = sum(units.values()) + taken
     rpc.refuse(429, quota_error(call_id, decision, cost, rpc.client))

@@ -46,17 +46,39 @@ def reserve_bytes(rpc: RpcContext, rt: ReserveBytesNeeds) -> Later[Decision] | N
     reserved = heavy_units(rpc, rt)
     if not reserved:
         return None
-    assert rpc.parsed is not None
-    costs = rt.quotas.costs(rpc.tier)
-    for i, n in reserved.items():
-        call = rpc.parsed.items[i]
-        assert isinstance(call, Call)  # (heavy_units takes calls only)
-        rt.metrics.count_units(call, n, rpc.tier, costs)
     rpc.reserved = reserved  # (a refused call ends here: nothing reads it then)
     # refused, the price the quota step took is given back; but where a call
     # of the batch was acted on already (a subscription made, a new-spec read
     # answered, a follow begun), only the heavy reads are refused, in place:
     # the rest is answered (a subscription's id is never kept from its client)
     if rpc.subscribed or rpc.afters:
-        return take_units(rpc, rt, reserved, in_place=True)
-    return take_units(rpc, rt, reserved, taken=rpc.units)
+        pending = take_units(rpc, rt, reserved, in_place=True)
+    else:
+        pending = take_units(rpc, rt, reserved, taken=rpc.units)
+    if pending is None:
+        _count(rpc, rt, reserved, rpc.rate)
+    else:
+        pending.then(lambda done: _count(rpc, rt, reserved, _decided(done)))
+    return pending
+
+
+def _decided(done: Later[Decision]) -> Decision | None:
+    try:
+        return done.result()
+    except Exception:  # the quota's own failure: the runner answers it
+        return None
+
+
+def _count(
+    rpc: RpcContext, rt: ReserveBytesNeeds, reserved: dict[int, int], decision: Decision | None
+) -> None:
+    """The units reserved, in ``chainproxy_quota_units_total``, once taken: a
+    read refused for them took nothing (only its base units, the quota step's)."""
+    if decision is None or not decision.allowed:
+        return
+    assert rpc.parsed is not None
+    costs = rt.quotas.costs(rpc.tier)
+    for i, n in reserved.items():
+        call = rpc.parsed.items[i]
+        assert isinstance(call, Call)  # (heavy_units takes calls only)
+        rt.metrics.count_units(call, n, rpc.tier, costs)

@@ -35,18 +35,27 @@ async def test_after_one_large_answer_its_kind_pays_up_front() -> None:
 
 
 async def test_a_refusal_up_front_names_the_cost() -> None:
-    stages, fake, _ = make(rate_limit={"requests": 20})
+    stages, fake, rt = make(rate_limit={"requests": 20, "window_s": 60})
     fake.behaviour = {
         url: big_answers for url in ("http://a.example:9944", "http://b.example:9944")
     }
     await run(stages, rpc_flow(call("state_call", HEAVY)))  # 17 of 20: learns the size
+    rt.clock.advance(13)  # type: ignore[attr-defined]
     f = await run(stages, rpc_flow(call("state_call", [*HEAVY[:1], "0x01"], id_=9)))
     assert f.response.status_code == 429
     data = body(f)["error"]["data"]
     # its base unit and its bytes; the base unit taken by the quota step given back
     assert data["cost"] == 17 and body(f)["id"] == 9 and data["remaining"] == 3
     assert f.response.headers["X-RateLimit-Remaining"] == "3"
+    # the window as the client left it: its one spend leaves in 47 s (before:
+    # 60, the base unit given back counted as spent now)
+    assert 46 <= int(f.response.headers["X-RateLimit-Reset"]) <= 47
+    assert 46 <= int(f.response.headers["Retry-After"]) <= 47
     assert len(fake.seen) == 1  # the refused call never reached a node
+    # the units counted: the first call's 17 and the refused one's base unit
+    # (its bytes were never taken: before, 16 more)
+    units = sum(v for k, v in rt.metrics._extra.items() if k[0] == "chainproxy_quota_units_total")
+    assert units == 1 + 16 + 1, rt.metrics._extra
     later = await run(stages, rpc_flow(call("system_health", id_=10)))
     assert later.response.headers["X-RateLimit-Remaining"] == "2"  # nothing was taken
 
