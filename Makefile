@@ -178,7 +178,7 @@ test-clients: $(STAMP) js-deps
 demo-chopsticks: $(STAMP) js-deps
 	$(PY) -m tests.clients.chopsticks_stack
 
-# --- async-substrate-interface (the bittensor SDK's WebSocket client) in a venv of its
+# --- async-substrate-interface (bittensor's earlier WebSocket client) in a venv of its
 # own: its cyscale installs a `scalecodec` that would replace substrate-interface's.
 # Without it (no package index) its test is skipped, saying why.
 ASI_VENV := .venv-asi

@@ -293,10 +293,11 @@ def _fill(
 
 
 def _paused(pool: UpstreamPool, result: ForwardResult, data: dict[str, object]) -> str:
-    """Nodes not asked because they pause at their own ``Retry-After``: named,
-    with when the first takes calls again (``data.retry_after``, the reply's
-    ``Retry-After``), so a client and an operator learn when capacity returns."""
-    paused = pool.paused({a.endpoint for a in result.attempts})
+    """Nodes pausing at their own ``Retry-After`` (not asked for it, or asked
+    and answered 429 with one): named, with when the first takes calls again
+    (``data.retry_after``, the reply's ``Retry-After``), so a client and an
+    operator learn when capacity returns."""
+    paused = pool.paused(set())
     if not paused:
         return ""
     data["paused"] = {uid: math.ceil(s) for uid, s in sorted(paused.items())}

@@ -40,6 +40,13 @@ def ensure_js_deps(timeout_s: float = 600.0) -> None:
     needed: no ``--db``."""
     if js_deps_current():
         return
+    if NODE_MODULES.is_symlink():
+        # `npm ci` empties node_modules first: through a link, another checkout's
+        raise RuntimeError(
+            f"{NODE_MODULES} is a symbolic link and its packages look out of date"
+            " (an older stamp than package-lock.json): not running `npm ci` through it;"
+            " run `make js-deps` in the checkout it points into"
+        )
     done = subprocess.run(
         ["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
         cwd=JS_DIR,
