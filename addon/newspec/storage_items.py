@@ -132,6 +132,11 @@ async def storage_items(
         if q.type not in DESCENDANTS:
             continue
         start = q.start
+        if start is not None and not start.startswith(q.key):
+            # outside the prefix: nodes list from it anyway (chopsticks does)
+            if start[: len(q.key)] > q.key:
+                continue  # after every key under the prefix: none left
+            start = None  # before them all: from the first
         while True:
             listed = await reads.keys(q.key, start)
             # a node lists keys under the prefix; anything else is no descendant

@@ -164,7 +164,7 @@ async def _result(legacy: LegacyCaller, network: str, call: Call) -> Any:
         got = await legacy.call(network, method, params)
     except CallFailed as e:
         return translate.failed(call.method, e)
-    return translate.answer(call.method, got)
+    return translate.answer(call.method, got, values)
 
 
 def least_finalized(upstreams: Iterable[Upstream]) -> int | None:

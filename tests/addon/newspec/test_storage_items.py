@@ -93,6 +93,21 @@ async def test_descendant_hashes_and_a_pagination_start() -> None:
     ]
 
 
+async def test_a_pagination_start_outside_the_prefix_asks_no_node_past_it() -> None:
+    """A start after every key under the prefix leaves nothing (a node would
+    list from it anyway: chopsticks answered 23 keys); one before them all
+    starts from the first."""
+    legacy = FakeLegacy(_store())
+    at = legacy.hashes[5]
+    after = StorageQuery(PREFIX, "descendantsValues", start="0xff")
+    assert await _all(storage_items(legacy, "finney", at, [after])) == []
+    assert legacy.calls == []  # no node asked
+    for before in ("0x01", "0xaa", "0xaaba99"):
+        query = StorageQuery(PREFIX, "descendantsValues", start=before)
+        items = [x for p in await _all(storage_items(legacy, "finney", at, [query])) for x in p]
+        assert [x["key"] for x in items] == [f"{PREFIX}{i:04x}" for i in range(250)], before
+
+
 async def test_the_closest_descendant_merkle_value_comes_from_a_read_proof() -> None:
     legacy = FakeLegacy(_store())
     at = legacy.hashes[5]

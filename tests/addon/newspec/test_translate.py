@@ -77,6 +77,12 @@ def test_answers_in_the_new_specs_shapes() -> None:
     encoded = encode_header(header)
     assert encoded is not None
     assert translate.answer("archive_v1_header", header) == "0x" + encoded.hex()
+    # asked by its hash: that block's header, or null when the node answered
+    # another block's (chopsticks answers an unknown hash with its genesis)
+    own = header_hash(header)
+    assert own is not None
+    assert translate.answer("archive_v1_header", header, [own]) == "0x" + encoded.hex()
+    assert translate.answer("archive_v1_header", header, ["0x" + "11" * 32]) is None
     assert header_hash(header) == legacy.hashes[3]  # the SCALE bytes are the block's
     block = legacy._chain_getBlock(legacy.hashes[3])
     assert translate.answer("archive_v1_body", block) == ["0x03", "0xabcd"]
