@@ -285,14 +285,14 @@ def _fill(
         status = 502
         message = f"all {len(attempts)} upstream attempt(s) failed"
     if status in (502, 504):
-        message += _paused(rt.pools[rpc.network], result, data)
+        message += _paused(rt.pools[rpc.network], data)
     log.warning("#%s %s %s: %s %s", rpc.request_id, rpc.network, status, message, attempts)
     for i in pending:
         rpc.answers[i] = error_obj(rpc.parsed.items[i].id, INTERNAL_ERROR, message, data)
     rpc.error_status = status
 
 
-def _paused(pool: UpstreamPool, result: ForwardResult, data: dict[str, object]) -> str:
+def _paused(pool: UpstreamPool, data: dict[str, object]) -> str:
     """Nodes pausing at their own ``Retry-After`` (not asked for it, or asked
     and answered 429 with one): named, with when the first takes calls again
     (``data.retry_after``, the reply's ``Retry-After``), so a client and an
