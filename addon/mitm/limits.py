@@ -87,9 +87,17 @@ _ERROR_RESPONSE = (_http1, "make_error_response")
 _WS_EVENTS = (mitm_ws.WebsocketConnection, "events")
 _HANDLE_CONNECTION = (server.ConnectionHandler, "handle_connection")
 _SERVER_SEND = (_http1.Http1Server, "send")
+_SERVER_READ_BODY = (_http1.Http1Server, "read_body")  # inherited: set on the server side only
 _ORIGINALS: dict[tuple[Any, str], Any] = {
     t: vars(t[0]).get(t[1], _ABSENT)
-    for t in (_READ_HEADERS, _ERROR_RESPONSE, _WS_EVENTS, _HANDLE_CONNECTION, _SERVER_SEND)
+    for t in (
+        _READ_HEADERS,
+        _ERROR_RESPONSE,
+        _WS_EVENTS,
+        _HANDLE_CONNECTION,
+        _SERVER_SEND,
+        _SERVER_READ_BODY,
+    )
 }
 _ORIGINAL_READ_HEADERS = _ORIGINALS[_READ_HEADERS]
 _ORIGINAL_ERROR_RESPONSE = _ORIGINALS[_ERROR_RESPONSE]
@@ -195,9 +203,23 @@ class ReadLimits:
             if state is read_headers:
                 if not layer.buf:
                     return  # idle between requests: mitmproxy's tcp_timeout's business
-            elif state is not _READ_BODY:
+            elif state is None or state not in (_READ_BODY, slow.body_reader):
                 return  # the request is complete (the usual case: one read)
             slow.track(layer)
+
+        def read_body(layer: Any, event: Any) -> Generator[Any, None, None]:
+            """mitmproxy's ``read_body``; a chunked body ending in trailer
+            fields (valid HTTP/1.1, which mitmproxy raises on: the connection
+            was left open and unanswered) refused with the JSON 400, closed."""
+            try:
+                yield from _READ_BODY(layer, event)
+            except NotImplementedError:
+                why = "chunked trailer fields are not supported"
+                data = {"policy": "request", "reason": why}
+                yield commands.SendData(layer.conn, json_error(400, why, data))
+                yield commands.CloseConnection(layer.conn)
+                layer.state = layer.done
+                slow.forget(layer)
 
         def error_response(status_code: int, message: str = "") -> bytes:
             limit = limits.body_bytes
@@ -220,7 +242,7 @@ class ReadLimits:
         async def handle_connection(handler: Any, connection: Any) -> None:
             await _handle_connection(handler, connection)
 
-        slow.head_reader = read_headers
+        slow.head_reader, slow.body_reader = read_headers, read_body
         return {
             _READ_HEADERS: read_headers,
             _ERROR_RESPONSE: error_response,
@@ -229,6 +251,7 @@ class ReadLimits:
             # its own function, as each of the others: an old instance's late
             # ``done`` takes out only what is its own
             _SERVER_SEND: lambda layer, event: server_send(layer, event),
+            _SERVER_READ_BODY: read_body,
         }
 
 
@@ -257,6 +280,7 @@ class SlowRequests:
         self.limits = limits
         self.clock = clock
         self.head_reader: Any = None  # the installed ``Http1Server.read_headers``
+        self.body_reader: Any = None  # ... and ``read_body``
         self._open: dict[int, tuple[weakref.ref[Any], int, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
         # a layer -> when the request handed to it began (``began``)
@@ -303,7 +327,11 @@ class SlowRequests:
         state = getattr(layer.state, "__func__", None)
         if layer.stream_id != stream_id:
             return False
-        return state is _READ_BODY or (state is self.head_reader and bool(layer.buf))
+        if state is None:
+            return False
+        if state is _READ_BODY or state is self.body_reader:
+            return True
+        return state is self.head_reader and bool(layer.buf)
 
     def sweep(self) -> None:
         self._timer = None

@@ -394,6 +394,26 @@ def test_a_chunked_body_within_the_limit_is_answered(sstack: Stack) -> None:
     assert status == 200 and doc["id"] == 1 and "result" in doc, raw[:300]
 
 
+def test_a_chunked_body_with_trailer_fields_gets_a_json_400_and_is_closed(sstack: Stack) -> None:
+    """Trailer fields after the last chunk (valid HTTP/1.1): mitmproxy raised on
+    them, logged a traceback and left the socket open, unanswered, past every
+    bound (200 such sockets held 200 descriptors). A JSON 400 now, closed; the
+    same on a kept-alive connection after a plain call (read by chainproxy
+    itself first, then handed back for the chunked body)."""
+    trailer = b"%x\r\n%s\r\n0\r\nX-Trailer: y\r\n\r\n" % (len(BODY), BODY)
+    for warm in (False, True):
+        with socket.create_connection(("127.0.0.1", port_of(sstack)), timeout=15) as s:
+            if warm:
+                s.sendall(head(len(BODY)) + BODY)
+                assert parse(read_answer(s))[0] == 200
+            s.sendall(head(chunked=True) + trailer)
+            raw = read_answer(s)
+            doc = assert_json_error(raw, 400)
+            assert doc["error"]["data"]["policy"] == "request", doc
+            assert "trailer" in doc["error"]["message"], doc
+            assert s.recv(1) == b"", "the connection was left open"
+
+
 async def test_refused_bodies_leave_no_socket_open(sstack: Stack) -> None:
     # Was: mitmproxy 12.2.3 closes a client whose body passed body_size_limit
     # while that client's reader waits for the event lock; the cancellation
