@@ -37,13 +37,22 @@ def parse_height(v: Any) -> int | None:
         return None
     if isinstance(v, int):
         return v if v >= 0 else None
-    if isinstance(v, str):
-        try:
-            n = int(v, 16) if v[:2].lower() == "0x" else int(v)
-        except ValueError:
+    if isinstance(v, str) and v.isascii():
+        # only what a node reads too: ``0x`` and hex digits, or decimal digits
+        # (Python's ``int`` also takes spaces, ``_``, signs and other scripts'
+        # digits, which would have been answered from the cache as that block)
+        hexed = v[:2] == "0x"
+        digits = v[2:] if hexed else v
+        if not digits or not (all(c in _HEX for c in digits) if hexed else digits.isdigit()):
             return None
-        return n if n >= 0 else None
+        try:
+            return int(digits, 16 if hexed else 10)
+        except ValueError:  # past Python's 4,300 digits: no block's number
+            return None
     return None
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def block_numbers(params: Any) -> list[int] | None:

@@ -18,7 +18,17 @@ from addon.rpc.jsonrpc import Call
         (5, 5),
         (0, 0),
         ("0x5", 5),
-        ("0X1f", 31),
+        ("0x1F", 31),
+        # what Python's int() reads but a node does not: not that block (it was
+        # answered from the cache as if it were)
+        ("0X1f", None),
+        (" 5", None),
+        ("5 ", None),
+        ("1_000", None),
+        ("0x3_d", None),
+        ("+5", None),
+        ("\u0665", None),  # ARABIC-INDIC DIGIT FIVE
+        ("9" * 5000, None),  # past Python's 4,300 digits
         ("0x0", 0),
         ("5", 5),
         ("4096", 4096),
