@@ -37,22 +37,18 @@ def parse_height(v: Any) -> int | None:
         return None
     if isinstance(v, int):
         return v if v >= 0 else None
-    if isinstance(v, str) and v.isascii():
+    if isinstance(v, str) and _HEIGHT.fullmatch(v) is not None:
         # only what a node reads too: ``0x`` and hex digits, or decimal digits
         # (Python's ``int`` also takes spaces, ``_``, signs and other scripts'
         # digits, which would have been answered from the cache as that block)
-        hexed = v[:2] == "0x"
-        digits = v[2:] if hexed else v
-        if not digits or not (all(c in _HEX for c in digits) if hexed else digits.isdigit()):
-            return None
         try:
-            return int(digits, 16 if hexed else 10)
+            return int(v[2:], 16) if v[1:2] == "x" else int(v)
         except ValueError:  # past Python's 4,300 digits: no block's number
             return None
     return None
 
 
-_HEX = frozenset("0123456789abcdefABCDEF")
+_HEIGHT = re.compile(r"0x[0-9a-fA-F]+|[0-9]+", re.ASCII)
 
 
 def block_numbers(params: Any) -> list[int] | None:
