@@ -50,6 +50,21 @@ FINAL = ("done", "refused", "failed")
 HUP_WAIT_S = 30.0  # a child started a moment ago: until it answers, before its SIGHUP
 
 
+def _redis_section(running: Config, new: Config) -> str | None:
+    """With ``--workers``, a ``redis:`` section added or taken away: the
+    launcher chose the workers' Redis at its start (its own redis-server when
+    the file had none), so new workers would keep that one, or count their
+    quotas apart; only a restart applies it. (A section kept, its URL changed,
+    is applied: each new worker reads it.)"""
+    if (running.redis is None) == (new.redis is None):
+        return None
+    how = "added" if new.redis is not None else "taken away"
+    return (
+        f"redis: a reload of a --workers stack cannot apply a redis: section {how} "
+        "(the workers' Redis was chosen at its start); restart the stack"
+    )
+
+
 def run_dir(config: Config) -> Path:
     return (config.data_dir / "run").resolve()
 
@@ -194,6 +209,8 @@ class Reloader:
             traceback.print_exc()
             why = f"cannot be read ({type(e).__name__})"
             return self._end("refused", f"{self.config_path}: {why}; nothing changed")
+        if self.pool is not None and (problem := _redis_section(self.config, new)) is not None:
+            return self._end("refused", f"{self.config_path}: {problem}; nothing changed")
         _hup(self.sidecar, f"{self.config.sidecar.url}/healthz")  # its registry, in place
         if self.pool is None:
             assert self.proxy is not None

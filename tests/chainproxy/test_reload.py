@@ -22,6 +22,7 @@ from chainproxy import cli
 from chainproxy.reload import (
     PID_FILE,
     STATUS_FILE,
+    Reloader,
     StatusFile,
     launcher_config,
     launcher_pid,
@@ -95,6 +96,39 @@ def test_the_status_file_is_replaced_whole(tmp_path: Path) -> None:
 
 
 # --- the command ---------------------------------------------------------------------
+
+
+class _NoRoll:
+    """A worker pool a refused reload must not touch."""
+
+    def pids(self) -> list[int]:
+        return [1]
+
+    def replace_all(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the workers were replaced")
+
+
+@pytest.mark.parametrize("running_redis", [False, True])
+def test_a_workers_reload_that_adds_or_takes_away_redis_is_refused(
+    tmp_path: Path, running_redis: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--workers: the launcher chose the workers' Redis at its start (its own
+    redis-server without a redis: section), so a section added was reported
+    done and its URL ignored, and one taken away split the quota per worker
+    (one client got 200 of 240 calls through two workers at 100 a minute)."""
+    redis = {"url": "redis://127.0.0.1:6390/0"}
+    start = {"redis": redis} if running_redis else {}
+    path = _write(tmp_path, **start)
+    reloader = Reloader(str(path), load_config(path), sidecar=None, proxy=None, pool=_NoRoll())  # type: ignore[arg-type]
+    try:
+        _write(tmp_path, **({} if running_redis else {"redis": redis}))
+        assert reloader.run() == "refused"
+        err = capsys.readouterr().err
+        assert "redis: a reload of a --workers stack" in err and "restart the stack" in err
+        assert "taken away" in err if running_redis else "added" in err
+        assert read_status(reloader.status.path)["state"] == "refused"  # type: ignore[index]
+    finally:
+        reloader.close()
 
 
 def test_a_bad_file_is_refused_before_anything_is_signalled(
