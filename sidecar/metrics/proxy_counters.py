@@ -65,7 +65,9 @@ class GaugeTotals:
     upstream_subscriptions: dict[str, int]
     # endpoint id -> value, over the live proxies:
     upstream_sent_last_s: dict[str, int]  # summed: what the node got from all of them
-    upstream_learned_rps: dict[str, int]  # summed: each proxy learned its own share
+    # the highest: with Redis every proxy paces the node at the deployment's one
+    # learned rate (a sum said N times it); without, each its own
+    upstream_learned_rps: dict[str, int]
     # the latest end of a back-off (unix time) still ahead of ``at``: a node that
     # pushes back on one proxy gets no traffic from it until then
     upstream_backoff_until: dict[str, float]
@@ -209,7 +211,7 @@ class ProxyCounters:
             client_subscriptions=self._summed(g.client_subscriptions for g in gauges),
             upstream_subscriptions=self._summed(g.upstream_subscriptions for g in gauges),
             upstream_sent_last_s=self._summed(g.upstream_sent_last_s for g in gauges),
-            upstream_learned_rps=self._summed(g.upstream_learned_rps for g in gauges),
+            upstream_learned_rps=self._highest(g.upstream_learned_rps for g in gauges),
             upstream_backoff_until=self._backoff_until(live.values(), now),
             upstream_quarantined=self._summed(g.upstream_quarantined for g in gauges),
             upstream_silent=self._summed(g.upstream_silent for g in gauges),

@@ -89,7 +89,8 @@ async def test_the_nodes_capacity_is_in_the_metrics(aiohttp_client: Any, tmp_pat
     assert samples(f, "chainproxy_upstream_calls_last_second") == {
         (("endpoint", a),): 38, (("endpoint", b),): 0,
     }  # fmt: skip
-    assert samples(f, "chainproxy_upstream_learned_rps") == {(("endpoint", b),): 12}
+    # two proxies reporting 6 each: one rate (with Redis, the deployment's), not 12
+    assert samples(f, "chainproxy_upstream_learned_rps") == {(("endpoint", b),): 6}
     assert samples(f, "chainproxy_upstream_backoff_seconds") == {(("endpoint", b),): 25}
     # The budgets come from the sidecar's own config; an unlimited node has no series.
     assert samples(f, "chainproxy_upstream_budget_rps") == {(("endpoint", a),): 20}

@@ -104,7 +104,7 @@ def upstream(proxy_id: str, **maps: dict[str, int]) -> Any:
     return parse_metrics({"proxy_id": proxy_id, "gauges": maps}, NETWORKS)
 
 
-def test_per_node_gauges_add_up_over_the_live_proxies() -> None:
+def test_per_node_gauges_add_up_over_the_live_proxies_and_a_learned_rate_is_the_highest() -> None:
     clock = FakeClock(T0)
     pc = ProxyCounters(clock, gauge_ttl_s=120)
     pc.add(upstream("a:1", upstream_sent_last_s={EP_A: 7, EP_B: 1},
@@ -113,7 +113,9 @@ def test_per_node_gauges_add_up_over_the_live_proxies() -> None:
     pc.add(upstream("b:2", upstream_sent_last_s={EP_A: 3}, upstream_learned_rps={EP_B: 6}), T0 + 60)
     g = pc.gauges()
     assert g.upstream_sent_last_s == {EP_A: 10, EP_B: 1}
-    assert g.upstream_learned_rps == {EP_B: 11}  # each proxy learned its own share
+    # the rate in force: with Redis one rate for the deployment, which every
+    # proxy reports (summed, two workers said twice it)
+    assert g.upstream_learned_rps == {EP_B: 6}
     clock.t += 61  # a:1 silent for 121 s: its share drops out
     g = pc.gauges()
     assert g.upstream_sent_last_s == {EP_A: 3} and g.upstream_learned_rps == {EP_B: 6}
