@@ -68,7 +68,12 @@ def start_workers(
     HAProxy slots (``pool.balancer_child`` is HAProxy's process)."""
     run_dir = (config.data_dir / "run").resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    sets = [*args.sets, f"chainproxy_trusted_proxies={BALANCER_SOURCE}/32"]
+    sets = [
+        *args.sets,
+        f"chainproxy_trusted_proxies={BALANCER_SOURCE}/32",
+        # while Redis is away each worker keeps 1/N of a node's budget, not the whole
+        f"chainproxy_processes={args.workers}",
+    ]
     redis: Child | None = None
     if config.redis is None:
         port = free_port()

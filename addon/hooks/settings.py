@@ -41,6 +41,7 @@ OPTION = "chainproxy_config"
 # whose X-Forwarded-For is then believed like a configured trusted proxy's.
 REDIS_OPTION = "chainproxy_redis_url"
 TRUST_OPTION = "chainproxy_trusted_proxies"
+PROCESSES_OPTION = "chainproxy_processes"
 # mitmproxy's own request body cap. With the read limits in place
 # (addon/mitm/limits.py) it is the JSON-RPC limit itself: mitmproxy stops
 # reading a body (chunked too) there and the client gets the contract's JSON
@@ -71,6 +72,13 @@ class Settings:
         loader.add_option(
             TRUST_OPTION, str, "", "Comma-separated IPs/CIDRs added to proxy.trusted_proxies."
         )
+        loader.add_option(
+            PROCESSES_OPTION,
+            int,
+            1,
+            "Proxy processes sharing redis: (set by --workers): each keeps 1/N of a "
+            "node's budget while Redis is away.",
+        )
         loader.add_option(mitm_versions.OPTION, bool, False, mitm_versions.HELP)
 
     def running(self) -> None:
@@ -93,7 +101,7 @@ class Settings:
         if mitm_versions.OPTION in updated:
             # first of all: an untested mitmproxy or wsproto stops the start here
             mitm_versions.guard(getattr(ctx.options, mitm_versions.OPTION))
-        if updated & {OPTION, REDIS_OPTION, TRUST_OPTION}:
+        if updated & {OPTION, REDIS_OPTION, TRUST_OPTION, PROCESSES_OPTION}:
             self._apply()
 
     def _apply(self) -> bool:
@@ -108,6 +116,7 @@ class Settings:
                 load_config(path),
                 redis_url=getattr(ctx.options, REDIS_OPTION, ""),
                 trusted=getattr(ctx.options, TRUST_OPTION, ""),
+                processes=getattr(ctx.options, PROCESSES_OPTION, 1),
             )
         except ConfigError as e:
             self._refuse(str(e))

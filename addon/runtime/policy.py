@@ -145,7 +145,9 @@ def _share(policy: Policy, link: RedisLink) -> None:
     policy.quotas.use_redis(link)
     if policy.local_budgets is not None:
         lease_s = config.proxy.failover.attempt_timeout_s
-        policy.budgets = SharedBudgets(link, policy.local_budgets, lease_s=lease_s)
+        policy.budgets = SharedBudgets(
+            link, policy.local_budgets, lease_s=lease_s, processes=config.redis.processes
+        )
     if config.proxy.cache.enabled:
         policy.shared_cache = SharedCacheTier(link, ttl_s=config.redis.cache_ttl_s)
 

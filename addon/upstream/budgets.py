@@ -122,15 +122,20 @@ class NodeBudget:
             ended.popleft()
         return self.open_calls + len(ended)
 
-    def wait_s(self, now: float, calls: int, retry: bool = False, room: int = 0) -> float:
+    def wait_s(
+        self, now: float, calls: int, retry: bool = False, room: int = 0, share: int = 1
+    ) -> float:
         """0 when ``calls`` more fit now; else how long until they may.
         A learned rate is a guess: it paces single calls, but never holds back
         a failover (``retry``) or a batch, which would then fail or starve.
         ``room``: a paced call fits only with this many calls of the learned
         rate still free after it (a node short of that room is not full: its
-        rate does not grow for it)."""
+        rate does not grow for it). ``share``: the processes a configured
+        budget is split between (while Redis, which keeps it whole, is away)."""
         wait = 0.0
         rate = self.rps(now)
+        if share > 1 and self.max_rps is not None:
+            rate = self.max_rps / share
         paced = self.max_rps is None and rate is not None
         if paced and (retry or calls > 1):
             rate = None
@@ -144,7 +149,8 @@ class NodeBudget:
                 wait = self._until(now, over + room)
             if over > 0 and paced and self.learned is not None:  # full: probe upward
                 self.learned = learned.grow(self.learned, now)
-        if self.max_concurrency is not None and self.inflight >= self.max_concurrency:
+        places = self.max_concurrency
+        if places is not None and self.inflight >= max(1, places // share):
             wait = max(wait, CONCURRENCY_POLL_S)
         return wait
 
@@ -260,15 +266,17 @@ class Budgets:
         heavy: bool = False,
         retry: bool = False,
         room: int = 0,
+        share: int = 1,
     ) -> Ticket | float:
         """A ticket if ``calls`` fit in the node's budget now (they are counted
         until the ticket is released, and a window after), else the seconds
         until they may. ``heavy``: a read priced by its bytes; ``retry``: a
         failover attempt (a learned rate does not hold it back); ``room``:
-        under a learned rate, leave this many calls free (``PROBE_ROOM``)."""
+        under a learned rate, leave this many calls free (``PROBE_ROOM``);
+        ``share``: this process's part of a configured budget is 1/``share``."""
         now = self.clock()
         node = self.node(endpoint)
-        wait = node.wait_s(now, calls, retry, room)
+        wait = node.wait_s(now, calls, retry, room, share)
         if self.heavy_full(endpoint, heavy):
             wait = max(wait, CONCURRENCY_POLL_S)
         if wait > 0:

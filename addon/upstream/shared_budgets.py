@@ -13,9 +13,10 @@ first. When the call ends, a second script (sent without waiting for it) moves
 its calls from the leases to the end times, at Redis's time then.
 
 Without Redis (down, or slow past ``redis.timeout_ms``) each process keeps
-the whole budget locally (``addon/upstream/budgets.py``): during an outage a
-deployment of N proxies may send a node up to N times its budget, and says
-so in ``chainproxy_redis_fallbacks_total{store="budgets"}``. A call whose end
+its part of the budget locally (``addon/upstream/budgets.py``): 1/N of it
+when it knows it is one of N (``redis.processes``: the launcher of
+``--workers N`` says so), else the whole (proxies on other machines are not
+counted), and says so in ``chainproxy_redis_fallbacks_total{store="budgets"}``. A call whose end
 could not be told to Redis counts there until its lease runs out.
 """
 
@@ -115,9 +116,12 @@ class SharedBudgets:
 
     synchronous = False  # try_take may ask Redis
 
-    def __init__(self, link: RedisLink, local: Budgets, *, lease_s: float) -> None:
+    def __init__(
+        self, link: RedisLink, local: Budgets, *, lease_s: float, processes: int = 1
+    ) -> None:
         self.link = link
         self.local = local
+        self.processes = processes  # sharing a configured budget while Redis is away
         self.lease_ms = round((lease_s + _LEASE_MARGIN_S) * 1000)
         self._take_sha = link.pipe.script(_TAKE)
         self._end_sha = link.pipe.script(_END)
@@ -182,7 +186,7 @@ class SharedBudgets:
             return CONCURRENCY_POLL_S  # the heavy lane is this process's: no round trip
         if not self.link.up:
             self.link.fallback("budgets")
-            return self.local.try_take(endpoint, calls, heavy)
+            return self.local.try_take(endpoint, calls, heavy, share=self.processes)
         return self._take(endpoint, calls, heavy)
 
     def _keys(self, endpoint: str) -> tuple[str, str, str]:
@@ -211,7 +215,7 @@ class SharedBudgets:
         try:
             wait_ms = await self.link.run("budgets", lambda: self.link.pipe.submit(*command))
         except RedisUnavailable:
-            return self.local.try_take(endpoint, calls, heavy)
+            return self.local.try_take(endpoint, calls, heavy, share=self.processes)
         if int(wait_ms) > 0:
             return int(wait_ms) / 1000
         heavy = heavy and self.local.heavy_per_node > 0

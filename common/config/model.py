@@ -195,6 +195,10 @@ class RedisConfig:
     timeout_ms: float = 50.0  # a request waits at most this on Redis, then goes local
     cache_ttl_s: int = 86_400  # shared cache entries expire: Redis memory stays bounded
     safe_url: str = ""
+    # proxy processes on this machine sharing it (not a key of the file: the
+    # launcher of --workers N sets it): while Redis is away each keeps 1/N of
+    # a node's configured budget, not the whole
+    processes: int = 1
 
 
 @dataclass(frozen=True, slots=True)

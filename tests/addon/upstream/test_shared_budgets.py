@@ -14,7 +14,8 @@ import pytest
 from addon.upstream import shared_budgets
 from addon.upstream.budgets import WINDOW_S, Budgets, Ticket
 from addon.upstream.shared_budgets import SharedBudgets
-from common.config import Endpoint
+from common.config import Endpoint, parse_config
+from common.config.overrides import with_overrides
 from tests.addon.helpers import redis_link
 from tests.redis_server import RedisServer
 
@@ -98,6 +99,31 @@ async def test_a_redis_outage_falls_back_to_the_local_budget(redis_server: Redis
     # this process's own window (it counted the first call too): 2 more, then waits
     assert sum(isinstance(r, Ticket) for r in results) == 2
     await link.close()
+
+
+async def test_one_of_three_workers_keeps_a_third_of_the_budget_while_redis_is_away(
+    redis_server: RedisServer,
+) -> None:
+    """Each of three workers kept the whole 30/s while Redis was away: the node
+    got 45 calls in one second. A worker that knows it is one of three
+    (``--workers 3``) keeps 10; one that does not, the whole, as before."""
+    link = redis_link(redis_server, timeout_ms=50)
+    third = SharedBudgets(link, _book(max_rps=30), lease_s=5, processes=3)
+    whole = SharedBudgets(link, _book(max_rps=30), lease_s=5)
+    redis_server.stop()
+    for book, fits in ((third, 10), (whole, 30)):
+        results = [await _take(book) for _ in range(40)]
+        assert sum(isinstance(r, Ticket) for r in results) == fits
+    await link.close()
+
+
+def test_the_launchers_worker_count_reaches_the_redis_config() -> None:
+    config = parse_config({"redis": {"url": "redis://127.0.0.1:6390/0"}}, env={})
+    assert with_overrides(config, processes=3).redis.processes == 3  # type: ignore[union-attr]
+    assert with_overrides(config).redis.processes == 1  # type: ignore[union-attr]
+    bare = parse_config({}, env={})
+    local = with_overrides(bare, redis_url="redis://127.0.0.1:6391/0", processes=2)
+    assert local.redis is not None and local.redis.processes == 2
 
 
 async def test_a_call_ended_is_counted_a_whole_window_on_redis_clock(
