@@ -296,17 +296,24 @@ async def test_twenty_follows_on_ten_sockets_share_two_upstream_subscriptions(
         assert sum(held.values()) <= 2, held
 
 
+async def _followed(stack: Stack, c: Client) -> tuple[str, list[Node]]:
+    """A follow two blocks in, and the nodes under the view's two upstream
+    subscriptions (one or two)."""
+    sid = await follow(c)
+    await wait_events(c, sid, "newBlock", 2)
+    held = await wait_until(
+        lambda: (h := node_subscriptions(stack)) and sum(h.values()) == 2 and h,
+        15,
+        "the view's two upstream subscriptions",
+    )
+    holders = [n for n in stack.nodes if held.get(n.name)]
+    assert holders, held
+    return sid, holders
+
+
 async def test_a_follow_does_not_notice_its_nodes_death(stack: Stack) -> None:
     async with client(stack) as c:
-        sid = await follow(c)
-        await wait_events(c, sid, "newBlock", 2)
-        held = await wait_until(
-            lambda: (h := node_subscriptions(stack)) and sum(h.values()) == 2 and h,
-            15,
-            "the view's two upstream subscriptions",
-        )
-        holders = [n for n in stack.nodes if held.get(n.name)]
-        assert holders, held
+        sid, holders = await _followed(stack, c)
         seen = len(events(c, sid, "newBlock"))
         try:
             for n in holders:
@@ -525,17 +532,10 @@ async def test_a_follow_leaves_a_node_whose_best_heads_are_on_another_fork(stack
     rule): the best runs ahead of finality again, with no ``stop`` and every
     block in order."""
     async with client(stack) as c:
-        sid = await follow(c)
-        await wait_events(c, sid, "newBlock", 2)
-        held = await wait_until(
-            lambda: (h := node_subscriptions(stack)) and sum(h.values()) == 2 and h,
-            15,
-            "the view's two upstream subscriptions",
-        )
+        sid, holders = await _followed(stack, c)
         # one node of three lies (a minority): the one under both subscriptions,
         # or one of the two, whichever subscription it holds
-        liars = [n for n in stack.nodes if held.get(n.name)][:1]
-        assert liars, held
+        liars = holders[:1]
         try:
             for n in liars:
                 n.control(fork=True, finality_lag=1000)

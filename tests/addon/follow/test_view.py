@@ -116,6 +116,14 @@ class Listener:
         self.events.append(("stop", reason))
 
 
+def forked(blocks: int) -> tuple[Chain, list[str], list[str]]:
+    """A chain finalized at #100 and two forks of ``blocks`` blocks from it."""
+    chain = Chain()
+    root = chain.grow(ZERO, 100, 1)[0]
+    chain.finalized = root
+    return chain, chain.grow(root, 101, blocks), chain.grow(root, 101, blocks, salt="f")
+
+
 async def started(chain: Chain) -> tuple[NetworkView, Hub, Listener]:
     hub = Hub()
     view = NetworkView("finney", hub, lambda: chain)  # type: ignore[arg-type]
@@ -154,11 +162,7 @@ async def test_missing_ancestors_come_first_with_their_runtimes() -> None:
 
 
 async def test_a_pruned_best_block_is_replaced_before_the_finalized_event() -> None:
-    chain = Chain()
-    root = chain.grow(ZERO, 100, 1)[0]
-    chain.finalized = root
-    main = chain.grow(root, 101, 2)
-    fork = chain.grow(root, 101, 2, salt="f")
+    chain, main, fork = forked(2)
     view, hub, listener = await started(chain)
     hub.push("new_heads", chain.headers[main[1]])
     hub.push("new_heads", chain.headers[fork[1]])  # a reorg to the fork
@@ -214,11 +218,7 @@ async def test_best_heads_on_a_fork_below_finality_move_the_subscription() -> No
     and, two in a row, the new-heads subscription is moved off it. A lone late
     head of a lost fork is not enough; a head on our chain in between resets
     the count."""
-    chain = Chain()
-    root = chain.grow(ZERO, 100, 1)[0]
-    chain.finalized = root
-    main = chain.grow(root, 101, 4)
-    fork = chain.grow(root, 101, 4, salt="f")
+    chain, main, fork = forked(4)
     view, hub, listener = await started(chain)
     hub.push("new_heads", chain.headers[main[1]])
     hub.push("finalized_heads", chain.headers[main[1]])  # finality passes the fork point
