@@ -16,8 +16,9 @@ Without Redis (down, or slow past ``redis.timeout_ms``) each process keeps
 its part of the budget locally (``addon/upstream/budgets.py``): 1/N of it
 when it knows it is one of N (``redis.processes``: the launcher of
 ``--workers N`` says so), else the whole (proxies on other machines are not
-counted), and says so in ``chainproxy_redis_fallbacks_total{store="budgets"}``. A call whose end
-could not be told to Redis counts there until its lease runs out.
+counted), and says so in ``chainproxy_redis_fallbacks_total{store="budgets"}``.
+A call whose end could not be told to Redis counts there until its lease
+runs out.
 """
 
 from __future__ import annotations
