@@ -122,7 +122,8 @@ class Admission:
                 return got
             self.retry_after_s = max(retry, 1.0)
         else:  # in line behind others, no node asked yet: if shed, when may one take it?
-            self.retry_after_s = _all_paused(pool)
+            # every node pausing: the first one's end; else 1 (a budget frees within a window)
+            self.retry_after_s = max(1.0, pool.back_in(set(pool.upstreams)) or 1.0)
         self.waited = True
         if self._wait_until is None:  # the call's whole wait, over its attempts
             self._wait_until = self.clock() + self.max_wait_s
@@ -239,13 +240,3 @@ class Admission:
     def retry_after(self) -> int:
         """Whole seconds for ``Retry-After``, at least 1."""
         return max(1, math.ceil(round(self.retry_after_s, 3)))  # 1.0000001 s is 1
-
-
-def _all_paused(pool: UpstreamPool) -> float:
-    """Seconds until a node may take calls when every node pauses at its
-    ``Retry-After`` (the first one's end); 1 when one does not (its budget
-    frees within a window)."""
-    paused = pool.paused(set())
-    if paused and len(paused) == len(pool.upstreams):
-        return max(1.0, min(paused.values()))
-    return 1.0
