@@ -256,17 +256,17 @@ def _fill(
     """Put the upstream answers (or the failure) into the pending slots; on a
     failure, the HTTP status a single call gets."""
     assert rpc.parsed is not None
-    attempts = [a.as_dict() for a in result.attempts]
     if result.answers is not None:
         capacity = result.kind == "capacity"  # a batch: the items every node refused
         for i, answer in zip(pending, result.answers, strict=True):
             call_id = rpc.parsed.items[i].id
             if capacity and error_limit(answer):
-                refused, why = _capacity(rpc.network, result, attempts)
+                refused, why = _capacity(rpc.network, result, _attempts(result))
                 rpc.answers[i] = error_obj(call_id, INTERNAL_ERROR, refused, why)
             else:
                 rpc.answers[i] = {**answer, "jsonrpc": "2.0", "id": call_id}
         return
+    attempts = _attempts(result)
     data: dict[str, object] = {"attempts": attempts}
     if result.kind == "capacity":
         status = 503
@@ -290,6 +290,11 @@ def _fill(
     for i in pending:
         rpc.answers[i] = error_obj(rpc.parsed.items[i].id, INTERNAL_ERROR, message, data)
     rpc.error_status = status
+
+
+def _attempts(result: ForwardResult) -> list[dict[str, object]]:
+    """What each node tried said, for an error's ``data`` (built only for one)."""
+    return [a.as_dict() for a in result.attempts]
 
 
 def _paused(pool: UpstreamPool, data: dict[str, object]) -> str:
