@@ -26,6 +26,7 @@ from mitmproxy import ctx, http
 
 from addon.hooks.holder import RuntimeHolder
 from addon.mitm import shutdown
+from addon.mitm.http_requests import asks_close
 
 log = logging.getLogger("chainproxy")
 
@@ -85,8 +86,12 @@ class Drain:
 
     def response(self, flow: http.HTTPFlow) -> None:
         self.inflight.discard(flow.id)
-        if self.draining and flow.response is not None and flow.websocket is None:
-            flow.response.headers["Connection"] = "close"  # its next call goes elsewhere
+        if flow.response is None or flow.websocket is not None:
+            return
+        if self.draining or asks_close(flow.request.headers.get("connection")):
+            # draining: its next call goes elsewhere; a client's own ``CLOSE``
+            # (mitmproxy reads only the lower-case token) is honoured too
+            flow.response.headers["Connection"] = "close"
 
     def error(self, flow: http.HTTPFlow) -> None:
         self.inflight.discard(flow.id)

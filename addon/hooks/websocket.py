@@ -180,6 +180,15 @@ class WebSocketRpc:
         self.direct.attach(conn, ctx.master)
         return conn
 
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """The sink's 101 (aiohttp, in this process): a request id, not its name."""
+        response = flow.response
+        if response is not None and WS_KEY in flow.metadata:
+            response.headers["X-Request-Id"] = request_id_of(
+                flow.request.headers.get("X-Request-Id")
+            )
+            response.headers.pop("Server", None)
+
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         self._conn(flow)
 

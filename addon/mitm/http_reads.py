@@ -49,8 +49,9 @@ from mitmproxy.proxy.layers.http._http1 import Http1Connection, Http1Server
 from addon.mitm import internals as mitm_internals
 from addon.mitm.http_requests import UNUSUAL, Request, RequestReader
 from addon.mitm.internals import handler_assumptions
-from addon.mitm.limits import Limits, SlowRequests
+from addon.mitm.limits import Limits
 from addon.mitm.responses import json_error
+from addon.mitm.slow_requests import SlowRequests
 
 log = logging.getLogger("chainproxy")
 

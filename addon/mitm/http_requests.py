@@ -122,6 +122,14 @@ def parse_head(head: bytes) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
     return cb.url, headers
 
 
+def asks_close(connection: str | None) -> bool:
+    """A ``Connection`` header value that names ``close``, in any case (RFC
+    9110 7.6.1: its options are case-insensitive; mitmproxy's check is not)."""
+    return connection is not None and any(
+        token.strip().lower() == "close" for token in connection.split(",")
+    )
+
+
 def content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     """The body's length (0 without the header), or None when unusual
     (repeated, too long, or what mitmproxy's own check refuses with a 400,

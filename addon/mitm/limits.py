@@ -14,7 +14,8 @@ a hole measured here against mitmproxy itself:
    (600 s of *silence*), so a client sending one byte a second holds its
    connection for ever. A request (head and body) must arrive within
    ``read_timeout_s`` of its first byte, else a JSON-RPC 408 and the connection
-   is closed. Idle keep-alive connections are not affected (no request begun).
+   is closed (``addon/mitm/slow_requests.py``). Idle keep-alive connections are
+   not affected (no request begun).
 3. **Body over ``body_size_limit``.** mitmproxy stops reading there (a chunked
    body too) and answers with an HTML page; the contract's JSON-RPC 413 is sent
    instead, so the limit can be the JSON-RPC limit itself. After the "100
@@ -46,26 +47,26 @@ tests/e2e/test_slow_clients_e2e.py and test_ws_fuzz_e2e.py the behaviour.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
-import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
 import wsproto
 import wsproto.events
-from mitmproxy import ctx, http
+from mitmproxy import http
 from mitmproxy.proxy import commands, events, server
 from mitmproxy.proxy.layers import websocket as mitm_ws
 from mitmproxy.proxy.layers.http import _http1
-from mitmproxy.proxy.layers.http._events import ResponseProtocolError
+from mitmproxy.proxy.layers.http._base import ReceiveHttp as _ReceiveHttp
+from mitmproxy.proxy.layers.http._events import RequestProtocolError, ResponseProtocolError
 
 from addon.mitm import internals as mitm_internals
 from addon.mitm.http_requests import HEAD_LIMIT, head_too_large
 from addon.mitm.responses import json_error
+from addon.mitm.slow_requests import SlowRequests
 from addon.mitm.ws_limits import client_events
 from addon.rpc.jsonrpc import INTERNAL_ERROR
 
@@ -187,9 +188,8 @@ class ReadLimits:
             if not isinstance(event, events.DataReceived):
                 yield from _ORIGINAL_READ_HEADERS(layer, event)
                 return  # a close: mitmproxy ends the connection
-            if len(layer.buf) + len(event.data) > HEAD_LIMIT and head_too_large(
-                bytes(layer.buf) + event.data
-            ):
+            # (``layer.buf`` holds this read already: mitmproxy adds it first)
+            if len(layer.buf) > HEAD_LIMIT and head_too_large(bytes(layer.buf)):
                 # whether it ends in this read or not (mitmproxy takes any head
                 # that ends in the read that crosses the limit)
                 big = f"request head too large: the limit is {HEAD_LIMIT} bytes"
@@ -198,8 +198,16 @@ class ReadLimits:
                 layer.state = layer.done
                 slow.forget(layer)
                 return
+            before = len(layer.buf)
             yield from _ORIGINAL_READ_HEADERS(layer, event)
             state = getattr(layer.state, "__func__", None)
+            while state is read_headers and 0 < len(layer.buf) < before:
+                # h11 took one empty line before a request line and waits for
+                # more bytes, though the request may be whole in the buffer
+                # (RFC 9112 2.2: a server ignores such lines): read on
+                before = len(layer.buf)
+                yield from _ORIGINAL_READ_HEADERS(layer, events.DataReceived(layer.conn, b""))
+                state = getattr(layer.state, "__func__", None)
             if state is read_headers:
                 if not layer.buf:
                     return  # idle between requests: mitmproxy's tcp_timeout's business
@@ -210,9 +218,11 @@ class ReadLimits:
         def read_body(layer: Any, event: Any) -> Generator[Any, None, None]:
             """mitmproxy's ``read_body``; a chunked body ending in trailer
             fields (valid HTTP/1.1, which mitmproxy raises on: the connection
-            was left open and unanswered) refused with the JSON 400, closed."""
+            was left open and unanswered) refused with the JSON 400, closed;
+            a body mitmproxy cannot frame (a chunk size that is no number) is
+            answered the JSON 400 before the close mitmproxy sends alone."""
             try:
-                yield from _READ_BODY(layer, event)
+                yield from _framing_answered(layer, event)
             except NotImplementedError:
                 why = "chunked trailer fields are not supported"
                 data = {"policy": "request", "reason": why}
@@ -269,100 +279,35 @@ def _assumptions() -> list[tuple[str, bool]]:
     ]
 
 
-# --- 2: slow requests ------------------------------------------------------------------
+def _framing_answered(layer: Any, event: Any) -> Generator[Any, None, None]:
+    """mitmproxy's ``read_body``. On a body it cannot frame it closes the
+    connection, then reports the error to the flow, and no answer is sent
+    (a request's protocol error gets none from mitmproxy's HTTP layer): that
+    close is held back until the report shows it was this, and the JSON 400
+    goes first. (No command here takes a value back: each is passed on.)"""
+    held = None
+    for command in _READ_BODY(layer, event):
+        if held is not None:
+            error = _request_error(command)
+            if error is not None and isinstance(event, events.DataReceived):
+                why = "malformed request body: its framing cannot be read"
+                data = {"policy": "request", "reason": error.message[:200]}
+                yield commands.SendData(layer.conn, json_error(400, why, data))
+            yield held
+            held = None
+        if type(command) is commands.CloseConnection and command.connection is layer.conn:
+            held = command
+            continue
+        yield command
+    if held is not None:
+        yield held
 
 
-class SlowRequests:
-    """Requests being received, by their layer; a sweep (only while there are
-    any) closes those older than ``limits.read_timeout_s`` with a 408."""
-
-    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
-        self.limits = limits
-        self.clock = clock
-        self.head_reader: Any = None  # the installed ``Http1Server.read_headers``
-        self.body_reader: Any = None  # ... and ``read_body``
-        self._open: dict[int, tuple[weakref.ref[Any], int, float]] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        # a layer -> when the request handed to it began (``began``)
-        self._began: dict[int, float] = {}
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-    @contextlib.contextmanager
-    def began(self, layer: Any, started: float) -> Iterator[None]:
-        """Bytes of a request whose first byte came at ``started`` (chainproxy's
-        direct reads read them, then hand them back) go to ``layer`` inside
-        this block: if the request is still incomplete, it is timed from
-        ``started``, not from now (else a hand-back would double its time)."""
-        self._began[id(layer)] = started
-        try:
-            yield
-        finally:
-            self._began.pop(id(layer), None)
-
-    def track(self, layer: Any) -> None:
-        entry, stream_id = self._open.get(id(layer)), layer.stream_id
-        if entry is not None and entry[0]() is layer and entry[1] == stream_id:
-            return  # timed since this request's first byte
-        started = self._began.pop(id(layer), None)
-        if started is None:
-            started = self.clock()
-        self._open[id(layer)] = (weakref.ref(layer), stream_id, started)
-        if self._timer is None:
-            self._schedule()
-
-    def forget(self, layer: Any) -> None:
-        self._open.pop(id(layer), None)
-
-    def _schedule(self) -> None:
-        period = min(1.0, max(0.05, self.limits.read_timeout_s / 4))
-        try:
-            self._timer = asyncio.get_running_loop().call_later(period, self.sweep)
-        except RuntimeError:
-            self._open.clear()  # no loop (a layer driven by hand, in a test): nothing to time
-
-    def _receiving(self, layer: Any, stream_id: int) -> bool:
-        """Still reading the request it was timed for."""
-        state = getattr(layer.state, "__func__", None)
-        if layer.stream_id != stream_id:
-            return False
-        if state is None:
-            return False
-        if state is _READ_BODY or state is self.body_reader:
-            return True
-        return state is self.head_reader and bool(layer.buf)
-
-    def sweep(self) -> None:
-        self._timer = None
-        now, limit = self.clock(), self.limits.read_timeout_s
-        for key, (ref, stream_id, started) in list(self._open.items()):
-            layer = ref()
-            if layer is None or not self._receiving(layer, stream_id):
-                del self._open[key]
-            elif now - started >= limit:
-                del self._open[key]
-                _close_slow(layer, limit)
-        if self._open:
-            self._schedule()
-
-
-def _close_slow(layer: Any, limit: float) -> None:
-    """What mitmproxy's own inactivity timeout does (cancel the client's reader,
-    which closes the socket), after a 408 the client can read."""
-    try:
-        handler = ctx.master.addons.get("proxyserver").connections.get(layer.conn.id)
-        io = handler.transports.get(layer.conn) if handler is not None else None
-    except AttributeError:
-        return
-    if io is None or io.handler is None or io.writer is None:
-        return  # closing already
-    if not io.writer.is_closing():
-        with contextlib.suppress(OSError, RuntimeError):
-            late = f"request not received within {limit:g} s"
-            io.writer.write(json_error(408, late, {"timeout_s": limit}))
-    log.info("chainproxy: request from %s incomplete after %g s", layer.conn.peername, limit)
-    io.handler.cancel("chainproxy: request read timeout")
+def _request_error(command: commands.Command) -> RequestProtocolError | None:
+    """The request's protocol error ``command`` reports, if that is what it is."""
+    if type(command) is _ReceiveHttp and type(command.event) is RequestProtocolError:
+        return command.event
+    return None
 
 
 # --- 3: a refusal after "100 Continue" ------------------------------------------------

@@ -5,6 +5,7 @@ another worker leaves the call's one usage record, not two)."""
 
 from __future__ import annotations
 
+import pytest
 from mitmproxy.test import tflow
 
 from addon.hooks.drain import Drain
@@ -34,6 +35,28 @@ def test_while_draining_an_answer_says_connection_close() -> None:
     d.response(f)
     assert f.response is not None and f.response.headers["Connection"] == "close"
     assert f.error is None  # answered, not killed
+
+
+@pytest.mark.parametrize(
+    ("asked", "closes"),
+    [("CLOSE", True), ("Close", True), ("keep-alive, Close", True), ("close", True),
+     ("keep-alive", False), ("closed", False), (None, False)],
+)  # fmt: skip
+def test_a_client_asking_to_close_in_any_case_is_answered_connection_close(
+    asked: str | None, closes: bool
+) -> None:
+    """mitmproxy closes after the answer only on a lower-case ``close`` token
+    (RFC 9110: the options are case-insensitive); the answer's own
+    ``Connection: close`` makes it close on any."""
+    d = _drain()
+    f = tflow.tflow(resp=True)
+    assert f.response is not None
+    f.response.headers.pop("Connection", None)
+    if asked is not None:
+        f.request.headers["Connection"] = asked
+    d.requestheaders(f)
+    d.response(f)
+    assert (f.response.headers.get("Connection") == "close") is closes
 
 
 def test_a_request_after_the_drain_ended_is_not_taken() -> None:

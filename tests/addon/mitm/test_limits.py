@@ -24,6 +24,7 @@ from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.test import taddons, tflow
 
 from addon.mitm import limits as mitm_limits
+from addon.mitm import slow_requests
 from addon.mitm.limits import Limits, ReadLimits
 from addon.mitm.ws_limits import MAX_FRAGMENTS
 
@@ -173,6 +174,65 @@ def test_a_head_just_within_the_limit_is_mitmproxys(owner: ReadLimits) -> None:
     assert "SendData" not in [type(c).__name__ for c in sent]  # a request, to the hooks
 
 
+def _server(tctx: Any) -> tuple[Context, _http1.Http1Server]:
+    context = Context(tflow.tclient_conn(), tctx.options)
+    layer = _http1.Http1Server(context)
+    assert list(layer.handle_event(events.Start())) == []
+    return context, layer
+
+
+@pytest.mark.parametrize(
+    ("size", "first"), [(34_000, 32_800), (40_000, 35_000), (65_536, 65_535), (65_536, 65_000)]
+)
+def test_a_head_within_the_limit_in_large_reads_is_mitmproxys(
+    owner: ReadLimits, size: int, first: int
+) -> None:
+    """Was: the read just received was counted twice (mitmproxy has put it in
+    the layer's buffer before its state reads it), so a head of 32 KiB or more
+    without its end in one read got the 431, as did every head of 64 KiB."""
+    start = b"POST /rpc/v1/finney HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nX-Big: "
+    head = start + b"a" * (size - len(start) - 4) + b"\r\n\r\n"
+    assert len(head) == size
+    with taddons.context() as tctx:
+        context, layer = _server(tctx)
+        sent: list[Any] = []
+        for part in (head[:first], head[first:] + b"{}"):
+            sent += layer.handle_event(events.DataReceived(context.client, part))
+    names = [type(c).__name__ for c in sent]
+    assert "SendData" not in names and "CloseConnection" not in names, names
+    assert getattr(layer.state, "__name__", "") != "read_headers"  # the head was read
+
+
+@pytest.mark.parametrize("lines", [b"\r\n", b"\r\n\r\n", b"\n"])
+def test_empty_lines_before_a_request_line_are_ignored(owner: ReadLimits, lines: bytes) -> None:
+    """h11 took one empty line and waited for bytes that never came (the
+    request, whole in its buffer, answered by the read timeout's 408)."""
+    request = b"POST /rpc/v1/finney HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    with taddons.context() as tctx:
+        context, layer = _server(tctx)
+        sent = list(layer.handle_event(events.DataReceived(context.client, lines + request)))
+    kinds = [type(getattr(c, "event", None)).__name__ for c in sent]
+    assert kinds[0] == "RequestHeaders" and "RequestEndOfMessage" in kinds, kinds
+    assert layer.request is not None and layer.request.path == "/rpc/v1/finney"
+
+
+def test_a_chunk_size_that_is_no_number_gets_the_json_400_then_the_close(
+    owner: ReadLimits,
+) -> None:
+    """mitmproxy closed the connection and sent nothing."""
+    head = b"POST /rpc/v1/finney HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with taddons.context() as tctx:
+        context, layer = _server(tctx)
+        sent = list(layer.handle_event(events.DataReceived(context.client, head + b"zz\r\n")))
+    names = [type(c).__name__ for c in sent]
+    at = names.index("SendData")
+    assert names[at + 1] == "CloseConnection", names
+    assert type(sent[-1].event).__name__ == "RequestProtocolError"  # the flow still learns it
+    status, _, doc = _answer(sent[at].data)
+    assert status == 400 and doc["error"]["data"]["policy"] == "request"
+    assert "framing" in doc["error"]["message"]
+
+
 def _answer(raw: bytes) -> tuple[int, dict[str, str], Any]:
     head, _, body = raw.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
@@ -282,9 +342,9 @@ async def test_requests_still_incomplete_at_the_bound_are_closed(
 ) -> None:
     limits = Limits(read_timeout_s=0.2)
     closed: list[Any] = []
-    monkeypatch.setattr(mitm_limits, "_close_slow", lambda layer, limit: closed.append(layer))
+    monkeypatch.setattr(slow_requests, "_close_slow", lambda layer, limit: closed.append(layer))
     slow, done, next_request = _Layer(), _Layer(), _Layer()
-    tracker = mitm_limits.SlowRequests(limits)
+    tracker = slow_requests.SlowRequests(limits)
     for layer in (slow, done, next_request):
         tracker.track(layer)
     tracker.track(slow)  # the same request again: timed from its first byte still
