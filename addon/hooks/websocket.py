@@ -111,7 +111,7 @@ class WebSocketRpc:
         route = classify("POST", flow.request.path, rt.config.proxy.networks)
         if not isinstance(route, RpcRoute):
             return None  # the pipeline answers it (404 for an unknown network)
-        caller = flow_caller(flow, rt)  # once: every message of the socket is this client's
+        caller, _ = flow_caller(flow, rt)  # once: every message of the socket is this client's
         if isinstance(caller, Refusal):
             _refuse(flow, route, rt, caller.status, caller, ())
             return None

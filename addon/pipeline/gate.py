@@ -102,8 +102,9 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
         )
         return None
     request_id = request_id_of(flow.request.headers.get("X-Request-Id"))
-    caller = flow_caller(flow, rt)
-    return _opened(route.network, caller, flow, request_id, flow.request.raw_content or b"", rt)
+    caller, address = flow_caller(flow, rt)
+    body = flow.request.raw_content or b""
+    return _opened(route.network, caller, address, flow, request_id, body, rt)
 
 
 def open_direct(
@@ -117,28 +118,29 @@ def open_direct(
         return None
     request_id = request_id_of(request.header("X-Request-Id"))
     has_keys = rt.quotas.book.has_keys
-    caller, _ = request_caller(
+    caller, _, address = request_caller(
         peer,
         request.header("X-Forwarded-For"),
         request.header(KEY_HEADER) if has_keys else None,
         request.path,
         rt,
     )
-    return _opened(route.network, caller, origin, request_id, request.body, rt)
+    return _opened(route.network, caller, address, origin, request_id, request.body, rt)
 
 
 def _opened(
     network: str,
     caller: Caller | Refusal,
+    address: str,
     origin: Origin,
     request_id: str,
     body: bytes,
     rt: GateNeeds,
 ) -> RpcContext:
     """A POST's call once its caller is known: refused at once (counted in the
-    live metrics; no step runs), or parsed."""
+    live metrics; no step runs; logged with its ``address``), or parsed."""
     if isinstance(caller, Refusal):
-        rpc = RpcContext(network, rt.clock(), origin, request_id=request_id)
+        rpc = RpcContext(network, rt.clock(), origin, address=address, request_id=request_id)
         rpc.reply = Reply.refusal(caller)
         return rpc
     rpc = RpcContext(
@@ -167,13 +169,14 @@ def open_message(content: bytes, sock: Socket, origin: Origin, rt: GateNeeds) ->
     return _parse(rpc, content, rt)
 
 
-def flow_caller(flow: http.HTTPFlow, rt: GateNeeds) -> Caller | Refusal:
-    """Whom a request is charged to (``request_caller``). The API key is taken
-    off the request here, so it is never logged, shown in mitmweb or passed on."""
+def flow_caller(flow: http.HTTPFlow, rt: GateNeeds) -> tuple[Caller | Refusal, str]:
+    """Whom a request is charged to, and its address (``request_caller``). The
+    API key is taken off the request here, so it is never logged, shown in
+    mitmweb or passed on."""
     request = flow.request
     peer = flow.client_conn.peername[0] if flow.client_conn.peername else "unknown"
     has_keys = rt.quotas.book.has_keys
-    caller, path = request_caller(
+    caller, path, address = request_caller(
         peer,
         request.headers.get("X-Forwarded-For"),
         request.headers.get(KEY_HEADER) if has_keys else None,
@@ -184,7 +187,7 @@ def flow_caller(flow: http.HTTPFlow, rt: GateNeeds) -> Caller | Refusal:
         request.path = path
         if has_keys:
             request.headers.pop(KEY_HEADER, None)
-    return caller
+    return caller, address
 
 
 def _drop_key(flow: http.HTTPFlow) -> None:
@@ -196,10 +199,11 @@ def _drop_key(flow: http.HTTPFlow) -> None:
 
 def request_caller(
     peer: str, forwarded: str | None, key_header: str | None, path: str, rt: GateNeeds
-) -> tuple[Caller | Refusal, str | None]:
+) -> tuple[Caller | Refusal, str | None, str]:
     """Whom a request is charged to: its address (or the one a trusted proxy in
     front of us names in ``X-Forwarded-For``) and its tier, by address or API
-    key; and its path with the key taken off (None: no key looked for)."""
+    key; its path with the key taken off (None: no key looked for); and that
+    address (a wrong key's too)."""
     p = rt.config.proxy
     address = client_identity(
         peer, forwarded, p.trusted_proxies, ipv6_prefix=p.rate_limit.ipv6_prefix
@@ -214,20 +218,24 @@ def request_caller(
         # no keyed tiers: a key means nothing here, but it is still not kept
         _, new_path = take_key(path, None)
     if not book:
-        return Caller(address, None, address), new_path  # most requests: no key, no tiers
+        return Caller(address, None, address), new_path, address  # most: no key, no tiers
     caller = book.caller(address, key)
     if isinstance(caller, BadKey):
-        return Refusal(
-            401,
-            POLICY_REFUSED,
-            "unknown API key",
-            data={
-                "policy": "api_key",
-                "reason": "this API key matches no tier: check it, or send none for the "
-                "keyless quota",
-            },
-        ), new_path
-    return Caller(caller.client, caller.tier, address), new_path
+        return (
+            Refusal(
+                401,
+                POLICY_REFUSED,
+                "unknown API key",
+                data={
+                    "policy": "api_key",
+                    "reason": "this API key matches no tier: check it, or send none for the "
+                    "keyless quota",
+                },
+            ),
+            new_path,
+            address,
+        )
+    return Caller(caller.client, caller.tier, address), new_path, address
 
 
 def _parse(rpc: RpcContext, body: bytes, rt: GateNeeds) -> RpcContext:

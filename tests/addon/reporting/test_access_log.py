@@ -138,6 +138,26 @@ async def test_keys_never_reach_the_log(tmp_path: Path) -> None:
     assert key not in log.read_text() and "key:" not in log.read_text()
 
 
+async def test_a_wrong_keys_line_names_its_address(tmp_path: Path) -> None:
+    """The log is where an operator finds who keeps sending a wrong or revoked
+    key (OPERATIONS, "Who is refused"): its line names the address (was "")."""
+    log = tmp_path / "access.jsonl"
+    tiers = [{"name": "partners", "keys": ["partner-key-0123456789abcdef"]}]
+    stages, _, rt = make(access_log=str(log), access_log_client="full", tiers=tiers)
+    try:
+        f = rpc_flow(call("system_health"))
+        f.request.headers["X-Api-Key"] = "wrong-key-000000000000000000"
+        await run(stages, f)
+        assert f.response is not None and f.response.status_code == 401
+        line = _lines(log, 1)[0]
+    finally:
+        assert rt.access_log is not None
+        rt.access_log.close()
+    assert line["client"] == f.client_conn.peername[0] and line["client"], line
+    assert (line["status"], line["outcome"]) == (401, "refused")
+    assert "wrong-key" not in log.read_text()
+
+
 def test_a_full_disk_drops_lines_and_counts_them() -> None:
     dropped: list[int] = []
     log = AccessLog("/dev/full", on_drop=dropped.append)
