@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from addon.pipeline.context import RpcContext
-from addon.reporting.live_metrics import policy_of
+from addon.reporting.live_metrics import is_refusal
 from addon.rpc.jsonrpc import Call
 from common.jsontext import dumps
 
@@ -125,8 +125,10 @@ class AccessLog:
                 # a batch's item no node was asked for (refused, a hit, a
                 # subscription): not the attempts of the items that were
                 line["upstream"], line["attempts"], line["upstream_ms"] = None, 0, None
-                if failed and outcome == "ok" and policy_of(answer) is not None:
-                    line["outcome"] = "refused"
+            if failed and outcome == "ok" and is_refusal(answer, asked=i in rpc.forwarded):
+                line["outcome"] = "refused"  # as the live metrics count it
+            if line["outcome"] == "refused":
+                line["cache"] = None  # nothing was looked up for it
             lines.append(dumps(line))
         self._queue(lines)
 

@@ -150,21 +150,29 @@ def _call_outcome(rpc: RpcContext, i: int, item: Any, answer: dict[str, Any] | N
         return "error"
     if answer.get("error") is None:
         return "ok"
-    policy = policy_of(answer)
-    if policy is not None and (i not in rpc.forwarded or policy in AFTER_ASKING):
+    if is_refusal(answer, asked=i in rpc.forwarded):
         return "refused"  # a policy's own answer (allowlist, subscriptions…), not a failure
     return "error"
 
 
 # typed answers the proxy gives in place of the nodes' words, also after asking
-# them: a read of state no node holds is one refusal whether or not a node was
-# asked first (counted alike, as the client sees the same answer)
-AFTER_ASKING = frozenset({"state_unavailable"})
+# them: a read of state no node holds, or every node's budget spent (or their
+# 429s), is one refusal whether or not a node was asked first (counted alike,
+# as the client sees the same answer)
+AFTER_ASKING = frozenset({"state_unavailable", "upstream_capacity"})
+
+
+def is_refusal(answer: Any, *, asked: bool) -> bool:
+    """A call item's answer is a refusal, not a failure: a policy's own
+    (``data.policy``) that asked no node, or a typed one of ``AFTER_ASKING``.
+    The one rule of the live metrics, the access log and the usage records."""
+    policy = policy_of(answer)
+    return policy is not None and (not asked or policy in AFTER_ASKING)
 
 
 # the policies an answer names itself (``data.policy``); the quota's and a
 # body's are read from their shape (``refusal_policy``)
-POLICIES = frozenset(REFUSAL_POLICIES) - {"rate_limit", "request", "upstream_capacity"}
+POLICIES = frozenset(REFUSAL_POLICIES) - {"rate_limit", "request"}
 
 
 def policy_of(doc: Any) -> Any:

@@ -203,9 +203,7 @@ async def _send(
                 rt.metrics.count_extra(
                     "chainproxy_upstream_backoffs_total", endpoint=a.endpoint, reason=reason
                 )
-    if result.kind == "capacity":
-        rt.metrics.count_refusal("upstream_capacity")
-    return result
+    return result  # (a refusal for capacity is counted with its flow: live_metrics.count_flow)
 
 
 def _unpin(rpc: RpcContext, rt: ForwardPendingNeeds) -> None:

@@ -8,7 +8,7 @@ from typing import Protocol
 from addon.chain.demand import Demand
 from addon.pipeline.context import RpcContext
 from addon.quota.quotas import Quotas
-from addon.reporting.live_metrics import PREWARM, LiveMetrics
+from addon.reporting.live_metrics import PREWARM, LiveMetrics, is_refusal
 from addon.reporting.usage import UsageAggregator
 from addon.rpc.jsonrpc import Call
 
@@ -31,9 +31,10 @@ class RecordNeeds(Protocol):
 
 def record(rpc: RpcContext, rt: RecordNeeds) -> None:
     """One usage record per call that was answered from the cache or upstream,
-    or that opened a subscription (refusals are not proxied calls). A call
-    counts as an error when its answer is a JSON-RPC error, the proxy's or the
-    upstream's."""
+    or that opened a subscription (refusals are not proxied calls: nor is a
+    typed refusal given after asking the nodes, ``live_metrics.is_refusal``).
+    A call counts as an error when its answer is a JSON-RPC error, the
+    proxy's or the upstream's."""
     if rpc.parsed is None:
         return
     latency_ms = rpc.stop(rt.clock()) * 1000
@@ -46,6 +47,8 @@ def record(rpc: RpcContext, rt: RecordNeeds) -> None:
         item, answer = rpc.parsed.items[i], rpc.answers[i]
         if not isinstance(item, Call) or answer is None:
             continue
+        if "error" in answer and is_refusal(answer, asked=True):
+            continue  # e.g. every node's budget spent: refused, counted as such
         hit = i in rpc.hits
         sub = i in rpc.subscribed
         rt.usage.record(
