@@ -67,7 +67,8 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   messages, counted when their socket ends (``path``: ``direct``, read by
   chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer);
   ``{endpoint}`` for silent upstreams (a node's subscription socket stopped
-  pushing while its network advanced: its subscriptions moved).
+  pushing while its network advanced: its subscriptions moved); ``{reason}``
+  (``spool_full``, ``memory_full``) for usage dropped, counted in calls.
 * ``gauges``: the proxy's current values when it built the batch (not deltas),
   integers >= 0; at most ``MAX_ROWS`` methods per subscription map. The
   ``UPSTREAM_GAUGES`` maps are keyed by ``endpoint_id`` (at most ``MAX_ROWS``
@@ -150,6 +151,7 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_cache_purged_total",
     "chainproxy_cache_errors_total",
     "chainproxy_access_log_dropped_total",
+    "chainproxy_usage_dropped_total",
     "chainproxy_ws_messages_total",
     "chainproxy_http_direct_requests_total",
     "chainproxy_follow_operations_total",

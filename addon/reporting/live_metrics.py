@@ -29,6 +29,7 @@ CACHE_PURGED = "chainproxy_cache_purged_total"  # {network, tier}: entries of a 
 CACHE_ERRORS = "chainproxy_cache_errors_total"  # {op}: the edge cache's disk failing (a miss)
 PREWARM = "chainproxy_prewarm_total"  # {network, outcome}: see addon/hooks/prewarm.py
 ACCESS_LOG_DROPPED = "chainproxy_access_log_dropped_total"  # lines dropped (queue full, disk)
+USAGE_DROPPED = "chainproxy_usage_dropped_total"  # {reason}: calls whose records were dropped
 
 _HTTP_5XX = re.compile(r"^http-5\d\d$")
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 from collections import deque
@@ -41,6 +42,11 @@ class Spool:
         self.directory = directory
         self.max_batches = max_batches
         self.dropped = 0
+        # Batches this process is delivering (read, sent, not yet answered): a
+        # trim passes over them, so one the sidecar then takes was never lost
+        # (a hung sidecar's backlog was "dropped" and then delivered, and
+        # counted as lost). The bound is exceeded by these meanwhile.
+        self.held: frozenset[str] = frozenset()
         self._index: diskcache.Index | None = None
         self._len = 0  # the last length read: a gauge must not fail with the disk
         try:
@@ -63,31 +69,45 @@ class Spool:
             pass
         return self._len
 
-    def append(self, batch: Batch) -> None:
-        """Store ``batch`` (``SpoolError`` if it could not be), then keep the bound."""
+    def append(self, batch: Batch) -> int:
+        """Store ``batch`` (``SpoolError`` if it could not be), then keep the
+        bound; the calls of the batches dropped for it."""
         index = self._open()
         try:
             index[batch["batch_id"]] = batch
         except _DISK_ERRORS as e:
             raise SpoolError(f"{type(e).__name__}: {e}") from e
         try:
-            self._trim(index)
+            return self._trim(index)
         except _DISK_ERRORS:
-            pass  # the batch is stored; the next append trims again
+            return 0  # the batch is stored; the next append trims again
 
-    def _trim(self, index: diskcache.Index) -> None:
-        while len(index) > self.max_batches:
-            try:
-                oldest, dropped = index.popitem(last=False)
-            except KeyError:
+    def _trim(self, index: diskcache.Index) -> int:
+        calls = 0
+        over = len(index) - self.max_batches
+        if over > 0 and self.held:  # the bound is for the batches no delivery holds
+            over -= sum(1 for key in self.held if key in index)
+        if over <= 0:
+            return 0
+        # the oldest first; a held one passed over (at most that many more read)
+        for key in list(itertools.islice(index.keys(), over + len(self.held))):
+            if over <= 0:
                 break
+            if key in self.held:
+                continue
+            dropped = index.pop(key, None)
+            if dropped is None:
+                continue  # delivered by another process meanwhile
+            over -= 1
             self.dropped += 1
+            calls += calls_in(dropped)
             log.error(
                 "usage spool full (%d batches): dropped the oldest batch %s (%d calls)",
                 self.max_batches,
-                oldest,
+                key,
                 calls_in(dropped),
             )
+        return calls
 
     def oldest(self, n: int) -> list[tuple[str, Batch]]:
         """Up to ``n`` batches, oldest first (``SpoolError`` if unreadable)."""

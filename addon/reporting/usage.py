@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from addon.reporting.live_metrics import LiveMetrics
+from addon.reporting.live_metrics import USAGE_DROPPED, LiveMetrics
 from addon.reporting.spool import Backlog, Spool, SpoolError
 from common import latency_hist
 from common.metrics_wire import HEARTBEAT_S
@@ -158,6 +158,7 @@ class UsageShipper:
             dropped = self.backlog.push(new_batch(rollups, now, metrics))
             if dropped is not None:
                 self._log_drop(dropped)
+                self._count_dropped(calls_in(dropped), "memory_full")
             self._last_batch = now
         self._flush_backlog()
         return len(rollups)
@@ -176,11 +177,12 @@ class UsageShipper:
         while len(self.backlog):
             batch = self.backlog.first()
             try:
-                self.spool.append(batch)
+                dropped = self.spool.append(batch)
             except SpoolError as e:
                 self._spool_failed(e)
                 return
             self.backlog.remove(batch)
+            self._count_dropped(dropped, "spool_full")
             wrote = True
         n = self.spool_outage.ok() if wrote else None
         if n is not None:
@@ -193,6 +195,13 @@ class UsageShipper:
                 e,
                 self.backlog.max_batches,
             )
+
+    def _count_dropped(self, calls: int, reason: str) -> None:
+        """Calls whose usage records were dropped, in the live metrics (the
+        next batch carries them): a sidecar outage past the bounds shows on
+        ``/metrics``, not only in this process's log."""
+        if calls and self.metrics is not None:
+            self.metrics.count_extra(USAGE_DROPPED, calls, reason=reason)
 
     def _log_drop(self, dropped: dict[str, Any]) -> None:
         b = self.backlog
@@ -215,17 +224,21 @@ class UsageShipper:
         except SpoolError as e:  # unreadable: what memory holds can still go
             self._spool_failed(e)
             spooled = []
-        for batch_id, batch in spooled:
-            if batch_id in self._unremoved:
-                continue
-            if not await self._deliver(batch):
-                return False
-            self.delivered += 1
-            try:
-                self.spool.remove(batch_id)
-            except SpoolError as e:
-                self._unremoved.add(batch_id)
-                self._spool_failed(e)
+        self.spool.held = frozenset(batch_id for batch_id, _ in spooled)  # not trimmed meanwhile
+        try:
+            for batch_id, batch in spooled:
+                if batch_id in self._unremoved:
+                    continue
+                if not await self._deliver(batch):
+                    return False
+                self.delivered += 1
+                try:
+                    self.spool.remove(batch_id)
+                except SpoolError as e:
+                    self._unremoved.add(batch_id)
+                    self._spool_failed(e)
+        finally:
+            self.spool.held = frozenset()
         return await self._deliver_memory()
 
     async def _deliver_memory(self) -> bool:

@@ -39,6 +39,9 @@ _EXTRA_HELP = {
     " (max_rps, max_concurrency, a learned rate) before being sent or shed, by network",
     "chainproxy_access_log_dropped_total": "Access log lines dropped (the writer behind, or"
     " the disk full); calls are never dropped for it",
+    "chainproxy_usage_dropped_total": "Calls whose usage records a proxy dropped, by reason"
+    " (spool_full: past proxy.usage.spool_max_batches while the sidecar was away;"
+    " memory_full: past the memory bound while the spool could not be written)",
     "chainproxy_cross_checks_total": "Finalized answers checked against a second node, by"
     " network and outcome (agree, mismatch, quarantined, readmitted, unresolved, skipped)",
     "chainproxy_finality_lookups_total": "Look-ups of whether a block hash a client read at is"

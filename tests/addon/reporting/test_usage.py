@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from addon.reporting.live_metrics import USAGE_DROPPED, LiveMetrics
+from addon.reporting.spool import SpoolError
 from addon.reporting.usage import Spool, UsageAggregator, UsageShipper
 from common import latency_hist
 from tests.addon.helpers import (
@@ -182,3 +184,69 @@ async def test_records_are_spooled_while_a_delivery_hangs(tmp_path: Path) -> Non
         run.cancel()
         traffic.cancel()
         await asyncio.gather(run, traffic, return_exceptions=True)
+
+
+async def test_batches_being_delivered_are_not_dropped_and_the_rest_are_counted(
+    tmp_path: Path,
+) -> None:
+    """A hung sidecar past ``spool_max_batches``: the batches a delivery holds
+    were trimmed (logged and counted as lost) and then delivered when the
+    sidecar woke (the stats sweep: 6,885 calls said dropped, 2,959 missing).
+    Now the held ones stay; what is dropped is exactly what never arrives,
+    counted in ``chainproxy_usage_dropped_total`` for ``/metrics``."""
+    agg, metrics = UsageAggregator(), LiveMetrics(())
+    spool = Spool(tmp_path / "spool", max_batches=3)
+    wake, sent = asyncio.Event(), asyncio.Event()
+    arrived: list[dict[str, Any]] = []
+
+    async def deliver(batch: dict[str, Any]) -> bool:
+        sent.set()
+        await wake.wait()  # a sidecar stopped (SIGSTOP), then going on
+        arrived.append(batch)
+        return True
+
+    shipper = UsageShipper(agg, spool, deliver, flush_s=60, metrics=metrics)
+    made = []
+    for _ in range(2):  # two batches on disk before the delivery starts
+        usage_record(agg)
+        shipper.spool_pending()
+        made.append(spool.oldest(10)[-1][0])
+    delivering = asyncio.ensure_future(shipper.deliver_spooled())
+    await sent.wait()
+    for n in range(5):  # five more flushes while it hangs: the bound is 3
+        for _ in range(n + 1):
+            usage_record(agg)
+        shipper.spool_pending()
+    assert len(spool) == 3 + 2  # the two held ones passed over
+    wake.set()
+    assert await delivering
+    # three new batches beside the two held: the oldest two new ones (1 + 2
+    # calls) went, the held two arrived
+    assert [b["batch_id"] for b in arrived] == made
+    assert spool.dropped == 2 and len(spool) == 3
+    # the count rides in the batches that follow (delivered, or still spooled) and the next
+    kept = [b for _, b in spool.oldest(10)] + arrived
+    counted = sum(v for b in kept for name, _, v in b["metrics"]["extra"] if name == USAGE_DROPPED)
+    counted += sum(v for (name, _), v in metrics._extra.items() if name == USAGE_DROPPED)
+    assert counted == 3
+
+
+def test_a_batch_dropped_from_memory_is_counted_in_calls(tmp_path: Path) -> None:
+    agg, metrics = UsageAggregator(), LiveMetrics(())
+    spool = Spool(tmp_path / "spool", max_batches=10)
+
+    async def deliver(batch: dict[str, Any]) -> bool:
+        return False
+
+    shipper = UsageShipper(agg, spool, deliver, flush_s=60, metrics=metrics, memory_max_batches=1)
+    shipper.spool.append = _full  # type: ignore[method-assign]  # the disk is full
+    for _ in range(2):
+        usage_record(agg)
+        usage_record(agg)
+        shipper.spool_pending()
+    lost = {k: v for (name, k), v in metrics._extra.items() if name == USAGE_DROPPED}
+    assert lost == {(("reason", "memory_full"),): 2}
+
+
+def _full(batch: dict[str, Any]) -> int:
+    raise SpoolError("OSError: [Errno 28] No space left on device")
