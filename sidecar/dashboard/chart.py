@@ -46,15 +46,16 @@ def hourly_chart(
     rows: Iterable[tuple[Any, ...]], now: float, *, width: int = 840, height: int = 90
 ) -> Chart | None:
     """One stacked bar per hour of the last 7 days from the store's hourly rows
-    ``(hour, requests, errors, cache_hits, latency_ms_sum)``; None when there
-    is nothing to draw."""
+    ``(hour, requests, errors, cache_hits, latency_ms_sum)``, the hour the
+    window's start cuts first (its minutes inside the window: the bars add up
+    to the KPIs); None when there is nothing to draw."""
     last = int(now) // 3600
-    first = last - HOURS + 1
+    first = last - HOURS
     hours = {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in rows if first <= r[0] <= last}
     peak = max((n for n, _, _ in hours.values()), default=0)
     if peak <= 0:
         return None
-    slot = width / HOURS
+    slot = width / (HOURS + 1)
     scale = (height - 2) / peak
     bars = []
     totals = {"requests": 0, "errors": 0, "cache_hits": 0}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.latency_hist import Hist
@@ -111,15 +111,19 @@ class BatchRows:
             totals.add_hist(net, h)
 
 
-def batch_rows(batch: Batch, start: int) -> BatchRows:
+def batch_rows(batch: Batch, start: int, end: int | None = None) -> BatchRows:
     """The rows of ``batch``; rollups before the minute ``start`` (the window's
-    first) are dropped."""
+    first) are dropped, and one after the minute ``end`` (the sidecar's own:
+    a proxy whose clock runs ahead, within ``FUTURE_TOLERANCE_S``) is counted
+    at ``end``, so no figure has an hour that has not begun."""
     out = BatchRows()
     minutes, hours, minute_hists = out.minutes, out.hours, out.minute_hists
     method_hours = out.method_hours
     for r in batch.rollups:
         if r.minute < start:
             continue
+        if end is not None and r.minute > end:
+            r = replace(r, minute=end)
         hour = r.minute // 60
         m = method_hours.get((hour, r.network, r.method))
         if m is None:

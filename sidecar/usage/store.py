@@ -31,6 +31,7 @@ the totals), so the API runs it off the event loop with ``asyncio.to_thread``.
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -161,7 +162,7 @@ class UsageStore:
     def ingest(self, batch: Batch, now: float) -> IngestResult:
         """Merge a validated batch in one transaction; a known batch id is a no-op.
         Rollups older than the window ending at ``now`` are dropped."""
-        rows = batch_rows(batch, window_start_minute(now, self.window_s))
+        rows = batch_rows(batch, window_start_minute(now, self.window_s), math.floor(now / 60))
         # Encoded before taking the lock: the transaction only writes.
         upserts = (
             (sql.UPSERT_MINUTE, rows.minute_rows()),
@@ -309,19 +310,23 @@ class UsageStore:
         return [(str(m), int(n), int(u)) for m, n, u in rows], int(units)
 
     def _hourly(self, sums: str, now: float, network: str | None) -> list[tuple[Any, ...]]:
-        """(hour, *sums) per hour of the window, oldest first (``sums``: SQL of ours)."""
-        start = (int(now) - self.window_s) // 3600
-        sql = f"SELECT hour, {sums} FROM usage_hour WHERE hour >= ?"
-        args: list[Any] = [start]
-        if network is not None:
-            sql += " AND network = ?"
-            args.append(network)
-        sql += " GROUP BY hour ORDER BY hour"
+        """(hour, *sums) per hour of the window, oldest first (``sums``: SQL of
+        ours, over columns both tables have). The hour the window's start cuts
+        is read from the minute table, its minutes inside the window only, so
+        the hours add up to the window's totals (the KPIs)."""
+        start = window_start_minute(now, self.window_s)
+        cut = start // 60  # the hour holding the window's first minute
+        on = " AND network = ?" if network is not None else ""
+        tail: list[Any] = [network] if network is not None else []
+        first = f"SELECT COUNT(*), {sums} FROM usage_minute WHERE minute >= ? AND minute < ?{on}"
+        rest = f"SELECT hour, {sums} FROM usage_hour WHERE hour > ?{on} GROUP BY hour ORDER BY hour"
         with self._lock:
             try:
-                return [tuple(r) for r in self._db.execute(sql, args)]
+                n, *cut_sums = self._db.execute(first, [start, (cut + 1) * 60, *tail]).fetchone()
+                hours = [tuple(r) for r in self._db.execute(rest, [cut, *tail])]
             except sqlite3.Error as e:
                 raise self._fail("hourly read", e) from e
+        return [(cut, *cut_sums), *hours] if n else hours
 
     def row_counts(self) -> dict[str, int]:
         with self._lock:

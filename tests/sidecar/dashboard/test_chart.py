@@ -34,3 +34,14 @@ def test_stacked_bars_scale_to_the_peak_and_sit_on_the_baseline() -> None:
     assert abs(by_n[50].segments[0].h - (chart.height - 2) / 2) < 0.01
     assert full.x > by_n[50].x and full.x <= chart.width  # newest on the right
     assert "100 requests, 10 errors, 30 cache hits" in full.label
+
+
+def test_the_hour_the_window_cuts_is_drawn_so_the_bars_add_up_to_the_kpis() -> None:
+    """The store gives that hour only its minutes inside the window (the KPIs
+    count them): drawn first, left of the oldest whole hour (a chart of 168
+    bars left it out while the KPIs held it)."""
+    rows = [(LAST - HOURS, 7, 0, 0, 0.0), (LAST - HOURS + 1, 5, 0, 0, 0.0), (LAST, 1, 0, 0, 0.0)]
+    chart = hourly_chart(rows, NOW)
+    assert chart is not None and chart.totals["requests"] == 13
+    assert [b.n for b in sorted(chart.bars, key=lambda b: b.x)] == [7, 5, 1]
+    assert min(b.x for b in chart.bars) == 0 and max(b.x for b in chart.bars) < chart.width

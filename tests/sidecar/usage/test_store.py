@@ -308,3 +308,30 @@ def test_units_charged_after_a_call_count_in_no_request(store: UsageStore) -> No
         [("archive_v1_storage", 1, 42), ("state_call", 0, 5), ("chain_getHeader", 4, 4)],
         51,
     )
+
+
+def _total(t: WindowTotals, network: str = "finney") -> int:
+    return sum(c.requests for (net, _), c in t.counts.items() if net == network)
+
+
+def test_the_hours_add_up_to_the_window_at_its_cut_edge(store: UsageStore) -> None:
+    """The hour the window's start cuts: its minutes before the start were in
+    its hourly bucket while the totals had left them (the stats sweep: buckets
+    1,362 against a total of 362 in one document, for up to an hour)."""
+    edge = START + 2  # inside the window now; outside 3 minutes later
+    store.ingest(batch(r(edge, n=1000), r(MINUTE, n=7)), NOW)
+    for at in (NOW, NOW + 180, NOW + 1800):
+        hours = store.hourly_series(at)
+        assert sum(h[1] for h in hours) == _total(store.window_totals(at)), at
+    assert sum(n for _, n in store.hourly_requests(NOW)) == 1007
+    assert sum(n for _, n in store.hourly_requests(NOW + 180)) == 7
+    assert store.hourly_requests(NOW + 180, "test") == []
+
+
+def test_a_rollup_ahead_of_the_sidecars_clock_is_counted_now(store: UsageStore) -> None:
+    """A proxy whose clock runs ahead (within the hour the wire allows): its
+    rollup is counted at the sidecar's minute, never in an hour not begun."""
+    store.ingest(batch(r(MINUTE + 30, n=70)), NOW)
+    hours = store.hourly_requests(NOW)
+    assert hours == [(MINUTE // 60, 70)]
+    assert _total(store.window_totals(NOW)) == 70 == _total(store.rebuild_totals(NOW))
