@@ -41,9 +41,19 @@ class DirectRequest(Protocol):
     def header(self, name: str) -> str | None: ...
 
 
+class RefusalCounter(Protocol):
+    """The live metrics as the gate counts what it refuses itself."""
+
+    def count_refusal(self, policy: str, n: int = 1) -> None: ...
+
+
 class GateNeeds(Protocol):
-    """What the gate reads of the runtime: the config, the clock, the tiers, and
-    the chain state (the routing snapshot's freshness, for ``/rpc/healthz``)."""
+    """What the gate reads of the runtime: the config, the clock, the tiers, the
+    chain state (the routing snapshot's freshness, for ``/rpc/healthz``) and
+    the live metrics (a route it refuses)."""
+
+    @property
+    def metrics(self) -> RefusalCounter: ...
 
     @property
     def config(self) -> Config: ...
@@ -78,6 +88,9 @@ def open_rpc(flow: http.HTTPFlow, rt: GateNeeds) -> RpcContext | None:
         flow.metadata[SIDECAR_PATH_KEY] = take_key(path, None)[1] if KEY_PARAM in path else path
         return None
     if isinstance(route, Refusal):
+        # an unknown network or version, a wrong method: no call to count by
+        # network (the path is the client's), one refusal of the request
+        rt.metrics.count_refusal("request")
         response = refusal_response(route)
         response.headers["X-Request-Id"] = request_id_of(flow.request.headers.get("X-Request-Id"))
         finish(flow, response, None, now=rt.clock(), outcome="refused")

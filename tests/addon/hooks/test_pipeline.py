@@ -195,8 +195,10 @@ async def test_a_failing_callback_is_a_500() -> None:
 
 async def test_route_refusals_carry_a_request_id() -> None:
     """An unknown network (404) or a GET (405) is answered before any call
-    exists; its answer still has the id a complaint quotes."""
-    stages, _, _ = make()
+    exists; its answer still has the id a complaint quotes, and it is counted
+    as a refusal of the request (a client pointed at a wrong URL shows on
+    ``/metrics``; it was in no counter)."""
+    stages, _, rt = make()
     for method, path, status in (
         ("POST", "/rpc/v1/finny", 404),
         ("GET", "/rpc/v1/finney", 405),
@@ -211,6 +213,8 @@ async def test_route_refusals_carry_a_request_id() -> None:
         mine.request.headers["X-Request-Id"] = "complaint-7"
         await run(stages[:1], mine)
         assert mine.response.headers["X-Request-Id"] == "complaint-7"
+    refused = rt.metrics._extra[("chainproxy_refusals_total", (("policy", "request"),))]
+    assert refused == 4
 
 
 async def test_an_api_key_off_the_rpc_routes_is_dropped_all_the_same() -> None:
