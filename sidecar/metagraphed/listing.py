@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection as Collection_
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -165,10 +166,14 @@ def _fields(raw: str | None) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(f.strip() for f in raw.split(",") if f.strip()))
 
 
-def apply(rows: Sequence[Row], q: Query, key: str) -> tuple[list[Row], Row]:
-    """Filter, sort, page and project ``rows``; (the page, ``meta.pagination``)."""
+def apply(
+    rows: Sequence[Row], q: Query, key: str, fields: Collection_[str] | None = None
+) -> tuple[list[Row], Row]:
+    """Filter, sort, page and project ``rows``; (the page, ``meta.pagination``).
+    ``fields``: what a row may have (its schema's: an empty list takes the
+    same projection as a full one), beside the rows' own keys."""
     if q.fields is not None:
-        known = {k for r in rows for k in r}
+        known = {*(fields or ()), *(k for r in rows for k in r)}
         for f in q.fields:
             if f not in known:
                 raise QueryError("fields", f"fields: {f} is not a field of {key}.")

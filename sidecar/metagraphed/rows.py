@@ -238,8 +238,14 @@ def provider_rows(config: Config) -> list[Row]:
 
 
 def provider_by_slug(config: Config, slug: str) -> str | None:
-    """The provider name behind ``slug``, or None."""
-    for name, s in vocab.provider_slugs(e.provider for e in config.endpoints).items():
+    """The provider name behind ``slug``, or None. A provider's name as
+    configured is taken too: endpoint rows, incidents and the
+    ``x-metagraph-rpc-provider`` header carry the name, which is its slug only
+    when it is lower-case ``[a-z0-9-]`` (``dwellir_io.eu`` is ``dwellir-io-eu``)."""
+    slugs = vocab.provider_slugs(e.provider for e in config.endpoints)
+    if slug in slugs:
+        return slug
+    for name, s in slugs.items():
         if s == slug:
             return name
     return None

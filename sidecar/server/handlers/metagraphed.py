@@ -12,7 +12,7 @@ does not already use the path (``sidecar.metagraphed.paths``).
 
 from __future__ import annotations
 
-import re
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -25,9 +25,9 @@ from sidecar.metagraphed.paths import BASE, ROOT_PATHS, is_metagraphed_path
 from sidecar.metagraphed.rows import RegistryState, provider_by_slug
 from sidecar.metagraphed.usage import hour_rows, rpc_usage
 from sidecar.server.app_keys import REGISTRY_KEY, USAGE_KEY
+from sidecar.server.openapi.document import row_fields
 from sidecar.usage.store import StoreUnavailable
 
-_SLUG = re.compile(r"^[a-z0-9-]{1,100}$")
 RETRY_AFTER_S = 10
 
 
@@ -74,7 +74,12 @@ def _listed(request: web.Request, data: dict[str, Any], coll: Collection) -> web
     """The document with its collection filtered, sorted, paged and projected."""
     try:
         query = parse_query(_pairs(request), coll)
-        rows, pagination = apply(data[coll.key], query, coll.key)
+        wanted = query.filters.get("provider")
+        if wanted is not None:  # a provider's slug (``/api/v1/providers``) or its name
+            name = provider_by_slug(request.app[REGISTRY_KEY].config, wanted)
+            if name is not None:
+                query = replace(query, filters={**query.filters, "provider": name.lower()})
+        rows, pagination = apply(data[coll.key], query, coll.key, row_fields(coll))
     except QueryError as e:
         return _invalid(e)
     meta = {
@@ -141,7 +146,7 @@ async def get_providers(request: web.Request) -> web.Response:
 
 def _provider(request: web.Request) -> str | None:
     slug = request.match_info["slug"]
-    if not _SLUG.match(slug):
+    if len(slug) > 200:
         return None
     return provider_by_slug(request.app[REGISTRY_KEY].config, slug)
 
@@ -170,6 +175,8 @@ async def get_rpc_usage(request: web.Request) -> web.Response:
     for name, value in request.query.items():
         if name != "window":
             return _invalid(QueryError(name, f"{name} is not supported for this route."))
+        if len(request.query.getall("window")) > 1:  # as every list route: never a silent pick
+            return _invalid(QueryError("window", "window may only be provided once."))
         if value.lower() != "7d":
             msg = "window must be 7d: chainproxy keeps 7 days of usage statistics."
             return _invalid(QueryError("window", msg))

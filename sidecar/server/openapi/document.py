@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 
+from sidecar.metagraphed.listing import Collection
 from sidecar.server.openapi import (
     endpoint,
     incidents,
@@ -46,3 +47,25 @@ def _document() -> Schema:
 def openapi_document() -> Schema:
     """The document (a fresh copy: callers may change it)."""
     return copy.deepcopy(_document())
+
+
+def row_fields(coll: Collection) -> frozenset[str] | None:
+    """The fields a Metagraphed list route's rows have, from its schema: what
+    ``fields=`` may name, whether or not the page has rows (checked against
+    the rows present, a projection of an empty list was a 400 that became a
+    200 once there were rows). None: a collection no route lists."""
+    return _row_fields().get(id(coll))
+
+
+@functools.cache
+def _row_fields() -> dict[int, frozenset[str]]:
+    schemas = _document()["components"]["schemas"]
+    out: dict[int, frozenset[str]] = {}
+    for _path, _summary, name, coll in metagraphed.OPS:
+        if coll is None:
+            continue
+        items = schemas[name]["properties"][coll.key]["items"]
+        while "$ref" in items:
+            items = schemas[items["$ref"].rsplit("/", 1)[1]]
+        out[id(coll)] = frozenset(items["properties"])
+    return out

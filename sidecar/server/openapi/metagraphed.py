@@ -294,7 +294,7 @@ def _params(coll: Collection | None, extra: tuple[str, ...] = ()) -> list[Schema
     return out
 
 
-_OPS: tuple[tuple[str, str, str, Collection | None], ...] = (
+OPS: tuple[tuple[str, str, str, Collection | None], ...] = (
     ("/api/v1/health", "Health per subnet (Metagraphed)", "MgHealth", docs.HEALTH),
     ("/api/v1/endpoints", "Endpoint resources (Metagraphed)", "MgEndpoints", docs.ENDPOINTS),
     ("/api/v1/rpc/endpoints", "Node endpoints (Metagraphed)", "MgRpcEndpoints", docs.RPC_ENDPOINTS),
@@ -350,7 +350,7 @@ def _op(summary: str, data: str, coll: Collection | None, path: str) -> Schema:
 
 def paths() -> dict[str, Schema]:
     out = {}
-    for path, summary, data, coll in _OPS:
+    for path, summary, data, coll in OPS:
         op = _op(summary, data, coll, path)
         out[BASE + path] = op
         if path in ROOT_PATHS or path.startswith("/api/v1/providers/"):
