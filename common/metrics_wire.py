@@ -68,7 +68,9 @@ Rules (the sidecar answers 400 when one is broken, as for the rest of a batch):
   chainproxy itself, or ``mitmproxy``, through mitmproxy's WebSocket layer);
   ``{endpoint}`` for silent upstreams (a node's subscription socket stopped
   pushing while its network advanced: its subscriptions moved); ``{reason}``
-  (``spool_full``, ``memory_full``) for usage dropped, counted in calls.
+  (``spool_full``, ``memory_full``) for usage dropped, counted in calls;
+  ``{network}`` for upstream batches (the batches of clients' single reads
+  the proxy sent, and the calls in them).
 * ``gauges``: the proxy's current values when it built the batch (not deltas),
   integers >= 0; at most ``MAX_ROWS`` methods per subscription map. The
   ``UPSTREAM_GAUGES`` maps are keyed by ``endpoint_id`` (at most ``MAX_ROWS``
@@ -157,6 +159,8 @@ EXTRA_COUNTERS: Final = (
     "chainproxy_follow_operations_total",
     "chainproxy_follow_stops_total",
     "chainproxy_upstream_silent_total",
+    "chainproxy_upstream_batches_total",
+    "chainproxy_upstream_batched_calls_total",
 )
 # chainproxy_upstream_backoffs_total
 BACKOFF_REASONS: Final = ("rate-limited", "work-limited", "overloaded")

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_KEPT = 20_000
-METHODS_KEPT = 5  # of a batch: its first methods (and ``calls`` says how many in all)
+# of a batch: its first methods (and ``calls`` says how many in all); as many as
+# chainproxy sends in one (``proxy.max_batch``), so counts by method stay exact
+METHODS_KEPT = 100
 
 
 @dataclass(frozen=True, slots=True)

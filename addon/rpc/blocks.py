@@ -53,8 +53,9 @@ _HEIGHT = re.compile(r"0x[0-9a-fA-F]+|[0-9]+", re.ASCII)
 
 def block_numbers(params: Any) -> list[int] | None:
     """The heights asked for by ``chain_getBlockHash`` params, or None when the
-    call asks for the best block (no params) or the params are not heights."""
-    if isinstance(params, dict) or not params:
+    call asks for the best block (no params) or the params are not heights (a
+    second param too: a node refuses the call, so must the cache)."""
+    if isinstance(params, dict) or not params or len(params) > 1:
         return None
     arg = params[0]
     values = arg if isinstance(arg, list) else [arg]

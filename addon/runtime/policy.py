@@ -20,6 +20,7 @@ from addon.reporting.live_metrics import ACCESS_LOG_DROPPED, CROSS_CHECKS, LiveM
 from addon.reporting.sidecar_client import SidecarClient
 from addon.runtime.lasting import Lasting
 from addon.upstream.admission import BudgetBook
+from addon.upstream.batching import UpstreamBatcher
 from addon.upstream.budgets import Budgets
 from addon.upstream.cross_check import CrossChecker
 from addon.upstream.fair_wait import FairWait, lines_for
@@ -47,6 +48,7 @@ class Policy:
     cross_checker: CrossChecker | None = None  # proxy.cross_check (None: off)
     access_log: AccessLog | None = None  # proxy.access_log (None: off)
     shared_cache: SharedCacheTier | None = None  # with a ``redis:`` section and the cache on
+    batcher: UpstreamBatcher | None = None  # proxy.upstream_batching (None: off)
 
 
 def build_policy(
@@ -99,6 +101,10 @@ def build_policy(
         cross_checker=_cross_checker(config, lasting.metrics),
         access_log=_access_log(config, lasting.metrics),
     )
+    if p.upstream_batching.enabled:
+        policy.batcher = UpstreamBatcher(
+            p.upstream_batching.max_calls, clock, lasting.metrics.count_extra
+        )
     if p.upstream_limits.enabled:
         endpoints = [e for net in p.networks for e in config.rpc_endpoints(net)]
         local = Budgets(

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from addon.rpc.new_spec import LegacyCaller
     from addon.sockets.slots import SocketSlots
     from addon.upstream.admission import BudgetBook
+    from addon.upstream.batching import UpstreamBatcher
     from addon.upstream.budgets import Budgets
     from addon.upstream.coalesce import Coalescer
     from addon.upstream.cross_check import CrossChecker
@@ -64,6 +65,7 @@ _LASTING = (
 _POLICY = (
     "config", "pools", "ws_pools", "quotas", "budget", "sidecar", "hedgers", "demand",
     "budgets", "local_budgets", "fair_waits", "cross_checker", "access_log", "shared_cache",
+    "batcher",
 )  # fmt: skip
 
 
@@ -107,6 +109,7 @@ class Runtime:
         cross_checker: CrossChecker | None
         access_log: AccessLog | None
         shared_cache: SharedCacheTier | None
+        batcher: UpstreamBatcher | None
 
     def __init__(self, lasting: Lasting, policy: Policy) -> None:
         self.lasting = lasting

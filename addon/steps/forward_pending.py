@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -19,6 +19,7 @@ from addon.pipeline.context import RpcContext
 from addon.reporting.live_metrics import LiveMetrics
 from addon.rpc.jsonrpc import INTERNAL_ERROR, Call, error_obj
 from addon.upstream.admission import Admission, BudgetBook
+from addon.upstream.batching import GroupKey, UpstreamBatcher, batchable
 from addon.upstream.coalesce import Coalescer, coalesce_key
 from addon.upstream.failover import error_limit, no_state
 from addon.upstream.fair_wait import HEAVY_LINE, FairWait
@@ -34,6 +35,9 @@ _NONE: frozenset[int] = frozenset()  # no call pinned by the proxy
 
 class ForwardPendingNeeds(Protocol):
     """What the forward_pending step reads of the runtime."""
+
+    @property
+    def batcher(self) -> UpstreamBatcher | None: ...
 
     @property
     def budget(self) -> Budget: ...
@@ -144,7 +148,10 @@ async def _send(
     pinned = frozenset(k for k, i in enumerate(pending) if i in unpinned) if unpinned else _NONE
     admissions: list[Admission] = []
 
-    def start() -> Awaitable[ForwardResult]:
+    def send(
+        items: Sequence[Call], is_batch: bool, pinned: frozenset[int], budget: Budget
+    ) -> Awaitable[ForwardResult]:
+        """The calls upstream (these, or an upstream batch with others' beside them)."""
         assert rt.transport is not None
         admission = None
         if rt.budgets is not None:
@@ -162,7 +169,7 @@ async def _send(
             )
             admissions.append(admission)
         return forward(
-            calls,
+            items,
             is_batch=is_batch,
             pool=rt.pools[rpc.network],
             transport=rt.transport,
@@ -177,7 +184,29 @@ async def _send(
             pinned=pinned,
             state_block=hint.state_block,
             heavy=bool(rpc.reserved),
+            hedge_as=kind,
+            blocks=rt.chain.blocks if is_batch else None,  # a batch's items judged apart
         )
+
+    batcher, kind = rt.batcher, ""
+    if (
+        batcher is not None
+        and not is_batch
+        and batchable(calls[0], heavy=bool(rpc.reserved), background=rpc.background)
+    ):
+        kind = calls[0].method  # its hedge kind (hedge_kind: no state_call is batched)
+        group = GroupKey(
+            rpc.network, rpc.client, min_block, hint.prefer_archive, hint.state_block,
+            bool(pinned), budget, kind, tip,
+        )  # fmt: skip
+
+        def start() -> Awaitable[ForwardResult]:
+            assert batcher is not None
+            return batcher.forward(group, calls[0], send)
+    else:
+
+        def start() -> Awaitable[ForwardResult]:
+            return send(calls, is_batch, pinned, budget)
 
     if p.coalesce.enabled:
         key = coalesce_key(rpc.network, calls, is_batch)

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from addon.chain.horizons import correct
 from addon.rpc.attempt import Attempt
+from addon.rpc.blocks import BlockIndex
 from addon.rpc.jsonrpc import Call, dumps
 from addon.rpc.splice import BREATHE_BYTES
 from addon.upstream.admission import Admission
@@ -39,7 +40,7 @@ from addon.upstream.budgets import Ticket
 from addon.upstream.failover import CAPACITY, assess, error_limit, missed_pin
 from addon.upstream.hedge import Hedger, first_done, hedge_kind
 from addon.upstream.pool import Upstream, UpstreamPool
-from addon.upstream.settle import Sent, abandon, leave_running, report_failure
+from addon.upstream.settle import Sent, abandon, correct_items, leave_running, report_failure
 
 # the transport's names, re-exported: callers import them from here
 from addon.upstream.transport import AiohttpTransport as AiohttpTransport
@@ -104,44 +105,23 @@ def forward(
     transport: Transport,
     budget: Budget,
     clock: Callable[[], float],
-    tip: int | None = None,
-    min_block: int | None = None,
-    prefer_archive: bool = False,
-    hedger: Hedger | None = None,
-    admission: Admission | None = None,
-    pinned: frozenset[int] = frozenset(),
-    state_block: int | None = None,
-    heavy: bool = False,
+    **options: Any,
 ) -> Coroutine[Any, Any, ForwardResult]:
     """Attempts one after the other (failover); with a ``hedger``, an attempt
     not answered within its delay gets a second one racing it on the next-best
     upstream, the first good answer wins and the other finishes unheard. With
     an ``admission``, each attempt takes a place in its node's budget (waiting
     its fair turn if every node's is spent), and a node that answers "too many
-    requests" pauses instead of counting as failed. (``Forward.run``, to await.)"""
-    return Forward(
-        calls,
-        is_batch,
-        pool,
-        transport,
-        budget,
-        clock,
-        tip=tip,
-        min_block=min_block,
-        prefer_archive=prefer_archive,
-        hedger=hedger,
-        admission=admission,
-        pinned=pinned,
-        state_block=state_block,
-        heavy=heavy,
-    ).run()
+    requests" pauses instead of counting as failed. ``options``: ``Forward``'s
+    keywords. (``Forward.run``, to await.)"""
+    return Forward(calls, is_batch, pool, transport, budget, clock, **options).run()
 
 
 class Forward:
     """One call's way upstream: its attempts so far and what they answered."""
 
     __slots__ = (
-        "admission", "attempts", "body", "budget", "by_deadline", "calls", "clock",
+        "admission", "attempts", "blocks", "body", "budget", "by_deadline", "calls", "clock",
         "corrected", "deadline", "heavy", "hedged", "hedger", "is_batch", "kind", "limited",
         "min_block", "pinned", "pool", "prefer_archive", "running", "soft", "state_block",
         "tip", "transport", "tried", "waited", "won",
@@ -164,11 +144,13 @@ class Forward:
         pinned: frozenset[int] = frozenset(),  # the calls the proxy pinned (positions)
         state_block: int | None = None,
         heavy: bool = False,
+        hedge_as: str = "",  # the latencies a hedge compares it with ("": its own kind)
+        blocks: BlockIndex | None = None,  # heights of hashes: a batch's items' own state blocks
     ) -> None:
         self.calls, self.is_batch, self.pool, self.transport = calls, is_batch, pool, transport
         self.budget, self.clock, self.tip, self.min_block = budget, clock, tip, min_block
         self.prefer_archive, self.hedger, self.admission = prefer_archive, hedger, admission
-        self.pinned, self.state_block = pinned, state_block
+        self.pinned, self.state_block, self.blocks = pinned, state_block, blocks
         self.corrected: list[str] = []
         self.heavy = heavy  # priced by its bytes: light calls go elsewhere meanwhile
         self.body = outbound_body(calls, is_batch)
@@ -182,7 +164,7 @@ class Forward:
         self.hedged = False  # a second upstream was sent the call
         self.waited = False  # the hedge delay passed once (one hedge per call at most)
         self.won = False  # an attempt answered "ok": a racer still running was outraced
-        self.kind = ""  # what its latency is compared with (set when it may be hedged)
+        self.kind = hedge_as  # what its latency is compared with (set when it may be hedged)
         self.running: dict[asyncio.Task[tuple[int, bytes]], Sent] = {}  # a hedge may race
 
     async def run(self) -> ForwardResult:
@@ -190,7 +172,8 @@ class Forward:
         hedger, running = self.hedger, self.running
         if hedger is not None:
             hedger.call()
-            self.kind = hedge_kind(self.calls, self.is_batch)  # its own latencies
+            # its own latencies (an upstream batch of one kind of read: that kind's)
+            self.kind = self.kind or hedge_kind(self.calls, self.is_batch)
         try:
             while True:
                 delay: float | None = None
@@ -348,16 +331,22 @@ class Forward:
             return ForwardResult(
                 "soft", verdict.answers, attempts, upstream, self.hedged, len(raw), pin_missed=True
             )
-        self._correct(upstream, verdict.reason)
+        self._correct(upstream, verdict.reason, verdict.answers)
         self.soft = (verdict.answers, upstream, len(raw))
         self.prefer_archive = self.prefer_archive or verdict.prefer_archive
         return None
 
-    def _correct(self, upstream: Upstream, reason: str) -> None:
-        """A node said it has no state at the block the call reads: corrected
-        now, so no attempt goes there again."""
-        if self.state_block is not None and correct(upstream, self.state_block, reason):
-            self.corrected.append(upstream.id)
+    def _correct(self, upstream: Upstream, reason: str, answers: Sequence[dict[str, Any]]) -> None:
+        """A node said it has no state at the block a call reads: corrected now,
+        so no attempt goes there again. A batch's reason is its first soft
+        item's, and its ``state_block`` its oldest item's: each item is judged
+        with its own block (``correct_items``)."""
+        if len(self.calls) == 1:
+            if self.state_block is not None and correct(upstream, self.state_block, reason):
+                self.corrected.append(upstream.id)
+        elif self.blocks is not None:
+            if correct_items(upstream, self.calls, answers, self.tip, self.blocks):
+                self.corrected.append(upstream.id)
 
     def _failure(self) -> ForwardResult:
         """No good answer: the best soft one, or why there was none."""

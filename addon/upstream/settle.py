@@ -12,11 +12,15 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
+from addon.chain.horizons import correct
+from addon.chain.routing_hints import state_block
+from addon.rpc.blocks import BlockIndex
 from addon.rpc.jsonrpc import Call
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
-from addon.upstream.failover import CAPACITY, assess
+from addon.upstream.failover import CAPACITY, assess, judge_answer
 from addon.upstream.hedge import finish_unheard
 from addon.upstream.pool import Upstream, UpstreamPool
 from addon.upstream.transport import TransportError
@@ -133,3 +137,23 @@ def leave_running(
         else:
             task.cancel()
             abandon(pool, admission, sent, clock)
+
+
+def correct_items(
+    upstream: Upstream,
+    calls: Sequence[Call],
+    answers: Sequence[dict[str, Any]],
+    tip: int | None,
+    blocks: BlockIndex,
+) -> bool:
+    """A batch's items that said the node has no state at the block they read,
+    each with its own block (never one item's error with another's block: an
+    unknown hash beside a read at genesis once marked an archive as holding
+    nothing up to genesis). True when a correction is news."""
+    news = False
+    for call, answer in zip(calls, answers, strict=True):
+        verdict, reason = judge_answer(call, answer, tip)
+        n = state_block(call, blocks) if verdict == "soft" else None
+        if n is not None and correct(upstream, n, reason):
+            news = True
+    return news

@@ -17,6 +17,7 @@ from common.config.upstream_calls import (
     HeadPinningConfig,
     HedgeConfig,
     PrewarmConfig,
+    UpstreamBatchingConfig,
     UpstreamLimitsConfig,
 )
 
@@ -120,6 +121,7 @@ class ProxyConfig:
     read_timeout_s: float = 30.0  # a request (head, body) must arrive within this of its 1st byte
     websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
     coalesce: CoalesceConfig = field(default_factory=CoalesceConfig)
+    upstream_batching: UpstreamBatchingConfig = field(default_factory=UpstreamBatchingConfig)
     head_pinning: HeadPinningConfig = field(default_factory=HeadPinningConfig)
     hedge: HedgeConfig = field(default_factory=HedgeConfig)
     upstream_limits: UpstreamLimitsConfig = field(default_factory=UpstreamLimitsConfig)

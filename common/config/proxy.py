@@ -35,6 +35,7 @@ from common.config.upstream_calls import (
     parse_head_pinning,
     parse_hedge,
     parse_prewarm,
+    parse_upstream_batching,
     parse_upstream_limits,
 )
 
@@ -67,6 +68,7 @@ def parse_proxy(
             "drain_s",
             "websocket",
             "coalesce",
+            "upstream_batching",
             "head_pinning",
             "hedge",
             "tiers",
@@ -164,6 +166,7 @@ def parse_proxy(
         drain_s=get_num(p, "drain_s", 10.0, "proxy.drain_s"),
         websocket=_websocket(p.get("websocket")),
         coalesce=parse_coalesce(p.get("coalesce")),
+        upstream_batching=parse_upstream_batching(p.get("upstream_batching")),
         head_pinning=parse_head_pinning(p.get("head_pinning")),
         hedge=parse_hedge(p.get("hedge")),
         tiers=parse_tiers(p.get("tiers"), env, default=rate_limit),

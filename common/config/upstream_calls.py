@@ -22,6 +22,15 @@ class CoalesceConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamBatchingConfig:
+    """Cheap single reads of one client that miss in the same loop turn go
+    upstream as one JSON-RPC batch (``addon/upstream/batching.py``)."""
+
+    enabled: bool = True
+    max_calls: int = 16  # calls in one upstream batch at most
+
+
+@dataclass(frozen=True, slots=True)
 class HeadPinningConfig:
     """Hash-optional state reads sent without a hash get the current best block's."""
 
@@ -101,6 +110,15 @@ def parse_coalesce(raw: Any) -> CoalesceConfig:
     return CoalesceConfig(
         enabled=get_bool(c, "enabled", True, "proxy.coalesce.enabled"),
         max_keys=get_int(c, "max_keys", 10_000, "proxy.coalesce.max_keys", minimum=1),
+    )
+
+
+def parse_upstream_batching(raw: Any) -> UpstreamBatchingConfig:
+    b = mapping(raw, "proxy.upstream_batching")
+    check_keys(b, ("enabled", "max_calls"), "proxy.upstream_batching")
+    return UpstreamBatchingConfig(
+        enabled=get_bool(b, "enabled", True, "proxy.upstream_batching.enabled"),
+        max_calls=get_int(b, "max_calls", 16, "proxy.upstream_batching.max_calls", minimum=2),
     )
 
 

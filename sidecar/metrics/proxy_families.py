@@ -27,6 +27,10 @@ REFUSALS = "chainproxy_refusals_total"
 
 _EXTRA_HELP = {
     "chainproxy_coalesced_total": "Calls answered by sharing an identical call already in flight",
+    "chainproxy_upstream_batches_total": (
+        "Upstream JSON-RPC batches the proxy made of a client's single reads sent in one loop turn"
+    ),
+    "chainproxy_upstream_batched_calls_total": "Calls sent upstream inside those batches",
     "chainproxy_hedged_total": "Hedged (second, parallel) upstream attempts",
     "chainproxy_redis_fallbacks_total": "Times Redis was down or slow and a local store served",
     "chainproxy_subscription_moves_total": "Upstream subscriptions moved to another node",

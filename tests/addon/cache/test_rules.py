@@ -35,6 +35,13 @@ def test_block_hash_forms_share_one_entry_per_height(params: list[Any]) -> None:
     assert got.is_list == isinstance(params[0], list)
 
 
+@pytest.mark.parametrize("params", [[5, "x"], [5, 1], [[5], None]])
+def test_a_block_hash_call_with_a_second_param_is_not_cached(params: list[Any]) -> None:
+    """A node refuses it (-32602, the method takes one): answered from height
+    5's entry, it once got the hash where the node says invalid params."""
+    assert p("chain_getBlockHash", params) is None
+
+
 @pytest.mark.parametrize("params", [["5"], [[5, "6"]]])
 def test_a_height_as_decimal_text_is_not_cached(params: list[Any]) -> None:
     """A node refuses ``"5"`` (a number or 0x hex), chopsticks answers its

@@ -68,6 +68,7 @@ def test_parse_height(value: Any, expected: int | None) -> None:
         (["garbage"], None),
         ([[1, "garbage"]], None),
         ([[1, -2]], None),
+        ([5, "x"], None),  # a second param: the node refuses the call
     ],
 )
 def test_block_numbers(params: Any, expected: list[int] | None) -> None:

@@ -5,6 +5,7 @@ forward that corrects a node and goes on to another within its deadline."""
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -354,3 +355,48 @@ async def test_with_budgets_kept_a_failover_still_goes_only_to_nodes_that_may_ho
     )
     assert t.urls() == [url("believed"), url("other")]
     assert r.kind == "ok" and r.upstream is other and r.corrected == (believed.id,)
+
+
+async def test_a_batch_corrects_a_node_only_with_the_block_of_the_item_that_said_so() -> None:
+    """A batch's items are judged apart: an item refused at a hash of unknown
+    height corrects nothing, whatever block the batch's other items read (the
+    batch's oldest block is not the refused item's). Two cases a review found:
+    an unknown hash beside a read at genesis marked an archive as holding
+    nothing up to genesis; an old hash beside a read at the head marked a full
+    node as holding nothing up to the head."""
+    from addon.rpc.blocks import BlockIndex
+
+    known, unknown = "0x" + "01" * 32, "0x" + "ab" * 32
+
+    def answers(error: str) -> Any:
+        def answer(doc: Any) -> tuple[int, bytes]:
+            out = [
+                {"jsonrpc": "2.0", "id": o["id"], "result": "0x01"}
+                if o["params"][1] == known
+                else {"jsonrpc": "2.0", "id": o["id"], "error": {"code": 4003, "message": error}}
+                for o in doc
+            ]
+            return 200, json.dumps(out).encode()
+
+        return answer
+
+    calls = [
+        Call(1, "state_getStorage", ["0x13", known]),
+        Call(2, "state_getStorage", ["0x11", unknown]),
+    ]
+    for height, error, archive in (
+        (0, "UnknownBlock: Header was not found", True),  # genesis beside an unknown hash
+        (TIP - 1, DISCARDED, False),  # the head beside an old hash
+    ):
+        blocks = BlockIndex()
+        blocks.put(known, height)
+        u = node("n", horizon=0 if archive else TIP - 255, archive=archive)
+        p, t, clock = setup(u, script={"n": [(0.01, answers(error))]})
+        p.tip = TIP
+        r = await forward(
+            calls, is_batch=True, pool=p, transport=t, budget=BUDGET, clock=clock, tip=TIP,
+            state_block=height, blocks=blocks,
+        )  # fmt: skip
+        assert r.kind == "soft" and r.answers is not None and r.answers[0]["result"] == "0x01"
+        assert u.lost_seen is None and r.corrected == ()
+        assert coverage(u, height, TIP) != "lacks"

@@ -1,0 +1,217 @@
+"""Upstream batching (``addon/upstream/batching.py``): which calls of a loop
+turn go as one batch, and that each call still gets what it would have got
+alone: its own answer, a resend alone when its own answer is not good, the
+nodes' failure as is, and the others served when one caller goes away."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from addon.rpc.jsonrpc import Call
+from addon.upstream.batching import BATCHABLE, GroupKey, UpstreamBatcher, batchable
+from addon.upstream.forward import Budget, ForwardResult
+from tests.fakes import FakeClock
+
+BUDGET = Budget(max_attempts=3, attempt_timeout_s=5.0, deadline_s=10.0)
+
+
+def key(client: str = "1.2.3.4", **kw: Any) -> GroupKey:
+    base: dict[str, Any] = {
+        "network": "finney",
+        "client": client,
+        "min_block": None,
+        "prefer_archive": False,
+        "state_block": None,
+        "pinned": False,
+        "budget": BUDGET,
+        "kind": "state_getStorage",
+        "tip": 100,
+    }
+    return GroupKey(**{**base, **kw})
+
+
+def read(i: int) -> Call:
+    return Call(i, "state_getStorage", [f"0x{i:04x}"])
+
+
+class Sends:
+    """What went upstream: (keys read, as a batch, pinned, budget), and what
+    each answers (by key: a result, or an error object)."""
+
+    def __init__(self, clock: FakeClock, kind: str = "ok", errors: dict[str, Any] | None = None):
+        self.clock, self.kind, self.errors = clock, kind, errors or {}
+        self.sent: list[tuple[tuple[str, ...], bool, frozenset[int], Budget]] = []
+        self.gate: asyncio.Event | None = None  # set: the batch answers only once it is set
+
+    async def send(
+        self, calls: Sequence[Call], is_batch: bool, pinned: frozenset[int], budget: Budget
+    ) -> ForwardResult:
+        self.sent.append((tuple(c.params[0] for c in calls), is_batch, pinned, budget))
+        if self.gate is not None and is_batch:
+            await self.gate.wait()
+        self.clock.t += 0.5
+        answers = tuple(
+            {"jsonrpc": "2.0", "id": n, "error": self.errors[c.params[0]]}
+            if c.params[0] in self.errors
+            else {"jsonrpc": "2.0", "id": n, "result": c.params[0] + "ff"}
+            for n, c in enumerate(calls)
+        )
+        kind = (
+            self.kind if is_batch else ("ok" if calls[0].params[0] not in self.errors else "soft")
+        )
+        if kind in ("deadline", "no-upstream"):
+            return ForwardResult(kind, None, (), None)  # type: ignore[arg-type]
+        return ForwardResult(kind, answers, (), None, body_bytes=100)  # type: ignore[arg-type]
+
+
+async def turn(b: UpstreamBatcher, s: Sends, calls: list[Call], k: GroupKey | None = None) -> list:
+    """The calls arriving in one loop turn, each in a task of its own."""
+    tasks = [asyncio.ensure_future(b.forward(k or key(), c, s.send)) for c in calls]
+    return await asyncio.gather(*tasks)
+
+
+def test_which_calls_are_batched() -> None:
+    assert batchable(read(1), heavy=False, background=False)
+    assert not batchable(read(1), heavy=True, background=False)  # priced by its bytes
+    assert not batchable(read(1), heavy=False, background=True)  # pre-warm: its own budget
+    assert not batchable(
+        Call(1, "state_call", ["Core_version", "0x"]), heavy=False, background=False
+    )
+    assert "state_getKeysPaged" not in BATCHABLE and "state_queryStorageAt" not in BATCHABLE
+
+
+async def test_the_first_call_goes_at_once_the_rest_of_the_turn_as_one_batch() -> None:
+    clock = FakeClock()
+    s = Sends(clock)
+    b = UpstreamBatcher(16, clock)
+    got = await turn(b, s, [read(i) for i in range(5)])
+    assert [(keys, is_batch) for keys, is_batch, _, _ in s.sent] == [
+        (("0x0000",), False),
+        (("0x0001", "0x0002", "0x0003", "0x0004"), True),
+    ]
+    assert [r.answers[0]["result"] for r in got] == [f"0x{i:04x}ff" for i in range(5)]
+    assert all(r.kind == "ok" and len(r.answers) == 1 for r in got)
+
+
+async def test_a_busy_group_sends_its_next_turn_whole_and_a_lone_call_goes_alone() -> None:
+    clock = FakeClock()
+    s = Sends(clock)
+    b = UpstreamBatcher(16, clock)
+    await turn(b, s, [read(i) for i in range(3)])
+    s.sent.clear()
+    await turn(b, s, [read(i) for i in range(10, 13)])  # busy last turn: the first waits too
+    assert [is_batch for _, is_batch, _, _ in s.sent] == [True]
+    s.sent.clear()
+    await turn(b, s, [read(20)])  # one call in a turn: no batch of one
+    await turn(b, s, [read(21)])
+    assert [(keys, is_batch) for keys, is_batch, _, _ in s.sent] == [
+        (("0x0014",), False),
+        (("0x0015",), False),
+    ]
+
+
+async def test_calls_of_other_clients_or_routes_are_never_in_one_batch() -> None:
+    clock = FakeClock()
+    s = Sends(clock)
+    b = UpstreamBatcher(16, clock)
+    keys = [key("a"), key("b"), key("a", state_block=7), key("a", pinned=True)]
+    tasks = [
+        asyncio.ensure_future(b.forward(k, read(n * 10 + i), s.send))
+        for n, k in enumerate(keys)
+        for i in range(3)
+    ]
+    await asyncio.gather(*tasks)
+    batches = [keys for keys, is_batch, _, _ in s.sent if is_batch]
+    assert sorted(len(k) for k in batches) == [2, 2, 2, 2]
+    assert all(len({int(c, 16) // 10 for c in k}) == 1 for k in batches)  # one group each
+    pinned = [p for _, is_batch, p, _ in s.sent if is_batch and p]
+    assert pinned == [frozenset({0, 1})]  # the proxy's pin, on every call of that batch
+
+
+async def test_a_batch_is_cut_at_max_calls() -> None:
+    clock = FakeClock()
+    s = Sends(clock)
+    b = UpstreamBatcher(4, clock)
+    got = await turn(b, s, [read(i) for i in range(11)])
+    assert [len(keys) for keys, _, _, _ in s.sent] == [1, 4, 4, 2]
+    assert [r.answers[0]["result"] for r in got] == [f"0x{i:04x}ff" for i in range(11)]
+
+
+async def test_an_item_the_nodes_did_not_answer_well_goes_again_alone() -> None:
+    """A batch judged soft (one item's state discarded): the items whose own
+    answer is good take it; the other is sent alone, on the time left."""
+    clock = FakeClock()
+    discarded = {"code": 4003, "message": "State already discarded for 0x12"}
+    s = Sends(clock, kind="soft", errors={"0x0002": discarded})
+    b = UpstreamBatcher(16, clock)
+    got = await turn(b, s, [read(i) for i in range(4)])
+    alone = [(keys, is_batch, budget) for keys, is_batch, _, budget in s.sent]
+    assert alone[-1][0] == ("0x0002",) and not alone[-1][1]
+    assert alone[-1][2].deadline_s == pytest.approx(BUDGET.deadline_s - 0.5)
+    assert [r.kind for r in got] == ["ok", "ok", "soft", "ok"]
+    assert got[1].answers[0]["result"] == "0x0001ff" and "error" in got[2].answers[0]
+
+
+@pytest.mark.parametrize("kind", ["deadline", "no-upstream"])
+async def test_no_answer_at_all_is_each_calls_failure_not_sent_again(kind: str) -> None:
+    clock = FakeClock()
+    s = Sends(clock, kind=kind)
+    b = UpstreamBatcher(16, clock)
+    got = await turn(b, s, [read(i) for i in range(3)])
+    assert len(s.sent) == 2  # the first alone, the batch; nothing again
+    assert [r.kind for r in got[1:]] == [kind, kind] and got[1].answers is None
+
+
+async def test_a_caller_that_goes_away_leaves_the_others_served_and_all_gone_cancels() -> None:
+    clock = FakeClock()
+    s = Sends(clock)
+    s.gate = asyncio.Event()
+    b = UpstreamBatcher(16, clock)
+    b.forward(key(), read(0), s.send).close()  # the turn's first (alone: not awaited here)
+    tasks = [asyncio.ensure_future(b.forward(key(), read(i), s.send)) for i in range(1, 4)]
+    await asyncio.sleep(0.01)
+    tasks[0].cancel()
+    s.gate.set()
+    got = await asyncio.gather(*tasks[1:])
+    assert [r.answers[0]["result"] for r in got] == ["0x0002ff", "0x0003ff"]
+    s.gate = asyncio.Event()  # never set: the batch hangs until its callers go
+    b2 = UpstreamBatcher(16, clock)
+    b2.forward(key(), read(0), s.send).close()
+    tasks = [asyncio.ensure_future(b2.forward(key(), read(i), s.send)) for i in range(1, 3)]
+    await asyncio.sleep(0.01)
+    (running,) = b2._tasks
+    for t in tasks:
+        t.cancel()
+    await asyncio.sleep(0.01)
+    assert running.cancelled()
+
+
+async def test_a_defect_in_the_batch_sends_each_call_alone() -> None:
+    clock = FakeClock()
+    s = Sends(clock)
+    real = s.send
+
+    async def broken(calls: Sequence[Call], is_batch: bool, *rest: Any) -> ForwardResult:
+        if is_batch:
+            raise RuntimeError("a defect")
+        return await real(calls, is_batch, *rest)
+
+    b = UpstreamBatcher(16, clock)
+    tasks = [asyncio.ensure_future(b.forward(key(), read(i), broken)) for i in range(3)]
+    got = await asyncio.gather(*tasks)
+    assert [r.answers[0]["result"] for r in got] == ["0x0000ff", "0x0001ff", "0x0002ff"]
+
+
+async def test_the_counters_count_batches_and_their_calls() -> None:
+    clock = FakeClock()
+    counted: list[tuple[str, int, dict[str, str]]] = []
+    b = UpstreamBatcher(16, clock, lambda name, n, **labels: counted.append((name, n, labels)))
+    await turn(b, Sends(clock), [read(i) for i in range(4)])
+    assert counted == [
+        ("chainproxy_upstream_batches_total", 1, {"network": "finney"}),
+        ("chainproxy_upstream_batched_calls_total", 3, {"network": "finney"}),
+    ]
