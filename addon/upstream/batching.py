@@ -64,6 +64,7 @@ BATCHABLE = frozenset(
     }
 )
 
+REFUSED_OFF_S = 600  # batching off for a network whose nodes refused a batch whole
 # a counter's name, by how much, its labels (LiveMetrics.count_extra)
 Count = Callable[..., None]
 # (calls, is_batch, pinned positions, budget) -> the forward's result
@@ -116,12 +117,16 @@ class UpstreamBatcher:
         self._warm: set[GroupKey] = set()  # this turn's, for the next
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # networks whose nodes refused a batch whole: every call alone until then
+        self._off: dict[str, float] = {}
 
     def forward(self, key: GroupKey, call: Call, send: Send) -> Awaitable[ForwardResult]:
         """The call's result. The first of its group in a loop turn goes at once,
         alone (a lone call waits for nothing), unless its group was busy in the
         last turn; those after it wait for the turn's end and go as one batch
         (or alone, if they stay one)."""
+        if self._off and self._refused(key.network):
+            return send((call,), False, _pinned(key, 1), key.budget)
         members = self._open.get(key)
         if members is None:
             self._open[key] = members = []  # the next ones of this turn gather here
@@ -137,6 +142,15 @@ class UpstreamBatcher:
             self._warm.add(key)
             self._launch(key, members)
         return self._join(key, member)
+
+    def _refused(self, network: str) -> bool:
+        until = self._off.get(network)
+        if until is None:
+            return False
+        if self.clock() < until:
+            return True
+        del self._off[network]
+        return False
 
     async def _join(self, key: GroupKey, member: _Member) -> ForwardResult:
         got = await member.future
@@ -193,6 +207,14 @@ class UpstreamBatcher:
             for i, (m, answer) in enumerate(zip(members, result.answers, strict=True)):
                 m.resolve(_one(result, answer, first=i == 0))
             return
+        if result.kind == "failed" and all(_refusal(a.reason) for a in result.attempts):
+            # every node tried refused the batch itself (a provider that takes
+            # no batches, or fewer calls in one): its calls go alone from now on
+            self._off[key.network] = self.clock() + REFUSED_OFF_S
+            log.warning(
+                "%s: the nodes refused an upstream batch (%s): calls go alone for %d s",
+                key.network, ", ".join(a.reason for a in result.attempts), REFUSED_OFF_S,
+            )  # fmt: skip
         left = key.budget.deadline_s - (self.clock() - started)
         alone = replace(key.budget, deadline_s=left) if left > 0 else None
         for i, m in enumerate(members):
@@ -206,6 +228,12 @@ class UpstreamBatcher:
                 m.resolve(_one(result, own, first=i == 0, kind="soft"))
             else:  # the nodes' capacity, their silence, no node: as for the call alone
                 m.resolve(replace(result, answers=None, corrected=()))
+
+
+def _refusal(reason: str) -> bool:
+    """An attempt's reason that says the node would not take the batch: an
+    answer that is no batch's (an error object), or a 4xx."""
+    return reason == "invalid-body" or (reason.startswith("http-4") and reason != "http-429")
 
 
 def _pinned(key: GroupKey, n: int) -> frozenset[int]:

@@ -68,9 +68,11 @@ class Sends:
         return ForwardResult(kind, answers, (), None, body_bytes=100)  # type: ignore[arg-type]
 
 
-async def turn(b: UpstreamBatcher, s: Sends, calls: list[Call], k: GroupKey | None = None) -> list:
+async def turn(
+    b: UpstreamBatcher, s: Sends, calls: list[Call], k: GroupKey | None = None, send: Any = None
+) -> list:
     """The calls arriving in one loop turn, each in a task of its own."""
-    tasks = [asyncio.ensure_future(b.forward(k or key(), c, s.send)) for c in calls]
+    tasks = [asyncio.ensure_future(b.forward(k or key(), c, send or s.send)) for c in calls]
     return await asyncio.gather(*tasks)
 
 
@@ -215,3 +217,35 @@ async def test_the_counters_count_batches_and_their_calls() -> None:
         ("chainproxy_upstream_batches_total", 1, {"network": "finney"}),
         ("chainproxy_upstream_batched_calls_total", 3, {"network": "finney"}),
     ]
+
+
+async def test_nodes_that_refuse_batches_turn_batching_off_for_a_while() -> None:
+    """A provider that takes no batch answers an error object (or a 4xx): its
+    calls go again alone, and the network's calls go alone for ten minutes."""
+    from addon.rpc.attempt import Attempt
+    from addon.upstream.batching import REFUSED_OFF_S
+
+    clock = FakeClock()
+    s = Sends(clock)
+    real = s.send
+    refused = (
+        Attempt("e-a", "a", "hard", "invalid-body", 3),
+        Attempt("e-b", "b", "hard", "http-400", 3),
+    )
+
+    async def no_batches(calls: Sequence[Call], is_batch: bool, *rest: Any) -> ForwardResult:
+        if is_batch:
+            s.sent.append((tuple(c.params[0] for c in calls), True, frozenset(), BUDGET))
+            return ForwardResult("failed", None, refused, None)
+        return await real(calls, is_batch, *rest)
+
+    b = UpstreamBatcher(16, clock)
+    got = await turn(b, s, [read(i) for i in range(3)], send=no_batches)
+    assert [r.answers[0]["result"] for r in got] == ["0x0000ff", "0x0001ff", "0x0002ff"]
+    s.sent.clear()
+    await turn(b, s, [read(i) for i in range(10, 14)], send=no_batches)
+    assert [is_batch for _, is_batch, _, _ in s.sent] == [False] * 4  # off
+    clock.t += REFUSED_OFF_S + 1
+    s.sent.clear()
+    await turn(b, s, [read(i) for i in range(20, 23)], send=no_batches)
+    assert True in [is_batch for _, is_batch, _, _ in s.sent]  # tried again later
