@@ -123,8 +123,8 @@ class Forward:
     __slots__ = (
         "admission", "attempts", "blocks", "body", "budget", "by_deadline", "calls", "clock",
         "corrected", "deadline", "heavy", "hedged", "hedger", "is_batch", "kind", "limited",
-        "min_block", "pinned", "pool", "prefer_archive", "running", "soft", "state_block",
-        "tip", "transport", "tried", "waited", "won",
+        "min_block", "pin_missed", "pinned", "pool", "prefer_archive", "running", "soft",
+        "state_block", "tip", "transport", "tried", "waited", "won",
     )  # fmt: skip
 
     def __init__(
@@ -158,6 +158,7 @@ class Forward:
         self.tried: set[str] = set()
         self.attempts: list[Attempt] = []
         self.soft: tuple[tuple[dict[str, Any], ...], Upstream, int] | None = None
+        self.pin_missed = False  # a node did not know the block the proxy pinned to
         # a batch a node answered but for items it refused for its limits
         self.limited: tuple[tuple[dict[str, Any], ...], Upstream, int] | None = None
         self.by_deadline = False
@@ -326,15 +327,30 @@ class Forward:
                 corrected=tuple(self.corrected),
             )  # fmt: skip
         if self.pinned and missed_pin(self.calls, verdict.answers, self.pinned, self.tip):
-            # the proxy's own pin, not the client's hash: no other node is
-            # tried with it, the caller sends the call again unpinned
-            return ForwardResult(
-                "soft", verdict.answers, attempts, upstream, self.hedged, len(raw), pin_missed=True
-            )
+            # the proxy's own pin, not the client's hash: one other node known
+            # to be at its height is tried with it (a node behind, chosen on a
+            # stale view of its best, must not make the answer older than the
+            # head shown); else the caller sends the call again unpinned
+            if self.pin_missed or not self._pin_holder():
+                return ForwardResult(
+                    "soft", verdict.answers, attempts, upstream, self.hedged, len(raw),
+                    pin_missed=True,
+                )  # fmt: skip
+            self.pin_missed = True
+            self.soft = (verdict.answers, upstream, len(raw))
+            return None
         self._correct(upstream, verdict.reason, verdict.answers)
         self.soft = (verdict.answers, upstream, len(raw))
         self.prefer_archive = self.prefer_archive or verdict.prefer_archive
         return None
+
+    def _pin_holder(self) -> bool:
+        """Whether a node not tried yet is known to be at the pinned height."""
+        n = self.min_block
+        return n is not None and any(
+            u.best is not None and u.best >= n and u.id not in self.tried
+            for u in self.pool.upstreams.values()
+        )
 
     def _correct(self, upstream: Upstream, reason: str, answers: Sequence[dict[str, Any]]) -> None:
         """A node said it has no state at the block a call reads: corrected now,
@@ -354,7 +370,7 @@ class Forward:
         if self.soft is not None:
             return ForwardResult(
                 "soft", self.soft[0], attempts, self.soft[1], hedged, self.soft[2],
-                corrected=tuple(self.corrected),
+                pin_missed=self.pin_missed, corrected=tuple(self.corrected),
             )  # fmt: skip
         # every upstream tried kept silent: a gateway timeout (504), however the time
         # was split between racers and attempts
