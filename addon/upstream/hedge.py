@@ -102,10 +102,11 @@ class Hedger:
         self.calls = 0
         self.hedges = 0
 
-    def call(self) -> None:
-        """A call starts: it earns its share of the budget."""
-        self.calls += 1
-        self._tokens = min(_BURST, self._tokens + self.config.max_ratio)
+    def call(self, n: int = 1) -> None:
+        """A call starts (``n``: the clients' calls an upstream batch carries,
+        each earning its share, as it would alone): it earns its share of the budget."""
+        self.calls += n
+        self._tokens = min(_BURST, self._tokens + n * self.config.max_ratio)
 
     def delay(self, kind: str | None = None) -> float | None:
         """Seconds to wait for the first upstream before hedging a call of

@@ -108,6 +108,22 @@ def test_the_budget_keeps_hedges_under_the_ratio() -> None:
     assert h.hedges <= 0.1 * h.calls + 1
 
 
+def test_an_upstream_batch_earns_its_calls_shares() -> None:
+    """An upstream batch of 8 clients' reads earns what 8 calls alone would:
+    batching never leaves a stalled burst without the hedge its calls earned."""
+    alone, batched = Hedger(HedgeConfig(max_ratio=0.1)), Hedger(HedgeConfig(max_ratio=0.1))
+    for _ in range(40):
+        for _ in range(8):
+            alone.call()
+        batched.call(8)
+    assert batched.calls == alone.calls == 320
+    while batched.can_hedge():
+        batched.hedged()
+        assert alone.can_hedge()
+        alone.hedged()
+    assert batched.hedges == alone.hedges >= 1
+
+
 class SleepyTransport:
     """Real asyncio sleeps per URL; records what was started and cancelled."""
 
