@@ -29,6 +29,7 @@ from addon.hooks.internal_calls import InternalCalls
 from addon.hooks.prewarm import Prewarmer
 from addon.mitm import limits as mitm_limits
 from addon.mitm import versions as mitm_versions
+from addon.mitm.connection_log import quiet_connections
 from addon.runtime import Runtime
 from common.config import ConfigError, load_config, with_overrides
 from common.config.restart import restart_only
@@ -98,6 +99,8 @@ class Settings:
         log.info("SIGHUP: %s %s", path, "applied" if changed else "unchanged")
 
     def configure(self, updated: set[str]) -> None:
+        if "flow_detail" in updated or OPTION in updated:
+            quiet_connections(getattr(ctx.options, "flow_detail", None))
         if mitm_versions.OPTION in updated:
             # first of all: an untested mitmproxy or wsproto stops the start here
             mitm_versions.guard(getattr(ctx.options, mitm_versions.OPTION))
