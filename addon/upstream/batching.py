@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from addon.rpc.jsonrpc import Call
+from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.failover import judge_answer
 from addon.upstream.forward import Budget, ForwardResult, ResultKind
 
@@ -245,13 +245,16 @@ def _pinned(key: GroupKey, n: int) -> frozenset[int]:
 def _one(
     result: ForwardResult, answer: dict[str, Any], *, first: bool, kind: ResultKind | None = None
 ) -> ForwardResult:
-    """One call's share of a batch's result (nodes corrected: told once)."""
+    """One call's share of a batch's result (nodes corrected: told once). Its
+    size is its own answer's, not the batch's: the quota prices a call by its
+    answer's bytes and learns its kind's size from them (the batch's body,
+    given to each, once charged every call for all of them)."""
     return ForwardResult(
         kind or result.kind,
         (answer,),
         result.attempts,
         result.upstream,
         result.hedged,
-        result.body_bytes,
+        len(dumps(answer)),
         corrected=result.corrected if first else (),
     )

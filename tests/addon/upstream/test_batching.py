@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from addon.rpc.jsonrpc import Call
+from addon.rpc.jsonrpc import Call, dumps
 from addon.upstream.batching import BATCHABLE, GroupKey, UpstreamBatcher, batchable
 from addon.upstream.forward import Budget, ForwardResult
 from tests.fakes import FakeClock
@@ -97,6 +97,9 @@ async def test_the_first_call_goes_at_once_the_rest_of_the_turn_as_one_batch() -
     ]
     assert [r.answers[0]["result"] for r in got] == [f"0x{i:04x}ff" for i in range(5)]
     assert all(r.kind == "ok" and len(r.answers) == 1 for r in got)
+    # each call's size is its own answer's (the quota prices and learns by it),
+    # never the whole batch's body
+    assert [r.body_bytes for r in got[1:]] == [len(dumps(r.answers[0])) for r in got[1:]]
 
 
 async def test_a_busy_group_sends_its_next_turn_whole_and_a_lone_call_goes_alone() -> None:
