@@ -8,6 +8,7 @@ batch over the size limit is refused whole.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,3 +145,13 @@ def error_obj(id_: Any, code: int, message: str, data: Any = None) -> dict[str, 
     if data is not None:
         err["data"] = data
     return {"jsonrpc": "2.0", "id": id_, "error": err}
+
+
+def outbound_body(calls: Sequence[Call], is_batch: bool) -> bytes:
+    """The request sent upstream: the caller's calls renumbered 0..n-1, so answers
+    are matched to calls even when the caller reused or nulled ids."""
+    objs = [
+        {"jsonrpc": "2.0", "id": i, "method": c.method, "params": c.params}
+        for i, c in enumerate(calls)
+    ]
+    return dumps(objs if is_batch else objs[0])

@@ -186,6 +186,7 @@ async def _send(
             heavy=bool(rpc.reserved),
             hedge_as=kind,
             blocks=rt.chain.blocks if is_batch else None,  # a batch's items judged apart
+            split=is_batch and bool(kind),  # an upstream batch (batching.py): ends at an answer
         )
 
     batcher, kind = rt.batcher, ""

@@ -65,7 +65,8 @@ BATCHABLE = frozenset(
     }
 )
 
-REFUSED_OFF_S = 600  # batching off for a network whose nodes refused a batch whole
+REFUSED_OFF_S = 600  # batching off for a network whose nodes refuse batches whole
+REFUSALS = 3  # ... that many in a row
 # a counter's name, by how much, its labels (LiveMetrics.count_extra)
 Count = Callable[..., None]
 # (calls, is_batch, pinned positions, budget) -> the forward's result
@@ -120,6 +121,7 @@ class UpstreamBatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         # networks whose nodes refused a batch whole: every call alone until then
         self._off: dict[str, float] = {}
+        self._refusals: dict[str, int] = {}  # batches refused whole in a row, per network
 
     def forward(self, key: GroupKey, call: Call, send: Send) -> Awaitable[ForwardResult]:
         """The call's result. The first of its group in a loop turn goes at once,
@@ -143,6 +145,22 @@ class UpstreamBatcher:
             self._warm.add(key)
             self._launch(key, members)
         return self._join(key, member)
+
+    def _judge_refusal(self, network: str, result: ForwardResult) -> None:
+        """Batches every node tried refused whole (a provider that takes no
+        batches, or fewer calls in one), ``REFUSALS`` in a row with none
+        answered between: its calls go alone for a while. One alone is no
+        sign (a node cutting an answer short, a blip)."""
+        if result.kind != "failed" or not all(_refusal(a.reason) for a in result.attempts):
+            return
+        n = self._refusals[network] = self._refusals.get(network, 0) + 1
+        if n >= REFUSALS:
+            del self._refusals[network]
+            self._off[network] = self.clock() + REFUSED_OFF_S
+            log.warning(
+                "%s: the nodes refused %d upstream batches in a row (%s): calls go alone for %d s",
+                network, n, ", ".join(a.reason for a in result.attempts), REFUSED_OFF_S,
+            )  # fmt: skip
 
     def _refused(self, network: str) -> bool:
         until = self._off.get(network)
@@ -204,18 +222,12 @@ class UpstreamBatcher:
                 m.resolve(key.budget)
             return
         if result.kind == "ok":
+            self._refusals.pop(key.network, None)
             assert result.answers is not None
             for i, (m, answer) in enumerate(zip(members, result.answers, strict=True)):
                 m.resolve(_one(result, answer, first=i == 0))
             return
-        if result.kind == "failed" and all(_refusal(a.reason) for a in result.attempts):
-            # every node tried refused the batch itself (a provider that takes
-            # no batches, or fewer calls in one): its calls go alone from now on
-            self._off[key.network] = self.clock() + REFUSED_OFF_S
-            log.warning(
-                "%s: the nodes refused an upstream batch (%s): calls go alone for %d s",
-                key.network, ", ".join(a.reason for a in result.attempts), REFUSED_OFF_S,
-            )  # fmt: skip
+        self._judge_refusal(key.network, result)
         left = key.budget.deadline_s - (self.clock() - started)
         alone = replace(key.budget, deadline_s=left) if left > 0 else None
         for i, m in enumerate(members):
@@ -226,7 +238,9 @@ class UpstreamBatcher:
             elif alone is not None and result.kind in ("soft", "failed"):
                 m.resolve(alone)  # judged alone, on every node, as it would have been
             elif own is not None and verdict == "soft":
-                m.resolve(_one(result, own, first=i == 0, kind="soft"))
+                m.resolve(
+                    _one(result, own, first=i == 0, kind="soft", pin_missed=result.pin_missed)
+                )
             else:  # the nodes' capacity, their silence, no node: as for the call alone
                 m.resolve(replace(result, answers=None, corrected=()))
 
@@ -243,7 +257,12 @@ def _pinned(key: GroupKey, n: int) -> frozenset[int]:
 
 
 def _one(
-    result: ForwardResult, answer: dict[str, Any], *, first: bool, kind: ResultKind | None = None
+    result: ForwardResult,
+    answer: dict[str, Any],
+    *,
+    first: bool,
+    kind: ResultKind | None = None,
+    pin_missed: bool = False,
 ) -> ForwardResult:
     """One call's share of a batch's result (nodes corrected: told once). Its
     size is its own answer's, not the batch's: the quota prices a call by its
@@ -256,5 +275,6 @@ def _one(
         result.upstream,
         result.hedged,
         len(dumps(answer)),
+        pin_missed=pin_missed,
         corrected=result.corrected if first else (),
     )

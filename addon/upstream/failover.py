@@ -198,7 +198,8 @@ def assess(
         verdict, reason = judge_answer(call, answer, tip)
         if verdict == "hard":
             if reason not in CAPACITY:
-                return Assessment("hard", reason)
+                # a batch's answers kept: an upstream batch judges its items apart
+                return Assessment("hard", reason, answers if is_batch else None)
             limit = limit or reason
         elif verdict == "soft":
             soft_reason = soft_reason or reason

@@ -18,8 +18,8 @@ A call that reads the state at a known block (``state_block``) goes only to
 nodes whose horizon does not exclude it; a node that answers "State already
 discarded" for it (or an unknown block, well below its best) has its horizon
 corrected at once (``horizons.correct``) and the call goes on to another.
-The transport is a small Protocol (``addon/upstream/transport.py``) so the
-loop is tested with in-process fakes.
+An upstream batch (``split``) ends at its first answer: its items are judged
+apart by ``batching.py``. The transport is a Protocol (``transport.py``).
 """
 
 from __future__ import annotations
@@ -33,14 +33,22 @@ from typing import Any, Literal
 from addon.chain.horizons import correct
 from addon.rpc.attempt import Attempt
 from addon.rpc.blocks import BlockIndex
-from addon.rpc.jsonrpc import Call, dumps
+from addon.rpc.jsonrpc import Call
+from addon.rpc.jsonrpc import outbound_body as outbound_body  # (cross_check.py's too)
 from addon.rpc.splice import BREATHE_BYTES
 from addon.upstream.admission import Admission
 from addon.upstream.budgets import Ticket
 from addon.upstream.failover import CAPACITY, assess, error_limit, missed_pin
 from addon.upstream.hedge import Hedger, first_done, hedge_kind
 from addon.upstream.pool import Upstream, UpstreamPool
-from addon.upstream.settle import Sent, abandon, correct_items, leave_running, report_failure
+from addon.upstream.settle import (
+    Sent,
+    abandon,
+    correct_items,
+    leave_running,
+    pin_holder,
+    report_failure,
+)
 
 # the transport's names, re-exported: callers import them from here
 from addon.upstream.transport import AiohttpTransport as AiohttpTransport
@@ -87,16 +95,6 @@ class Budget:
     deadline_s: float
 
 
-def outbound_body(calls: Sequence[Call], is_batch: bool) -> bytes:
-    """The request sent upstream: the caller's calls renumbered 0..n-1, so answers
-    are matched to calls even when the caller reused or nulled ids."""
-    objs = [
-        {"jsonrpc": "2.0", "id": i, "method": c.method, "params": c.params}
-        for i, c in enumerate(calls)
-    ]
-    return dumps(objs if is_batch else objs[0])
-
-
 def forward(
     calls: Sequence[Call],
     *,
@@ -124,7 +122,7 @@ class Forward:
         "admission", "attempts", "blocks", "body", "budget", "by_deadline", "calls", "clock",
         "corrected", "deadline", "heavy", "hedged", "hedger", "is_batch", "kind", "limited",
         "min_block", "pin_missed", "pinned", "pool", "prefer_archive", "running", "soft",
-        "state_block", "tip", "transport", "tried", "waited", "won",
+        "split", "state_block", "tip", "transport", "tried", "waited", "won",
     )  # fmt: skip
 
     def __init__(
@@ -146,11 +144,13 @@ class Forward:
         heavy: bool = False,
         hedge_as: str = "",  # the latencies a hedge compares it with ("": its own kind)
         blocks: BlockIndex | None = None,  # heights of hashes: a batch's items' own state blocks
+        split: bool = False,  # an upstream batch: an answer with bad items ends it (batching.py)
     ) -> None:
         self.calls, self.is_batch, self.pool, self.transport = calls, is_batch, pool, transport
         self.budget, self.clock, self.tip, self.min_block = budget, clock, tip, min_block
         self.prefer_archive, self.hedger, self.admission = prefer_archive, hedger, admission
         self.pinned, self.state_block, self.blocks = pinned, state_block, blocks
+        self.split = split
         self.corrected: list[str] = []
         self.heavy = heavy  # priced by its bytes: light calls go elsewhere meanwhile
         self.body = outbound_body(calls, is_batch)
@@ -310,9 +310,10 @@ class Forward:
         self.attempts.append(
             Attempt(upstream.id, upstream.provider, verdict.verdict, verdict.reason, round(latency))
         )
-        if verdict.verdict == "hard":
+        split = self.split and verdict.answers is not None and verdict.reason not in CAPACITY
+        if verdict.verdict == "hard" and not split:
             report_failure(pool, admission, upstream, latency, verdict.reason, None)
-            if verdict.answers is not None and self.is_batch:  # some items refused
+            if verdict.answers is not None and verdict.reason in CAPACITY:  # items refused
                 self.limited = (verdict.answers, upstream, len(raw))
             return None
         pool.succeeded(upstream, latency)  # a soft answer is a healthy node, behind
@@ -327,11 +328,10 @@ class Forward:
                 corrected=tuple(self.corrected),
             )  # fmt: skip
         if self.pinned and missed_pin(self.calls, verdict.answers, self.pinned, self.tip):
-            # the proxy's own pin, not the client's hash: one other node known
-            # to be at its height is tried with it (a node behind, chosen on a
-            # stale view of its best, must not make the answer older than the
-            # head shown); else the caller sends the call again unpinned
-            if self.pin_missed or not self._pin_holder():
+            # the proxy's own pin: one other node known at its height is tried
+            # with it (not an answer older than the head shown, from a node
+            # chosen on a stale view of its best); else the caller unpins
+            if self.pin_missed or not pin_holder(self.pool, self.tried, self.min_block):
                 return ForwardResult(
                     "soft", verdict.answers, attempts, upstream, self.hedged, len(raw),
                     pin_missed=True,
@@ -340,17 +340,14 @@ class Forward:
             self.soft = (verdict.answers, upstream, len(raw))
             return None
         self._correct(upstream, verdict.reason, verdict.answers)
+        if split:  # an upstream batch answered: its items judged apart, the bad ones alone
+            return ForwardResult(
+                "soft", verdict.answers, attempts, upstream, self.hedged, len(raw),
+                corrected=tuple(self.corrected),
+            )  # fmt: skip
         self.soft = (verdict.answers, upstream, len(raw))
         self.prefer_archive = self.prefer_archive or verdict.prefer_archive
         return None
-
-    def _pin_holder(self) -> bool:
-        """Whether a node not tried yet is known to be at the pinned height."""
-        n = self.min_block
-        return n is not None and any(
-            u.best is not None and u.best >= n and u.id not in self.tried
-            for u in self.pool.upstreams.values()
-        )
 
     def _correct(self, upstream: Upstream, reason: str, answers: Sequence[dict[str, Any]]) -> None:
         """A node said it has no state at the block a call reads: corrected now,

@@ -157,3 +157,11 @@ def correct_items(
         if n is not None and correct(upstream, n, reason):
             news = True
     return news
+
+
+def pin_holder(pool: UpstreamPool, tried: set[str], n: int | None) -> bool:
+    """Whether a node not tried yet is known to be at height ``n`` (the head
+    the proxy pinned a read to)."""
+    return n is not None and any(
+        u.best is not None and u.best >= n and u.id not in tried for u in pool.upstreams.values()
+    )

@@ -186,9 +186,13 @@ def test_a_batch_with_items_refused_for_the_nodes_limits_keeps_its_answers() -> 
     a = assess(200, raw(doc), [c(), c("state_getKeysPaged", ["0x", 10])], is_batch=True)
     assert (a.verdict, a.reason) == ("hard", "work-limited")
     assert a.answers == tuple(doc)
-    # any other hard item: a plain failure, nothing kept
+    # any other hard item: a failure of the node (the answers kept for an
+    # upstream batch, whose items are judged apart: addon/upstream/batching.py)
     doc = [err(0, -32603, "Internal error"), err(1, -32004, "RPC work limit exceeded")]
     a = assess(200, raw(doc), [c(), c("state_getKeysPaged", ["0x", 10])], is_batch=True)
+    assert (a.verdict, a.reason, a.answers) == ("hard", "upstream-internal", tuple(doc))
+    # a single call's: nothing kept
+    a = assess(200, raw(err(0, -32603, "Internal error")), [c()], is_batch=False)
     assert (a.verdict, a.reason, a.answers) == ("hard", "upstream-internal", None)
 
 
