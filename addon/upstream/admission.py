@@ -42,6 +42,8 @@ class BudgetBook(Protocol):
         heavy: bool = False,
         retry: bool = False,
         room: int = 0,
+        *,
+        whole: bool = False,
     ) -> Ticket | float | Awaitable[Ticket | float]: ...
 
     def release(self, ticket: Ticket) -> None: ...
@@ -85,6 +87,7 @@ class Admission:
         prefer_archive: bool = False,
         min_block: int | None = None,
         state_block: int | None = None,
+        whole: bool = False,
     ) -> tuple[Upstream, Ticket] | None:
         """The common case without a coroutine (four fewer a miss): nobody
         waits for budget, and the best node has room under its learned rate
@@ -95,7 +98,9 @@ class Admission:
         upstream = self._choose(pool, tried, prefer_archive, min_block, state_block, False)
         if upstream is None:
             return None
-        taken = self.budgets.try_take(upstream.id, calls, self.heavy, False, PROBE_ROOM)
+        taken = self.budgets.try_take(
+            upstream.id, calls, self.heavy, False, PROBE_ROOM, whole=whole
+        )
         return (upstream, taken) if isinstance(taken, Ticket) else None
 
     async def acquire(

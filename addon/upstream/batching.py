@@ -227,6 +227,12 @@ class UpstreamBatcher:
             for i, (m, answer) in enumerate(zip(members, result.answers, strict=True)):
                 m.resolve(_one(result, answer, first=i == 0))
             return
+        if not result.attempts:
+            # nothing sent: the nodes' budgets had no room for the whole batch
+            # at once (each call then waits its own fair turn), or no node
+            for m in members:
+                m.resolve(key.budget)
+            return
         self._judge_refusal(key.network, result)
         left = key.budget.deadline_s - (self.clock() - started)
         alone = replace(key.budget, deadline_s=left) if left > 0 else None

@@ -123,7 +123,13 @@ class NodeBudget:
         return self.open_calls + len(ended)
 
     def wait_s(
-        self, now: float, calls: int, retry: bool = False, room: int = 0, share: int = 1
+        self,
+        now: float,
+        calls: int,
+        retry: bool = False,
+        room: int = 0,
+        share: int = 1,
+        whole: bool = False,
     ) -> float:
         """0 when ``calls`` more fit now; else how long until they may.
         A learned rate is a guess: it paces single calls, but never holds back
@@ -131,18 +137,20 @@ class NodeBudget:
         ``room``: a paced call fits only with this many calls of the learned
         rate still free after it (a node short of that room is not full: its
         rate does not grow for it). ``share``: the processes a configured
-        budget is split between (while Redis, which keeps it whole, is away)."""
+        budget is split between (while Redis, which keeps it whole, is away).
+        ``whole``: an upstream batch of single calls (``batching.py``), paced
+        and counted whole: it can go call by call instead, so it never starves."""
         wait = 0.0
         rate = self.rps(now)
         if share > 1 and self.max_rps is not None:
             rate = self.max_rps / share
         paced = self.max_rps is None and rate is not None
-        if paced and (retry or calls > 1):
+        if paced and (retry or (calls > 1 and not whole)):
             rate = None
         if rate is not None:
             limit = max(1, math.floor(rate))
             used = self.recent(now)
-            over = used + min(calls, limit) - limit
+            over = used + (calls if whole else min(calls, limit)) - limit
             if over > 0:
                 wait = self._until(now, over)
             elif paced and room > 0 and over + room > 0:
@@ -267,16 +275,18 @@ class Budgets:
         retry: bool = False,
         room: int = 0,
         share: int = 1,
+        whole: bool = False,
     ) -> Ticket | float:
         """A ticket if ``calls`` fit in the node's budget now (they are counted
         until the ticket is released, and a window after), else the seconds
         until they may. ``heavy``: a read priced by its bytes; ``retry``: a
         failover attempt (a learned rate does not hold it back); ``room``:
         under a learned rate, leave this many calls free (``PROBE_ROOM``);
-        ``share``: this process's part of a configured budget is 1/``share``."""
+        ``share``: this process's part of a configured budget is 1/``share``;
+        ``whole``: an upstream batch, paced and counted whole (``wait_s``)."""
         now = self.clock()
         node = self.node(endpoint)
-        wait = node.wait_s(now, calls, retry, room, share)
+        wait = node.wait_s(now, calls, retry, room, share, whole)
         if self.heavy_full(endpoint, heavy):
             wait = max(wait, CONCURRENCY_POLL_S)
         if wait > 0:

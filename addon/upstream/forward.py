@@ -258,7 +258,9 @@ class Forward:
             )
         else:
             where = (self.prefer_archive, self.min_block, self.state_block)
-            got = admission.take_now(pool, self.tried, len(self.calls), *where)  # most calls
+            got = admission.take_now(pool, self.tried, len(self.calls), *where, self.split)
+            if got is None and self.split and not self.tried:
+                return None  # no room for a whole upstream batch: its calls wait alone
             if got is None:
                 got = await admission.acquire(
                     pool, self.tried, len(self.calls), *where, until=self.deadline, wait=wait

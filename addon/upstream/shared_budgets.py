@@ -175,14 +175,16 @@ class SharedBudgets:
         heavy: bool = False,
         retry: bool = False,
         room: int = 0,
+        *,
+        whole: bool = False,
     ) -> Ticket | float | Awaitable[Ticket | float]:
         if not self.local.configured(endpoint):
             if self._shared_learning(endpoint) and not self.local.heavy_full(endpoint, heavy):
                 if self.link.up:
-                    return self._take_learned(endpoint, calls, heavy, retry, room)
+                    return self._take_learned(endpoint, calls, heavy, retry, room, whole)
                 self.link.fallback("budgets")
             # unlimited or learned
-            return self.local.try_take(endpoint, calls, heavy, retry, room)
+            return self.local.try_take(endpoint, calls, heavy, retry, room, whole=whole)
         if self.local.heavy_full(endpoint, heavy):
             return CONCURRENCY_POLL_S  # the heavy lane is this process's: no round trip
         if not self.link.up:
@@ -224,10 +226,11 @@ class SharedBudgets:
         return Ticket(endpoint, member, heavy, max(1, calls))
 
     async def _take_learned(
-        self, endpoint: str, calls: int, heavy: bool, retry: bool, room: int
+        self, endpoint: str, calls: int, heavy: bool, retry: bool, room: int, whole: bool = False
     ) -> Ticket | float:
         member = self._member_prefix + str(next(_IDS))
-        paced = calls <= 1 and not retry  # a learned rate paces single calls only
+        # a learned rate paces single calls only, and upstream batches (whole)
+        paced = (calls <= 1 or whole) and not retry
         command = (
             "EVALSHA",
             self._learn_take_sha,
@@ -238,7 +241,7 @@ class SharedBudgets:
         try:
             reply = await self.link.run("budgets", lambda: self.link.pipe.submit(*command))
         except RedisUnavailable:
-            return self.local.try_take(endpoint, calls, heavy, retry, room)
+            return self.local.try_take(endpoint, calls, heavy, retry, room, whole=whole)
         wait_ms = shared_learned.mirror(self.local, endpoint, reply)
         if wait_ms > 0:
             return wait_ms / 1000

@@ -209,6 +209,26 @@ def test_a_node_without_a_budget_is_unlimited_until_it_says_429() -> None:
     assert book.node("a").rps(clock.t) == pytest.approx(30 * learned.CUT)
 
 
+def test_a_learned_rate_paces_an_upstream_batch_whole_not_a_clients_batch() -> None:
+    """An upstream batch (``whole``: it can go call by call) is counted whole
+    against a learned rate and held back when it does not fit; a client's own
+    batch, which cannot be split, is never held back by a guess."""
+    clock = FakeClock(100.0)
+    book = Budgets([_endpoint("a")], clock=clock)
+    taken = [book.try_take("a", 1) for _ in range(10)]
+    book.rate_limited("a")  # 9 a second, 10 used in the last second
+    clock.advance(0.5)
+    taken.append(book.try_take("a", 4))
+    assert isinstance(taken[-1], Ticket)  # a client's batch: through
+    assert not isinstance(book.try_take("a", 4, whole=True), Ticket)  # no room now
+    for t in taken:
+        assert isinstance(t, Ticket)
+        book.release(t)
+    clock.advance(5.0)  # the window empty again: room for 4 of 9
+    assert isinstance(book.try_take("a", 4, whole=True), Ticket)
+    assert not isinstance(book.try_take("a", 6, whole=True), Ticket)  # 4 + 6 > 9
+
+
 def test_a_full_node_probes_upward_slowly() -> None:
     clock = FakeClock(100.0)
     book = Budgets([_endpoint("a")], clock=clock)

@@ -335,3 +335,23 @@ async def test_a_pin_missed_is_tried_once_on_another_node_known_at_its_height() 
         )  # fmt: skip
         assert (len(t.calls), r.kind, r.pin_missed) == (calls, kind, missed)
         assert url("c") not in t.urls()  # a node behind the pin is never asked with it
+
+
+async def test_an_upstream_batch_with_no_room_at_once_is_not_sent_nor_waited_for() -> None:
+    """A node at 2 calls a second and a batch of 3: an upstream batch
+    (``split``) is counted whole and, with no room for it now, handed back
+    unsent at once for its calls to take their turns alone (a batch let past a
+    rate set 429s off at the nodes: scenario 14 at 8 calls/s, 29 % errors
+    against 18 %); a client's own batch, which cannot be split, is let through
+    as before (counted up to the rate, so it never starves)."""
+    a = up("a", ewma=1.0)
+    calls = [Call(i, "state_getStorage", [f"0x0{i}"]) for i in range(3)]
+    for split, sent in ((True, 0), (False, 1)):
+        pool, t, clock = setup(a, script={"a": [(0.01, ok("0x1"))]})
+        adm = _admission(pool, clock, max_rps=2)
+        r = await forward(
+            calls, is_batch=True, pool=pool, transport=t, budget=BUDGET, clock=clock,
+            admission=adm, split=split,
+        )  # fmt: skip
+        assert len(r.attempts) == len(t.calls) == sent
+        assert r.kind == ("no-upstream" if split else "ok")
