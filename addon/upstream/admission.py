@@ -114,12 +114,16 @@ class Admission:
         *,
         until: float,
         wait: bool,
+        whole: bool = False,
     ) -> tuple[Upstream, Ticket] | None:
         """A node with budget for ``calls`` and the ticket that holds it; None
-        when no node is left (``shed`` says whether budgets were the reason)."""
+        when no node is left (``shed`` says whether budgets were the reason).
+        ``whole``: an upstream batch, counted whole against learned rates."""
 
         async def attempt() -> tuple[tuple[Upstream, Ticket] | None, float | None]:
-            return await self._try(pool, tried, calls, prefer_archive, min_block, state_block)
+            return await self._try(
+                pool, tried, calls, prefer_archive, min_block, state_block, whole=whole
+            )
 
         if not self.fair.busy or not wait:
             got, retry = await attempt()
@@ -158,6 +162,8 @@ class Admission:
         prefer_archive: bool,
         min_block: int | None,
         state_block: int | None = None,
+        *,
+        whole: bool = False,
     ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
         """Best node first, skipping those without budget now. The second
         value: seconds until budget (or a back-off's end) may let one in;
@@ -170,14 +176,14 @@ class Admission:
         attempt waits for the busy one's budget instead, so a last healthy node
         behind its learned rate is not reached by failovers from the failing."""
         args = (pool, tried, calls, prefer_archive, min_block, state_block)
-        got, _ = await self._pass(*args, retry=False, room=PROBE_ROOM)
+        got, _ = await self._pass(*args, retry=False, room=PROBE_ROOM, whole=whole)
         if got is not None:
             return got, None
         if tried:
-            got, _ = await self._pass(*args, retry=False, room=0)
+            got, _ = await self._pass(*args, retry=False, room=0, whole=whole)
             if got is not None:
                 return got, None
-        return await self._pass(*args, retry=bool(tried), room=0)
+        return await self._pass(*args, retry=bool(tried), room=0, whole=whole)
 
     async def _pass(
         self,
@@ -190,6 +196,7 @@ class Admission:
         *,
         retry: bool,
         room: int,
+        whole: bool = False,
     ) -> tuple[tuple[Upstream, Ticket] | None, float | None]:
         """``_try`` over every node once; ``retry``: past learned rates;
         ``room``: leaving that many calls free under them (none: the least
@@ -209,7 +216,7 @@ class Admission:
                 if backoff is not None:
                     soonest = backoff if soonest is None else min(soonest, backoff)
                 return None, soonest
-            taken = self.budgets.try_take(upstream.id, calls, self.heavy, retry, room)
+            taken = self.budgets.try_take(upstream.id, calls, self.heavy, retry, room, whole=whole)
             if inspect.isawaitable(taken):
                 taken = await taken
             if isinstance(taken, Ticket):

@@ -105,13 +105,11 @@ def forward(
     clock: Callable[[], float],
     **options: Any,
 ) -> Coroutine[Any, Any, ForwardResult]:
-    """Attempts one after the other (failover); with a ``hedger``, an attempt
-    not answered within its delay gets a second one racing it on the next-best
-    upstream, the first good answer wins and the other finishes unheard. With
-    an ``admission``, each attempt takes a place in its node's budget (waiting
-    its fair turn if every node's is spent), and a node that answers "too many
-    requests" pauses instead of counting as failed. ``options``: ``Forward``'s
-    keywords. (``Forward.run``, to await.)"""
+    """Attempts one after the other (failover); with a ``hedger``, one not
+    answered within its delay is raced on the next-best upstream, the first
+    good answer wins. With an ``admission``, each attempt takes a place in its
+    node's budget (its fair turn if every node's is spent); a node that says
+    "too many requests" pauses. ``options``: ``Forward``'s keywords."""
     return Forward(calls, is_batch, pool, transport, budget, clock, **options).run()
 
 
@@ -259,8 +257,13 @@ class Forward:
         else:
             where = (self.prefer_archive, self.min_block, self.state_block)
             got = admission.take_now(pool, self.tried, len(self.calls), *where, self.split)
-            if got is None and self.split and not self.tried:
-                return None  # no room for a whole upstream batch: its calls wait alone
+            if got is None and self.split and not self.tried:  # (asked once: Redis, others)
+                got = await admission.acquire(
+                    pool, self.tried, len(self.calls), *where, until=self.deadline, wait=False,
+                    whole=True,
+                )  # fmt: skip
+                if got is None:
+                    return None  # no room for a whole upstream batch: its calls wait alone
             if got is None:
                 got = await admission.acquire(
                     pool, self.tried, len(self.calls), *where, until=self.deadline, wait=wait

@@ -355,3 +355,35 @@ async def test_an_upstream_batch_with_no_room_at_once_is_not_sent_nor_waited_for
         )  # fmt: skip
         assert len(r.attempts) == len(t.calls) == sent
         assert r.kind == ("no-upstream" if split else "ok")
+
+
+async def test_an_upstream_batch_is_sent_whole_where_budgets_answer_later() -> None:
+    """Budgets kept in Redis answer with an awaitable (``synchronous`` False):
+    an upstream batch asks them once, without waiting in line, and goes as a
+    batch when a node has room for all of it (else its calls go alone)."""
+
+    class LaterBudgets(Budgets):
+        def try_take(self, *args: Any, **kw: Any) -> Any:
+            async def later() -> Any:
+                return Budgets.try_take(self, *args, **kw)
+
+            return later()
+
+    a = up("a", ewma=1.0)
+    calls = [Call(i, "state_getStorage", [f"0x0{i}"]) for i in range(3)]
+    for rps, sent, kind in ((10, 1, "ok"), (2, 0, "no-upstream")):
+        pool, t, clock = setup(a, script={"a": [(0.01, ok("0x1"))]})
+        eps = [
+            Endpoint(
+                url=a.url, provider="p", kind="rpc-http", network="finney", id=a.id, max_rps=rps
+            )
+        ]
+        book = LaterBudgets(eps, clock=clock)
+        book.synchronous = False  # as SharedBudgets: take_now steps aside
+        adm = Admission(book, FairWait(), client="c", max_wait_s=5.0, clock=clock)
+        r = await forward(
+            calls, is_batch=True, pool=pool, transport=t, budget=BUDGET, clock=clock,
+            admission=adm, split=True,
+        )  # fmt: skip
+        assert (len(t.calls), r.kind) == (sent, kind)
+        assert clock.t < 5000.5  # never waited its turn in line
