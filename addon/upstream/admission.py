@@ -103,6 +103,23 @@ class Admission:
         )
         return (upstream, taken) if isinstance(taken, Ticket) else None
 
+    async def take_whole(
+        self,
+        pool: UpstreamPool,
+        tried: set[str],
+        calls: int,
+        prefer_archive: bool = False,
+        min_block: int | None = None,
+        state_block: int | None = None,
+    ) -> tuple[Upstream, Ticket] | None:
+        """An upstream batch (``batching.py``): a node with room for all of it
+        now, counted whole, asked once (budgets in Redis too), never waiting
+        nor passing anyone in line; None: its calls go alone, each its turn."""
+        if self.fair.busy:
+            return None
+        args = (pool, tried, calls, prefer_archive, min_block, state_block)
+        return (await self._try(*args, whole=True))[0]
+
     async def acquire(
         self,
         pool: UpstreamPool,
@@ -114,16 +131,12 @@ class Admission:
         *,
         until: float,
         wait: bool,
-        whole: bool = False,
     ) -> tuple[Upstream, Ticket] | None:
         """A node with budget for ``calls`` and the ticket that holds it; None
-        when no node is left (``shed`` says whether budgets were the reason).
-        ``whole``: an upstream batch, counted whole against learned rates."""
+        when no node is left (``shed`` says whether budgets were the reason)."""
 
         async def attempt() -> tuple[tuple[Upstream, Ticket] | None, float | None]:
-            return await self._try(
-                pool, tried, calls, prefer_archive, min_block, state_block, whole=whole
-            )
+            return await self._try(pool, tried, calls, prefer_archive, min_block, state_block)
 
         if not self.fair.busy or not wait:
             got, retry = await attempt()

@@ -258,10 +258,7 @@ class Forward:
             where = (self.prefer_archive, self.min_block, self.state_block)
             got = admission.take_now(pool, self.tried, len(self.calls), *where, self.split)
             if got is None and self.split and not self.tried:  # (asked once: Redis, others)
-                got = await admission.acquire(
-                    pool, self.tried, len(self.calls), *where, until=self.deadline, wait=False,
-                    whole=True,
-                )  # fmt: skip
+                got = await admission.take_whole(pool, self.tried, len(self.calls), *where)
                 if got is None:
                     return None  # no room for a whole upstream batch: its calls wait alone
             if got is None:
