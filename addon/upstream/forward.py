@@ -170,7 +170,7 @@ class Forward:
         self.deadline = self.clock() + self.budget.deadline_s
         hedger, running = self.hedger, self.running
         if hedger is not None:
-            hedger.call(len(self.calls) if self.kind else 1)  # an upstream batch: per call
+            hedger.call(len(self.calls) if self.split else 1)  # an upstream batch: per call
             # its own latencies (an upstream batch of one kind of read: that kind's)
             self.kind = self.kind or hedge_kind(self.calls, self.is_batch)
         try:
